@@ -1,0 +1,1 @@
+"""botmemory: structured memory for a Discord bot (observations, facts, episodes, recall)."""

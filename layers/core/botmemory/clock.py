@@ -1,0 +1,45 @@
+"""The one source of time. Lease expiry, retention and TTL filtering read it, so tests
+move a ManualClock instead of sleeping."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+
+
+class SystemClock:
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+class ManualClock:
+    """A clock that only moves when told to; safe to share between threads."""
+
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self._now = start_ms
+        self._lock = threading.Lock()
+
+    def now_ms(self) -> int:
+        with self._lock:
+            return self._now
+
+    def set(self, now_ms: int) -> None:
+        with self._lock:
+            self._now = now_ms
+
+    def advance(self, *, ms: int = 0, seconds: float = 0, days: float = 0) -> None:
+        with self._lock:
+            self._now += ms + int(seconds * 1000) + int(days * 86_400_000)
+
+
+DAY_MS = 86_400_000
+
+
+def epoch_seconds(ms: int) -> int:
+    """DynamoDB TTL wants whole epoch seconds."""
+    return ms // 1000

@@ -1,0 +1,124 @@
+"""Settings, read once from the environment.
+
+Every knob has a documented default (see the README's configuration table). A
+deployment with `MEMORY_MODEL` unset runs with memory off: nothing is recorded and
+recall returns the channel's legacy memory string.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """The environment holds a setting that cannot be used."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    table_name: str = "MemoryTable"
+    # `bedrock:<model id>`, `openai:<model>` or `rules`; None turns memory off.
+    memory_model: str | None = None
+    model_base_url: str = "https://api.openai.com/v1"
+    model_api_key: str | None = None
+    model_timeout_seconds: float = Field(default=30.0, gt=0)
+    model_max_attempts: int = Field(default=3, ge=1, le=10)
+    model_max_output_tokens: int = Field(default=2000, ge=200)
+
+    # Consolidation.
+    consolidate_every: int = Field(default=20, ge=1)
+    max_batch: int = Field(default=50, ge=1, le=60)
+    episodes_per_channel: int = Field(default=10, ge=1, le=50)
+    fact_retention_days: int = Field(default=180, ge=1)
+    observation_retention_days: int = Field(default=30, ge=1)
+    episode_retention_days: int = Field(default=90, ge=1)
+    lock_lease_seconds: int = Field(default=900, ge=10)
+    idle_flush_minutes: int = Field(default=30, ge=1)
+    facts_per_person_in_model: int = Field(default=15, ge=0, le=50)
+    observation_chars: int = Field(default=500, ge=20, le=4000)
+    fact_chars: int = Field(default=240, ge=20, le=1000)
+    episode_chars: int = Field(default=600, ge=50, le=4000)
+
+    # Recall budgets (characters per section) and caps.
+    recall_pin_chars: int = Field(default=800, ge=0)
+    recall_fact_chars: int = Field(default=1600, ge=0)
+    recall_episode_chars: int = Field(default=1200, ge=0)
+    recall_facts_per_person: int = Field(default=5, ge=0, le=50)
+    recall_episodes: int = Field(default=3, ge=0, le=20)
+    recall_max_participants: int = Field(default=8, ge=1, le=25)
+
+    # The bot's own user id: its messages are recorded as answers, never mined for facts.
+    bot_user_id: str | None = None
+
+    @property
+    def memory_enabled(self) -> bool:
+        return bool(self.memory_model)
+
+    @model_validator(mode="after")
+    def _batch_holds_threshold(self) -> Settings:
+        if self.consolidate_every > self.max_batch:
+            raise ValueError(
+                f"MEMORY_CONSOLIDATE_EVERY ({self.consolidate_every}) must not exceed "
+                f"MEMORY_MAX_BATCH ({self.max_batch})"
+            )
+        return self
+
+
+# Environment variable -> Settings field. Kept as one table so the README can mirror it.
+ENVIRONMENT: dict[str, str] = {
+    "TABLE_NAME": "table_name",
+    "MEMORY_MODEL": "memory_model",
+    "MEMORY_MODEL_BASE_URL": "model_base_url",
+    "MEMORY_MODEL_API_KEY": "model_api_key",
+    "MEMORY_MODEL_TIMEOUT_SECONDS": "model_timeout_seconds",
+    "MEMORY_MODEL_MAX_ATTEMPTS": "model_max_attempts",
+    "MEMORY_MODEL_MAX_OUTPUT_TOKENS": "model_max_output_tokens",
+    "MEMORY_CONSOLIDATE_EVERY": "consolidate_every",
+    "MEMORY_MAX_BATCH": "max_batch",
+    "MEMORY_EPISODES_PER_CHANNEL": "episodes_per_channel",
+    "MEMORY_FACT_RETENTION_DAYS": "fact_retention_days",
+    "MEMORY_OBSERVATION_RETENTION_DAYS": "observation_retention_days",
+    "MEMORY_EPISODE_RETENTION_DAYS": "episode_retention_days",
+    "MEMORY_LOCK_LEASE_SECONDS": "lock_lease_seconds",
+    "MEMORY_IDLE_FLUSH_MINUTES": "idle_flush_minutes",
+    "MEMORY_FACTS_PER_PERSON_IN_MODEL": "facts_per_person_in_model",
+    "MEMORY_OBSERVATION_CHARS": "observation_chars",
+    "MEMORY_FACT_CHARS": "fact_chars",
+    "MEMORY_EPISODE_CHARS": "episode_chars",
+    "MEMORY_RECALL_PIN_CHARS": "recall_pin_chars",
+    "MEMORY_RECALL_FACT_CHARS": "recall_fact_chars",
+    "MEMORY_RECALL_EPISODE_CHARS": "recall_episode_chars",
+    "MEMORY_RECALL_FACTS_PER_PERSON": "recall_facts_per_person",
+    "MEMORY_RECALL_EPISODES": "recall_episodes",
+    "MEMORY_RECALL_MAX_PARTICIPANTS": "recall_max_participants",
+    "DISCORD_BOT_USER_ID": "bot_user_id",
+}
+
+
+def settings_from(environ: Mapping[str, str]) -> Settings:
+    """Build settings from a mapping of environment variables; blank values count as unset."""
+    values = {
+        field: environ[name].strip()
+        for name, field in ENVIRONMENT.items()
+        if environ.get(name, "").strip()
+    }
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        names = {field: name for name, field in ENVIRONMENT.items()}
+        problems = "; ".join(
+            f"{names.get(str(err['loc'][0]), err['loc'][0]) if err['loc'] else 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration: {problems}") from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read from os.environ on first use."""
+    return settings_from(os.environ)

@@ -1,0 +1,467 @@
+"""Consolidation: a batch of pending observations becomes facts and one episode.
+
+Per channel: count what waits; at the threshold take the channel lock (lease and
+fencing token), read the batch, call the memory model once, keep only facts that a
+person stated about themselves, and commit facts, episode, consumption and lock
+release in one transaction. Any failure before that transaction leaves every
+observation pending for the next trigger.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from botmemory.clock import DAY_MS, Clock, epoch_seconds
+from botmemory.config import Settings
+from botmemory.keys import episode_sk
+from botmemory.memory_model.contract import (
+    KnownFact,
+    MemoryModel,
+    ModelInput,
+    NumberedObservation,
+    ProposedFact,
+    render_batch,
+)
+from botmemory.records import (
+    Episode,
+    Fact,
+    FactSource,
+    Observation,
+    ObservationKind,
+)
+from botmemory.repository import (
+    MAX_TRANSACTION_ACTIONS,
+    CommitRejected,
+    ConsolidationCommit,
+    Lock,
+    MemoryRepository,
+    ttl_alive,
+)
+from botmemory.text import clean, content_hash, normalized, short_id
+
+log = logging.getLogger(__name__)
+
+# Observation kinds whose text is a person's own words, and so may be a fact's evidence.
+WORDS = {ObservationKind.MESSAGE, ObservationKind.EDIT}
+MAX_ROUNDS_PER_TRIGGER = 4
+MAX_PROVENANCE = 10
+PURGE_SCAN = 25
+
+
+class Status(StrEnum):
+    OFF = "memory_off"
+    NOTHING_PENDING = "nothing_pending"
+    BELOW_THRESHOLD = "below_threshold"
+    BUSY = "busy"  # another run holds the lock
+    CONSOLIDATED = "consolidated"
+    MODEL_FAILED = "model_failed"
+    REJECTED = "commit_rejected"  # lock lost or inputs consumed meanwhile
+
+
+@dataclass
+class DiscardedFact:
+    user_id: str
+    text: str
+    reason: str
+
+
+@dataclass
+class Outcome:
+    channel_id: str
+    status: Status
+    consumed: int = 0
+    facts_written: int = 0
+    superseded: int = 0
+    episode_id: str | None = None
+    discarded: list[DiscardedFact] = field(default_factory=list)
+    model_calls: int = 0
+    model_input_chars: int = 0
+    purged: int = 0
+    detail: str = ""
+
+
+@dataclass
+class _Batch:
+    """The consumed observations and what the model is shown of them."""
+
+    observations: list[Observation]
+    numbered: list[NumberedObservation]
+    by_number: dict[int, Observation]
+    authors: dict[str, str]  # people who spoke (not bots): id -> name
+    scope: str
+
+
+class Consolidator:
+    def __init__(
+        self,
+        repository: MemoryRepository,
+        settings: Settings,
+        model: MemoryModel | None,
+        clock: Clock,
+    ) -> None:
+        self._repository = repository
+        self._settings = settings
+        self._model = model
+        self._clock = clock
+
+    # Entry points -------------------------------------------------------------------
+
+    def on_new_observations(self, channel_ids: Iterable[str]) -> list[Outcome]:
+        """Stream trigger: consolidate each channel that reached the threshold."""
+        outcomes = []
+        for channel_id in dict.fromkeys(channel_ids):
+            outcomes += self.consolidate(channel_id)
+        return outcomes
+
+    def sweep(self, limit: int = 50) -> list[Outcome]:
+        """Schedule trigger: consolidate quiet channels whose observations have waited too long."""
+        if not self._enabled:
+            return []
+        before = self._clock.now_ms() - self._settings.idle_flush_minutes * 60_000
+        outcomes = []
+        for channel_id in self._repository.channels_pending_before(before, limit):
+            outcomes += self.consolidate(channel_id, force=True)
+        return outcomes
+
+    def consolidate(self, channel_id: str, *, force: bool = False) -> list[Outcome]:
+        """Run rounds while a full batch keeps waiting (a backlog), each round one model call."""
+        outcomes = [self._round(channel_id, force=force)]
+        while (
+            outcomes[-1].status == Status.CONSOLIDATED
+            and len(outcomes) < MAX_ROUNDS_PER_TRIGGER
+            and self._repository.count_pending(channel_id, self._settings.consolidate_every)
+            >= self._settings.consolidate_every
+        ):
+            outcomes.append(self._round(channel_id, force=False))
+        return outcomes
+
+    @property
+    def _enabled(self) -> bool:
+        return self._settings.memory_enabled and self._model is not None
+
+    # One round ----------------------------------------------------------------------
+
+    def _round(self, channel_id: str, *, force: bool) -> Outcome:
+        if not self._enabled:
+            return Outcome(channel_id, Status.OFF)
+        settings = self._settings
+        waiting = self._repository.count_pending(channel_id, settings.consolidate_every)
+        if waiting == 0:
+            if force:
+                self._repository.clear_pending_since(channel_id)
+            return Outcome(channel_id, Status.NOTHING_PENDING)
+        if waiting < settings.consolidate_every and not force:
+            self._repository.mark_pending_since(channel_id, self._clock.now_ms())
+            return Outcome(channel_id, Status.BELOW_THRESHOLD, detail=f"{waiting} waiting")
+
+        lock = self._repository.acquire_lock(
+            channel_id,
+            owner=uuid.uuid4().hex,
+            now_ms=self._clock.now_ms(),
+            lease_ms=settings.lock_lease_seconds * 1000,
+        )
+        if lock is None:
+            return Outcome(channel_id, Status.BUSY)
+        try:
+            return self._locked_round(lock)
+        except BaseException:
+            # Whatever went wrong, nothing was committed: give the lock back for the retry.
+            self._repository.release_lock(lock)
+            raise
+
+    def _locked_round(self, lock: Lock) -> Outcome:
+        channel_id = lock.channel_id
+        settings = self._settings
+        candidates, more = self._repository.pending_observations(channel_id, settings.max_batch)
+        live = self._repository.still_pending(channel_id, (o.sk for o in candidates))
+        observations = [o for o in candidates if o.sk in live]
+        if not observations:
+            self._repository.release_lock(lock)
+            return Outcome(channel_id, Status.NOTHING_PENDING)
+
+        batch = self._prepare(observations)
+        outcome = Outcome(channel_id, Status.CONSOLIDATED)
+        facts: list[Fact] = []
+        superseded: list[Fact] = []
+        episode: Episode | None = None
+        if batch.numbered:  # a batch of reactions and deletions alone needs no model
+            known = self._known_facts(batch)
+            model_input = ModelInput(
+                channel_id=channel_id,
+                observations=batch.numbered,
+                facts=[
+                    KnownFact(fact_id=f.fact_id, user_id=f.user_id, kind=f.kind.value, text=f.text)
+                    for f in known.values()
+                ],
+                pins=self._pin_texts(batch.scope, channel_id),
+            )
+            outcome.model_input_chars = len(render_batch(model_input))
+            outcome.model_calls = 1
+            try:
+                answer = self._model.consolidate(model_input)  # type: ignore[union-attr]
+            except Exception as exc:  # any failure of the model leaves the batch pending
+                log.warning(
+                    "memory model failed", extra={"channel_id": channel_id, "error": str(exc)[:300]}
+                )
+                self._repository.release_lock(lock)
+                outcome.status = Status.MODEL_FAILED
+                outcome.detail = str(exc)[:300]
+                return outcome
+            facts, superseded = self._accept_facts(answer.facts, batch, known, outcome)
+            episode = self._episode(
+                channel_id, batch, answer.episode.summary, answer.episode.participants
+            )
+
+        dropped = self._episodes_beyond_cap(channel_id) if episode else []
+        room = MAX_TRANSACTION_ACTIONS - len(observations) - len(dropped) - 2
+        if len(facts) + len(superseded) > room:
+            for fact in facts[room:]:
+                self._discard(
+                    outcome, fact.user_id, fact.text, "over the per-batch transaction cap"
+                )
+            facts = facts[:room]
+            superseded = superseded[: max(0, room - len(facts))]
+
+        left_behind = sorted({o.at_ms for o in candidates if o.sk not in live})
+        commit = ConsolidationCommit(
+            lock=lock,
+            consumed=observations,
+            facts=facts,
+            superseded=superseded,
+            episode=episode,
+            dropped_episodes=dropped,
+            more_pending_since_ms=self._clock.now_ms()
+            if more
+            else (left_behind[0] if left_behind else None),
+            now_ms=self._clock.now_ms(),
+        )
+        try:
+            self._repository.commit_consolidation(commit, batch.scope)
+        except CommitRejected as rejected:
+            log.warning(
+                "consolidation commit rejected; nothing consumed",
+                extra={"channel_id": channel_id, "reasons": rejected.reasons},
+            )
+            self._repository.release_lock(lock)
+            outcome.status = Status.REJECTED
+            outcome.detail = str(rejected)
+            return outcome
+
+        outcome.consumed = len(observations)
+        outcome.facts_written = len(facts)
+        outcome.superseded = len(superseded)
+        outcome.episode_id = episode.episode_id if episode else None
+        outcome.purged = self._purge_expired(batch)
+        log.info(
+            "consolidated",
+            extra={
+                "channel_id": channel_id,
+                "consumed": outcome.consumed,
+                "facts": outcome.facts_written,
+                "superseded": outcome.superseded,
+                "discarded": len(outcome.discarded),
+            },
+        )
+        return outcome
+
+    # Building the model's view ------------------------------------------------------
+
+    def _prepare(self, observations: list[Observation]) -> _Batch:
+        deleted: set[str] = set()
+        for obs in observations:
+            if obs.kind == ObservationKind.DELETE and obs.message_id:
+                deleted.add(obs.message_id)
+            deleted.update(obs.message_ids)
+        number_of_message: dict[str, int] = {}
+        numbered: list[NumberedObservation] = []
+        by_number: dict[int, Observation] = {}
+        authors: dict[str, str] = {}
+        for obs in observations:
+            text = self._describe(obs, deleted, number_of_message)
+            if text is None or not obs.author_id:
+                continue
+            number = len(numbered) + 1
+            numbered.append(
+                NumberedObservation(
+                    number=number,
+                    author_id=obs.author_id,
+                    author_name=obs.author_name or obs.author_id,
+                    kind="bot"
+                    if obs.author_is_bot or obs.kind == ObservationKind.ANSWER
+                    else obs.kind.value,
+                    text=text,
+                )
+            )
+            by_number[number] = obs
+            if obs.message_id and obs.kind in (ObservationKind.MESSAGE, ObservationKind.ANSWER):
+                number_of_message[obs.message_id] = number
+            if not obs.author_is_bot and obs.kind != ObservationKind.ANSWER:
+                authors.setdefault(obs.author_id, obs.author_name or obs.author_id)
+        return _Batch(observations, numbered, by_number, authors, observations[0].scope)
+
+    @staticmethod
+    def _describe(
+        obs: Observation, deleted: set[str], number_of_message: dict[str, int]
+    ) -> str | None:
+        """What the model reads for one observation; None when it should not see it."""
+        if obs.message_id in deleted and obs.kind in (
+            ObservationKind.MESSAGE,
+            ObservationKind.EDIT,
+        ):
+            return None  # deleted before consolidation: its words are not kept
+        if obs.kind in (ObservationKind.MESSAGE, ObservationKind.ANSWER):
+            if not obs.content:
+                return None
+            if obs.reply_to and obs.reply_to in number_of_message:
+                return f"(reply to #{number_of_message[obs.reply_to]}) {obs.content}"
+            return obs.content
+        if obs.kind == ObservationKind.EDIT:
+            target = number_of_message.get(obs.message_id or "")
+            return f"(edited {'#' + str(target) if target else 'an earlier message'}) {obs.content}"
+        if obs.kind == ObservationKind.REACTION_ADD:
+            target = number_of_message.get(obs.message_id or "")
+            return (
+                f"(reacted {obs.emoji} to {'#' + str(target) if target else 'an earlier message'})"
+            )
+        return None  # removals and deletions carry nothing to remember
+
+    def _known_facts(self, batch: _Batch) -> dict[str, Fact]:
+        known: dict[str, Fact] = {}
+        now = self._clock.now_ms()
+        for user_id in batch.authors:
+            for fact in self._repository.active_facts(
+                batch.scope, user_id, self._settings.facts_per_person_in_model
+            ):
+                if ttl_alive(fact.expires_at, now):
+                    known[fact.fact_id] = fact
+        return known
+
+    def _pin_texts(self, scope: str, channel_id: str) -> list[str]:
+        budget = self._settings.recall_pin_chars
+        texts: list[str] = []
+        for target in ("global", channel_id):
+            for pin in self._repository.pins(scope, target, limit=20):
+                if budget - len(pin.text) < 0:
+                    return texts
+                budget -= len(pin.text)
+                texts.append(pin.text)
+        return texts
+
+    # Judging the model's answer -----------------------------------------------------
+
+    def _accept_facts(
+        self,
+        proposed: list[ProposedFact],
+        batch: _Batch,
+        known: dict[str, Fact],
+        outcome: Outcome,
+    ) -> tuple[list[Fact], list[Fact]]:
+        """Keep a fact only when its subject wrote every observation cited as its evidence."""
+        now = self._clock.now_ms()
+        expires = epoch_seconds(now + self._settings.fact_retention_days * DAY_MS)
+        accepted: dict[str, Fact] = {}
+        superseded: dict[str, Fact] = {}
+        for candidate in proposed:
+            text = clean(candidate.text, self._settings.fact_chars)
+            reason = self._rejection(candidate, text, batch)
+            if reason:
+                self._discard(outcome, candidate.user_id, candidate.text, reason)
+                continue
+            fact_id = short_id(content_hash(batch.scope, candidate.user_id, normalized(text)))
+            evidence = [batch.by_number[n].sk for n in dict.fromkeys(candidate.evidence)]
+            previous = accepted.get(fact_id)
+            if previous:
+                evidence = list(dict.fromkeys(previous.provenance + evidence))
+            accepted[fact_id] = Fact(
+                fact_id=fact_id,
+                scope=batch.scope,
+                user_id=candidate.user_id,
+                text=text,
+                kind=candidate.kind,
+                source=FactSource.SELF,
+                provenance=evidence[:MAX_PROVENANCE],
+                created_ms=now,
+                updated_ms=now,
+                expires_at=expires,
+            )
+            for old_id in candidate.supersedes:
+                old = known.get(old_id)
+                if old is None or old.user_id != candidate.user_id:
+                    log.info(
+                        "ignored supersession of an unknown or foreign fact",
+                        extra={"fact_id": old_id},
+                    )
+                    continue
+                superseded[old_id] = old
+        for fact_id in accepted:  # restating a fact keeps it active
+            superseded.pop(fact_id, None)
+        return list(accepted.values()), list(superseded.values())
+
+    @staticmethod
+    def _rejection(candidate: ProposedFact, text: str, batch: _Batch) -> str | None:
+        if candidate.user_id not in batch.authors:
+            return "subject did not speak in this batch"
+        if not text:
+            return "empty after cleaning"
+        for number in candidate.evidence:
+            cited = batch.by_number.get(number)
+            if cited is None:
+                return f"cites #{number}, which is not in the batch"
+            if cited.author_id != candidate.user_id:
+                return f"cites #{number}, written by someone else"
+            if cited.kind not in WORDS:
+                return f"cites #{number}, which holds no words of theirs"
+        return None
+
+    def _discard(self, outcome: Outcome, user_id: str, text: str, reason: str) -> None:
+        log.info(
+            "discarded fact",
+            extra={"channel_id": outcome.channel_id, "user_id": user_id, "reason": reason},
+        )
+        outcome.discarded.append(DiscardedFact(user_id, clean(text, 120), reason))
+
+    def _episode(
+        self, channel_id: str, batch: _Batch, summary: str, participants: list[str]
+    ) -> Episode | None:
+        text = clean(summary, self._settings.episode_chars)
+        if not text:
+            return None
+        people = [p for p in dict.fromkeys(participants) if p in batch.authors] or list(
+            batch.authors
+        )
+        now = self._clock.now_ms()
+        episode_id = short_id(content_hash(channel_id, *(o.sk for o in batch.observations)))
+        return Episode(
+            channel_id=channel_id,
+            episode_id=episode_id,
+            sk=episode_sk(now, episode_id),
+            summary=text,
+            participant_ids=people,
+            participant_names=[batch.authors[p] for p in people],
+            start_ms=batch.observations[0].at_ms,
+            end_ms=max(o.at_ms for o in batch.observations),
+            created_ms=now,
+            expires_at=epoch_seconds(now + self._settings.episode_retention_days * DAY_MS),
+        )
+
+    def _episodes_beyond_cap(self, channel_id: str) -> list[str]:
+        """Sort keys of the episodes that fall off once one more is added."""
+        keep = self._settings.episodes_per_channel - 1
+        newest = self._repository.recent_episodes(channel_id, keep + 5)
+        return [e.sk for e in newest[keep:]]
+
+    def _purge_expired(self, batch: _Batch) -> int:
+        """Delete the participants' facts whose retention ran out (TTL is lazy)."""
+        now = self._clock.now_ms()
+        expired: list[Fact] = []
+        for user_id in batch.authors:
+            expired += [
+                f
+                for f in self._repository.oldest_active_facts(batch.scope, user_id, PURGE_SCAN)
+                if not ttl_alive(f.expires_at, now)
+            ]
+        return self._repository.delete_facts(expired) if expired else 0

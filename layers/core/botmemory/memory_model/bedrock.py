@@ -1,0 +1,101 @@
+"""A memory model on Amazon Bedrock, through the Converse API.
+
+Converse has no JSON-schema response mode common to every model, but every tool-capable model
+accepts a tool with a JSON schema; forcing the call to that one tool makes its input the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botmemory.memory_model.contract import (
+    ANSWER_SCHEMA,
+    INSTRUCTIONS,
+    ConsolidationAnswer,
+    MemoryModelError,
+    ModelInput,
+    parse_answer,
+    render_batch,
+)
+
+TOOL_NAME = "record_memory"
+_TOOL_DESCRIPTION = (
+    "Record the durable facts stated by the participants of this batch and a short summary "
+    "of what happened in it."
+)
+
+
+class BedrockModel:
+    """One Converse call per batch; throttling retries are left to botocore's retry config."""
+
+    def __init__(
+        self,
+        model_id: str,
+        *,
+        client: Any | None = None,
+        max_output_tokens: int = 2000,
+        region_name: str | None = None,
+    ) -> None:
+        self.name = f"bedrock:{model_id}"
+        self._model_id = model_id
+        self._client = client
+        self._max_output_tokens = max_output_tokens
+        self._region_name = region_name
+
+    def _bedrock(self) -> Any:
+        # boto3 is imported and the client built only when needed: both are slow on a cold start.
+        if self._client is None:
+            import boto3
+
+            self._client = boto3.client("bedrock-runtime", region_name=self._region_name)
+        return self._client
+
+    def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
+        # Imported here for the same cold-start reason; botocore comes with boto3.
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            response = self._bedrock().converse(
+                modelId=self._model_id,
+                system=[{"text": INSTRUCTIONS}],
+                messages=[{"role": "user", "content": [{"text": render_batch(batch)}]}],
+                toolConfig={
+                    "tools": [
+                        {
+                            "toolSpec": {
+                                "name": TOOL_NAME,
+                                "description": _TOOL_DESCRIPTION,
+                                "inputSchema": {"json": ANSWER_SCHEMA},
+                            }
+                        }
+                    ],
+                    "toolChoice": {"tool": {"name": TOOL_NAME}},
+                },
+                inferenceConfig={"maxTokens": self._max_output_tokens, "temperature": 0},
+            )
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code = error.get("Code", "Unknown")
+            message = error.get("Message", "")
+            raise MemoryModelError(f"{self.name} call failed: {code}: {message}") from exc
+        except BotoCoreError as exc:  # connection and read timeouts, after botocore's retries
+            raise MemoryModelError(f"{self.name} call failed: {exc}") from exc
+
+        # A cut-off tool call can carry a partial input that happens to validate; refuse it.
+        stop_reason = response.get("stopReason")
+        if stop_reason == "max_tokens":
+            raise MemoryModelError(
+                f"{self.name} answer truncated (maxTokens={self._max_output_tokens})"
+            )
+
+        content = response.get("output", {}).get("message", {}).get("content") or []
+        for block in content:
+            tool_use = block.get("toolUse") if isinstance(block, dict) else None
+            if isinstance(tool_use, dict) and tool_use.get("name") == TOOL_NAME:
+                tool_input = tool_use.get("input")
+                if not isinstance(tool_input, dict):
+                    raise MemoryModelError(
+                        f"{self.name} called {TOOL_NAME} without an object input"
+                    )
+                return parse_answer(tool_input)
+        raise MemoryModelError(f"{self.name} did not call {TOOL_NAME} (stopReason={stop_reason!r})")

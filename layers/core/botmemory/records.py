@@ -1,0 +1,104 @@
+"""The things memory is made of, as stored and as returned to callers."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ObservationKind(StrEnum):
+    MESSAGE = "msg"
+    ANSWER = "answer"  # the bot's own reply
+    EDIT = "edit"
+    DELETE = "del"
+    BULK_DELETE = "delbulk"
+    REACTION_ADD = "react"
+    REACTION_REMOVE = "unreact"
+    REACTION_CLEAR = "unreactall"
+    REACTION_CLEAR_EMOJI = "unreactemoji"
+
+
+class FactKind(StrEnum):
+    FACT = "fact"
+    PREFERENCE = "preference"
+    PROJECT = "project"
+    CONSTRAINT = "constraint"
+    PERSON = "person"
+    TOOL = "tool"
+    WORKFLOW = "workflow"
+
+
+class FactSource(StrEnum):
+    SELF = "self"  # from the person's own words, by consolidation
+    MANUAL = "manual"  # the person's `/memory remember`
+    OPERATOR = "operator"  # staff
+
+
+class FactStatus(StrEnum):
+    ACTIVE = "active"
+    SUPERSEDED = "superseded"
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Observation(Record):
+    channel_id: str
+    scope: str
+    sk: str
+    kind: ObservationKind
+    at_ms: int
+    author_id: str | None = None
+    author_name: str | None = None
+    author_is_bot: bool = False
+    message_id: str | None = None
+    content: str = ""
+    reply_to: str | None = None
+    emoji: str | None = None
+    message_ids: list[str] = []
+    expires_at: int | None = None
+
+
+class Fact(Record):
+    fact_id: str
+    scope: str
+    user_id: str
+    text: str
+    kind: FactKind
+    source: FactSource
+    status: FactStatus = FactStatus.ACTIVE
+    provenance: list[str] = []
+    created_ms: int
+    updated_ms: int
+    hits: int = 1
+    expires_at: int | None = None
+
+
+class Episode(Record):
+    channel_id: str
+    episode_id: str
+    sk: str
+    summary: str
+    participant_ids: list[str] = []
+    participant_names: list[str] = []
+    start_ms: int
+    end_ms: int
+    created_ms: int
+    expires_at: int | None = None
+
+
+class Pin(Record):
+    pin_id: str
+    scope: str
+    target: str  # "global" or a channel id
+    text: str
+    author_id: str | None = None
+    created_ms: int
+    expires_at: int | None = None
+
+
+def scope_of(guild_id: str | None) -> str:
+    """Facts and pins live per guild; direct messages share the `dm` scope."""
+    return guild_id if guild_id else "dm"

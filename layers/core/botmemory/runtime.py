@@ -1,0 +1,49 @@
+"""Wiring: one place that builds the services a handler or a local run needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from botmemory.clock import Clock, SystemClock
+from botmemory.config import Settings, get_settings
+from botmemory.consolidate import Consolidator
+from botmemory.memory_model import MemoryModel, build_memory_model
+from botmemory.observe import ObservationRecorder
+from botmemory.recall import Recaller
+from botmemory.repository import MemoryRepository
+
+
+@dataclass
+class MemoryServices:
+    settings: Settings
+    repository: MemoryRepository
+    recorder: ObservationRecorder
+    consolidator: Consolidator
+    recaller: Recaller
+
+
+def build_services(
+    settings: Settings | None = None,
+    *,
+    dynamodb: Any | None = None,
+    clock: Clock | None = None,
+    model: MemoryModel | None = None,
+) -> MemoryServices:
+    """Build the services; anything not given comes from the environment and the system clock."""
+    settings = settings or get_settings()
+    if dynamodb is None:
+        import boto3  # deferred: a handler that never touches the table never pays for it
+
+        dynamodb = boto3.client("dynamodb")
+    clock = clock or SystemClock()
+    if model is None:
+        model = build_memory_model(settings)
+    repository = MemoryRepository(dynamodb, settings.table_name)
+    return MemoryServices(
+        settings=settings,
+        repository=repository,
+        recorder=ObservationRecorder(repository, settings, clock),
+        consolidator=Consolidator(repository, settings, model, clock),
+        recaller=Recaller(repository, settings, clock),
+    )

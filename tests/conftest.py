@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from moto.core.botocore_stubber import BotocoreStubber
+
+from botmemory.clock import ManualClock
+from botmemory.config import Settings
+from botmemory.memory_model.contract import ConsolidationAnswer, ModelInput
+from botmemory.memory_model.rules import RulesModel
+from botmemory.runtime import MemoryServices, build_services
+from botmemory.schema import create_table
+
+TABLE = "MemoryTable"
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+@pytest.fixture(autouse=True)
+def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake credentials and a region; never the developer's real AWS account."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    # moto serves DynamoDB Streams in-process only with account endpoints off.
+    monkeypatch.setenv("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
+
+
+@pytest.fixture
+def dynamodb() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_table(client, TABLE)
+        yield client
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(START_MS)
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(table_name=TABLE, memory_model="rules", bot_user_id="399999999999999999")
+
+
+class CountingModel:
+    """Wraps a model (the rules model by default) and counts its calls."""
+
+    def __init__(self, inner: Any | None = None) -> None:
+        self.inner = inner or RulesModel()
+        self.name = "counting"
+        self.calls: list[ModelInput] = []
+        self._lock = threading.Lock()
+
+    def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
+        with self._lock:
+            self.calls.append(batch)
+        return self.inner.consolidate(batch)
+
+
+class ScriptedModel:
+    """Answers with whatever the test scripts: an answer, a callable of the input, or an exception."""
+
+    def __init__(
+        self, *script: ConsolidationAnswer | Exception | Callable[[ModelInput], ConsolidationAnswer]
+    ) -> None:
+        self.name = "scripted"
+        self.script = list(script)
+        self.calls: list[ModelInput] = []
+
+    def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
+        self.calls.append(batch)
+        step = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        if isinstance(step, Exception):
+            raise step
+        if callable(step):
+            return step(batch)
+        return step
+
+
+@pytest.fixture
+def model() -> CountingModel:
+    return CountingModel()
+
+
+@pytest.fixture
+def services(
+    dynamodb: Any, settings: Settings, clock: ManualClock, model: CountingModel
+) -> MemoryServices:
+    return build_services(settings, dynamodb=dynamodb, clock=clock, model=model)
+
+
+@pytest.fixture
+def serialized_moto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto's backend takes no lock; serialize its request handling so a race test
+    exercises the code's conditional writes, not moto's thread safety."""
+    original = BotocoreStubber.__call__
+    lock = threading.Lock()
+
+    def locked(self: BotocoreStubber, *args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(BotocoreStubber, "__call__", locked)
+
+
+class RequestCounter:
+    """Counts DynamoDB API calls made through a client, by operation."""
+
+    def __init__(self, client: Any) -> None:
+        self.calls: list[str] = []
+        client.meta.events.register("before-call.dynamodb.*", self._count)
+
+    def _count(self, model: Any, **_: Any) -> None:
+        self.calls.append(model.name)
+
+    def reset(self) -> None:
+        self.calls.clear()
+
+    def count(self, *operations: str) -> int:
+        return sum(1 for c in self.calls if not operations or c in operations)
+
+
+WRITE_OPERATIONS = ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems")
+READ_OPERATIONS = ("GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems")
+
+
+def scan_all(client: Any) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"TableName": TABLE}
+    while True:
+        page = client.scan(**kwargs)
+        items += page["Items"]
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

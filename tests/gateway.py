@@ -1,0 +1,113 @@
+"""Builders for raw Discord gateway dispatch payloads, shaped as Discord sends them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from itertools import count
+from typing import Any
+
+DISCORD_EPOCH_MS = 1_420_070_400_000
+GUILD = "100000000000000001"
+OTHER_GUILD = "100000000000000002"
+CHANNEL = "200000000000000001"
+ALICE = "300000000000000001"
+BOB = "300000000000000002"
+CAROL = "300000000000000003"
+BOT = "399999999999999999"
+NAMES = {ALICE: "Alice", BOB: "Bob", CAROL: "Carol", BOT: "Memorybot"}
+
+_sequence = count(1)
+
+
+def snowflake(at_ms: int) -> str:
+    """A unique snowflake whose timestamp part is `at_ms`."""
+    return str(((at_ms - DISCORD_EPOCH_MS) << 22) | (next(_sequence) & 0x3FFFFF))
+
+
+def iso(at_ms: int) -> str:
+    return datetime.fromtimestamp(at_ms / 1000, tz=UTC).isoformat()
+
+
+def user(user_id: str, *, bot: bool = False) -> dict[str, Any]:
+    return {
+        "id": user_id,
+        "username": NAMES.get(user_id, "user").lower(),
+        "global_name": NAMES.get(user_id),
+        "bot": bot,
+    }
+
+
+def message(
+    author: str,
+    content: str,
+    at_ms: int,
+    *,
+    channel: str = CHANNEL,
+    guild: str | None = GUILD,
+    message_id: str | None = None,
+    reply_to: str | None = None,
+) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "id": message_id or snowflake(at_ms),
+        "channel_id": channel,
+        "author": user(author, bot=author == BOT),
+        "content": content,
+        "timestamp": iso(at_ms),
+        "edited_timestamp": None,
+        "tts": False,
+        "mention_everyone": False,
+        "mentions": [],
+        "attachments": [],
+        "embeds": [],
+        "type": 0,
+    }
+    if guild:
+        d["guild_id"] = guild
+        d["member"] = {"nick": None, "roles": []}
+    if reply_to:
+        d["message_reference"] = {"message_id": reply_to, "channel_id": channel}
+    return {"t": "MESSAGE_CREATE", "d": d}
+
+
+def edit(original: dict[str, Any], content: str, at_ms: int) -> dict[str, Any]:
+    d = dict(original["d"], content=content, edited_timestamp=iso(at_ms))
+    return {"t": "MESSAGE_UPDATE", "d": d}
+
+
+def delete(original: dict[str, Any]) -> dict[str, Any]:
+    d = original["d"]
+    return {
+        "t": "MESSAGE_DELETE",
+        "d": {"id": d["id"], "channel_id": d["channel_id"], "guild_id": d.get("guild_id")},
+    }
+
+
+def delete_bulk(originals: list[dict[str, Any]]) -> dict[str, Any]:
+    d = originals[0]["d"]
+    return {
+        "t": "MESSAGE_DELETE_BULK",
+        "d": {
+            "ids": [o["d"]["id"] for o in originals],
+            "channel_id": d["channel_id"],
+            "guild_id": d.get("guild_id"),
+        },
+    }
+
+
+def reaction(
+    kind: str, original: dict[str, Any], user_id: str, emoji: str = "👍"
+) -> dict[str, Any]:
+    d = original["d"]
+    payload: dict[str, Any] = {
+        "channel_id": d["channel_id"],
+        "message_id": d["id"],
+        "guild_id": d.get("guild_id"),
+    }
+    if kind in ("MESSAGE_REACTION_ADD", "MESSAGE_REACTION_REMOVE"):
+        payload.update(user_id=user_id, emoji={"id": None, "name": emoji})
+        if kind == "MESSAGE_REACTION_ADD":
+            payload["member"] = {"user": user(user_id), "nick": None, "roles": []}
+            payload["message_author_id"] = d["author"]["id"]
+    elif kind == "MESSAGE_REACTION_REMOVE_EMOJI":
+        payload["emoji"] = {"id": None, "name": emoji}
+    return {"t": kind, "d": payload}
