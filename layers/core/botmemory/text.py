@@ -28,10 +28,7 @@ def scrub(text: str, *, keep_newlines: bool = False) -> str:
     text = _INVISIBLE_RE.sub("", text)
     text = _CONTROL_RE.sub("", text)
     text = _SPACES_RE.sub(" ", text)
-    if keep_newlines:
-        text = _LINES_RE.sub("\n", text)
-    else:
-        text = _LINES_RE.sub(" ", text)
+    text = _LINES_RE.sub("\n", text) if keep_newlines else _LINES_RE.sub(" ", text)
     return text.strip()
 
 
