@@ -108,7 +108,7 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
         if environ.get(name, "").strip()
     }
     try:
-        return Settings(**values)
+        return Settings.model_validate(values)
     except ValidationError as exc:
         names = {field: name for name, field in ENVIRONMENT.items()}
         problems = "; ".join(

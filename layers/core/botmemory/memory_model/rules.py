@@ -21,6 +21,8 @@ from botmemory.records import FactKind
 
 _OBJECT = r"(?P<x>[^.!?;:\n]{2,90})"
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
+# "I'm a nurse and I love hiking" holds two statements: split before a new "I"/"my" clause.
+_CLAUSE_SPLIT = re.compile(r",?\s+(?:and|but|so|while)\s+(?=(?:I|my)\b)|;\s*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -105,9 +107,13 @@ class RulesModel:
         for obs in batch.observations:
             if obs.kind not in ("msg", "edit"):
                 continue
-            for sentence in _SENTENCE_SPLIT.split(obs.text):
-                if sentence.rstrip().endswith("?"):
-                    continue  # a question states nothing
+            clauses = [
+                clause
+                for sentence in _SENTENCE_SPLIT.split(obs.text)
+                if not sentence.rstrip().endswith("?")  # a question states nothing
+                for clause in _CLAUSE_SPLIT.split(sentence)
+            ]
+            for sentence in clauses:
                 for pattern in _PATTERNS:
                     match = pattern.regex.search(sentence)
                     if not match:
@@ -124,7 +130,7 @@ class RulesModel:
                             supersedes=[old] if old else [],
                         )
                     )
-                    break  # one fact per sentence keeps the extractor predictable
+                    break  # one fact per clause keeps the extractor predictable
         return ConsolidationAnswer(facts=facts, episode=self._episode(batch))
 
     @staticmethod
