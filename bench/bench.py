@@ -1,0 +1,696 @@
+"""Cost benchmark of the memory layer: what each operation costs, and whether it grows with history.
+
+Run it from the repository root:
+
+    .venv/bin/python bench/bench.py
+
+Everything runs in-process against moto's DynamoDB (no network, no AWS account) with
+the offline `rules` memory model. It measures and prints; it asserts nothing and exits 0.
+
+How the figures are taken:
+
+- DynamoDB requests: every API call the client makes, counted by botocore's
+  `before-call.dynamodb.*` event (a BatchWriteItem or a TransactWriteItems is one request).
+- Model calls: a wrapper around RulesModel counts them and keeps the last input.
+- Sequential round trips (recall): every request is timed with `before-call` and
+  `after-call` hooks, and each is held for a simulated network latency so that
+  requests issued side by side really overlap. The figure is the longest chain of
+  requests in which each one started only after the previous one had finished: the
+  number of round trips a caller waits for, whatever runs concurrently beside them.
+- Read units: estimated from the items each read returned (see the footnotes).
+
+How to read the tables: in the "history" comparisons the left column is a young
+channel and the right one a channel 100 times older; the ratio column is right/left.
+A ratio of about 1.00 means the operation's cost does not grow with history.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "layers" / "core"), str(ROOT)]
+
+# Fake credentials and a region before boto3 is imported: never a real AWS account.
+for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+    os.environ.pop(_name, None)
+os.environ.update(
+    AWS_ACCESS_KEY_ID="testing",
+    AWS_SECRET_ACCESS_KEY="testing",
+    AWS_DEFAULT_REGION="us-east-1",
+    AWS_ACCOUNT_ID_ENDPOINT_MODE="disabled",
+)
+
+import boto3  # noqa: E402
+from moto import mock_aws  # noqa: E402
+from moto.core.botocore_stubber import BotocoreStubber  # noqa: E402
+
+from botmemory.clock import DAY_MS, ManualClock, epoch_seconds  # noqa: E402
+from botmemory.config import Settings  # noqa: E402
+from botmemory.consolidate import Outcome, Status  # noqa: E402
+from botmemory.keys import channel_pk, episode_sk, observation_sk  # noqa: E402
+from botmemory.memory_model.contract import ConsolidationAnswer, ModelInput  # noqa: E402
+from botmemory.memory_model.rules import RulesModel  # noqa: E402
+from botmemory.recall import RecallRequest  # noqa: E402
+from botmemory.records import (  # noqa: E402
+    Episode,
+    Fact,
+    FactKind,
+    FactSource,
+    Observation,
+    ObservationKind,
+    Pin,
+)
+from botmemory.repository import _fact_values  # noqa: E402
+from botmemory.runtime import MemoryServices, build_services  # noqa: E402
+from botmemory.schema import create_table  # noqa: E402
+from botmemory.text import content_hash, short_id  # noqa: E402
+from tests import gateway as gw  # noqa: E402
+
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, the clock's start in every scenario
+SPEAKERS = [gw.ALICE, gw.BOB, gw.CAROL]
+SIMULATED_LATENCY_S = 0.02  # per request, while recall is measured
+WRITE_OPERATIONS = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
+READ_OPERATIONS = {"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"}
+CHAT_LINES = [
+    "has anyone tried the new patch yet, the loading screens feel shorter",
+    "I love hiking in the Dolomites when the weather holds",
+    "the raid starts at nine tonight, bring potions",
+    "I use Neovim for everything, even for writing emails",
+    "did the build on main go green again after the fix",
+    "I work as a nurse so weekends are hit and miss",
+    "lol that clip from yesterday was unreal",
+    "I'm working on a small synth plugin in Rust",
+]
+
+
+# Measuring DynamoDB --------------------------------------------------------------------
+
+
+@dataclass
+class Request:
+    """One DynamoDB API call as the client saw it."""
+
+    operation: str
+    body: dict[str, Any]
+    started: float
+    ended: float = math.inf
+    response: dict[str, Any] = field(default_factory=dict)
+
+
+class DynamoMeter:
+    """Records every request of a client, with its timing and its parsed response."""
+
+    def __init__(self, client: Any) -> None:
+        self.latency_s = 0.0
+        self._requests: list[Request] = []
+        self._lock = threading.Lock()
+        client.meta.events.register("before-call.dynamodb.*", self._before)
+        client.meta.events.register("after-call.dynamodb.*", self._after)
+
+    def _before(self, model: Any, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        body = params.get("body") or b"{}"
+        request = Request(model.name, json.loads(body), time.perf_counter())
+        context["bench_request"] = request
+        with self._lock:
+            self._requests.append(request)
+        if self.latency_s:
+            time.sleep(self.latency_s)  # the network's share, outside moto's work
+
+    def _after(self, parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        request: Request = context["bench_request"]
+        request.ended = time.perf_counter()
+        request.response = parsed
+
+    def take(self) -> list[Request]:
+        """The requests made since the last take."""
+        with self._lock:
+            taken, self._requests = self._requests, []
+        return taken
+
+    @contextmanager
+    def simulated_latency(self, seconds: float) -> Iterator[None]:
+        self.latency_s = seconds
+        try:
+            yield
+        finally:
+            self.latency_s = 0.0
+
+
+def writes(requests: Sequence[Request]) -> int:
+    return sum(1 for r in requests if r.operation in WRITE_OPERATIONS)
+
+
+def reads(requests: Sequence[Request]) -> int:
+    return sum(1 for r in requests if r.operation in READ_OPERATIONS)
+
+
+def round_trips(requests: Sequence[Request]) -> int:
+    """Length of the longest chain of requests, each started after the previous one ended."""
+    ordered = sorted(requests, key=lambda r: r.started)
+    depth: list[int] = []
+    for i, request in enumerate(ordered):
+        before = [depth[j] for j in range(i) if ordered[j].ended <= request.started]
+        depth.append(1 + max(before, default=0))
+    return max(depth, default=0)
+
+
+def attribute_size(value: dict[str, Any]) -> int:
+    """Estimated stored size of one attribute value (low-level wire format)."""
+    ((kind, inner),) = value.items()
+    if kind in ("S", "N"):
+        return len(str(inner).encode("utf-8"))
+    if kind == "B":
+        return len(inner)
+    if kind in ("SS", "NS"):
+        return sum(len(str(v).encode("utf-8")) for v in inner)
+    if kind == "BS":
+        return sum(len(v) for v in inner)
+    if kind == "L":
+        return sum(attribute_size(v) for v in inner)
+    if kind == "M":
+        return item_size(inner)
+    return 1  # BOOL, NULL
+
+
+def item_size(item: dict[str, Any]) -> int:
+    return sum(len(name.encode("utf-8")) + attribute_size(v) for name, v in item.items())
+
+
+def _units(size_bytes: int) -> int:
+    return max(1, math.ceil(size_bytes / 4096))
+
+
+def read_units(request: Request) -> float:
+    """Estimated read capacity units one read consumed, from the items it returned."""
+    body, response = request.body, request.response
+    if request.operation in ("Query", "Scan"):
+        size = sum(item_size(i) for i in response.get("Items", []))
+        return _units(size) * (1.0 if body.get("ConsistentRead") else 0.5)
+    if request.operation == "GetItem":
+        factor = 1.0 if body.get("ConsistentRead") else 0.5
+        return _units(item_size(response.get("Item", {}))) * factor
+    if request.operation == "BatchGetItem":
+        total = 0.0
+        for table, items in response.get("Responses", {}).items():
+            factor = 1.0 if body["RequestItems"][table].get("ConsistentRead") else 0.5
+            total += sum(_units(item_size(i)) * factor for i in items)
+        return total
+    return 0.0
+
+
+# The model and the world ---------------------------------------------------------------
+
+
+class CountingModel:
+    """The rules model, with a call counter and the last input kept for size figures."""
+
+    name = "rules (counted)"
+
+    def __init__(self) -> None:
+        self.inner = RulesModel()
+        self.calls = 0
+        self.last_input: ModelInput | None = None
+
+    def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
+        self.calls += 1
+        self.last_input = batch
+        return self.inner.consolidate(batch)
+
+
+@dataclass
+class World:
+    """One fresh table with its services, model and clock."""
+
+    services: MemoryServices
+    model: CountingModel
+    clock: ManualClock
+
+
+class Lab:
+    """Makes worlds on one moto-backed client, each on its own table."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.meter = DynamoMeter(client)
+        self._tables = 0
+
+    def world(self) -> World:
+        self._tables += 1
+        table = f"Bench{self._tables}"
+        create_table(self.client, table)
+        settings = Settings(
+            table_name=table,
+            memory_model="rules",
+            bot_user_id=gw.BOT,
+            consolidate_every=20,  # MEMORY_CONSOLIDATE_EVERY=20
+        )
+        model, clock = CountingModel(), ManualClock(T0)
+        services = build_services(settings, dynamodb=self.client, clock=clock, model=model)
+        self.meter.take()
+        return World(services, model, clock)
+
+
+@contextmanager
+def serialized_moto() -> Iterator[None]:
+    """moto's backend takes no lock: serialize its request handling, as the tests do.
+
+    The simulated latency is spent in `before-call`, outside this lock, so requests
+    issued side by side still overlap.
+    """
+    original = BotocoreStubber.__call__
+    lock = threading.Lock()
+
+    def locked(self: BotocoreStubber, *args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return original(self, *args, **kwargs)
+
+    BotocoreStubber.__call__ = locked  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        BotocoreStubber.__call__ = original  # type: ignore[method-assign]
+
+
+# Building events and history -----------------------------------------------------------
+
+
+def event_mix(count: int, start_ms: int) -> list[dict[str, Any]]:
+    """`count` gateway events cycling through all eight dispatch types (and the bot's answers)."""
+    events: list[dict[str, Any]] = []
+    at = start_ms
+    while len(events) < count:
+        first = gw.message(gw.ALICE, "I love hiking in the Alps", at)
+        second = gw.message(gw.BOB, "nice", at + 1000)
+        third = gw.message(gw.BOB, "oops", at + 2000)
+        events += [
+            first,
+            second,
+            third,
+            gw.message(gw.BOT, "Glad to hear it!", at + 3000),
+            gw.edit(first, "I love hiking in the Dolomites", at + 4000),
+            gw.delete(third),
+            gw.delete_bulk([second, third]),
+            gw.reaction("MESSAGE_REACTION_ADD", first, gw.BOB),
+            gw.reaction("MESSAGE_REACTION_REMOVE", first, gw.BOB),
+            gw.reaction("MESSAGE_REACTION_REMOVE_ALL", first, gw.BOB),
+            gw.reaction("MESSAGE_REACTION_REMOVE_EMOJI", first, gw.BOB),
+        ]
+        at += 10_000
+    return events[:count]
+
+
+def chat(count: int, start_ms: int) -> list[dict[str, Any]]:
+    """Messages from the three speakers in turn, one second apart, some stating facts."""
+    return [
+        gw.message(SPEAKERS[i % 3], CHAT_LINES[i % len(CHAT_LINES)], start_ms + i * 1000)
+        for i in range(count)
+    ]
+
+
+def consumed_observation_item(index: int, at_ms: int, clock: ManualClock) -> dict[str, Any]:
+    """An observation item as put_observation writes it, already consumed (no pending_sk)."""
+    author = SPEAKERS[index % 3]
+    message_id = gw.snowflake(at_ms)
+    observation = Observation(
+        channel_id=gw.CHANNEL,
+        scope=gw.GUILD,
+        sk=observation_sk(at_ms, ObservationKind.MESSAGE, message_id),
+        kind=ObservationKind.MESSAGE,
+        at_ms=at_ms,
+        author_id=author,
+        author_name=gw.NAMES[author],
+        message_id=message_id,
+        content=CHAT_LINES[index % len(CHAT_LINES)],
+        expires_at=epoch_seconds(clock.now_ms() + 30 * DAY_MS),
+    )
+    values = observation.model_dump(mode="json")
+    values.update(pk=channel_pk(gw.CHANNEL), sk=observation.sk, user_id=author)
+    return values
+
+
+def fact_item(user_id: str, index: int, count: int, clock: ManualClock) -> dict[str, Any]:
+    """An active fact item as put_fact writes it, updated in the past, expiring in the future."""
+    text = f"Likes board game number {index:05d}"
+    updated = clock.now_ms() - (count - index) * 60_000
+    fact = Fact(
+        fact_id=short_id(content_hash(gw.GUILD, user_id, text)),
+        scope=gw.GUILD,
+        user_id=user_id,
+        text=text,
+        kind=list(FactKind)[index % len(FactKind)],
+        source=FactSource.SELF,
+        provenance=[f"OBS#{updated:013d}#msg#{index}"],
+        created_ms=updated,
+        updated_ms=updated,
+        hits=1 + index % 4,
+        expires_at=epoch_seconds(clock.now_ms() + 180 * DAY_MS),
+    )
+    return _fact_values(fact)
+
+
+def seed_pins_and_episodes(world: World) -> None:
+    """Two global pins, one channel pin, and the channel's episode cap (10) of episodes."""
+    repository, now = world.services.repository, world.clock.now_ms()
+    pins = [
+        ("global", "Be kind; no spoilers outside #spoilers."),
+        ("global", "Server time is UTC."),
+        (gw.CHANNEL, "This channel is for the weekly raid."),
+    ]
+    for n, (target, text) in enumerate(pins):
+        repository.put_pin(
+            Pin(pin_id=f"pin{n}", scope=gw.GUILD, target=target, text=text, created_ms=now)
+        )
+    for n in range(world.services.settings.episodes_per_channel):
+        created = now - (n + 1) * 3_600_000
+        episode_id = f"ep{n:04d}"
+        episode = Episode(
+            channel_id=gw.CHANNEL,
+            episode_id=episode_id,
+            sk=episode_sk(created, episode_id),
+            summary="Alice, Bob, Carol talked about the raid schedule and who brings potions. "
+            "Alice: \u201cI love hiking in the Dolomites when the weather holds\u201d",
+            participant_ids=SPEAKERS,
+            participant_names=[gw.NAMES[s] for s in SPEAKERS],
+            start_ms=created - 600_000,
+            end_ms=created,
+            created_ms=created,
+            expires_at=epoch_seconds(now + 90 * DAY_MS),
+        )
+        repository.put_episode(episode, gw.GUILD)
+
+
+def seed_history(world: World, observations: int, facts_per_user: int) -> None:
+    """Consumed observations before T0, active facts for the three speakers, pins, episodes."""
+    repository, clock = world.services.repository, world.clock
+    repository.batch_put(
+        consumed_observation_item(i, T0 - (observations - i) * 1000, clock)
+        for i in range(observations)
+    )
+    repository.batch_put(
+        fact_item(user, i, facts_per_user, clock)
+        for user in SPEAKERS
+        for i in range(facts_per_user)
+    )
+    seed_pins_and_episodes(world)
+    world.clock.advance(seconds=1)
+
+
+# Printing ------------------------------------------------------------------------------
+
+
+def fmt(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.2f}"
+
+
+def ratio(left: float, right: float) -> str:
+    if left == 0:
+        return "1.00x" if right == 0 else "n/a"
+    return f"{right / left:,.2f}x"
+
+
+def print_table(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    notes: Sequence[str] = (),
+) -> None:
+    cells = [list(columns)] + [[fmt(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+
+    def line(row: Sequence[str]) -> str:
+        first = row[0].ljust(widths[0])
+        rest = (cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True))
+        return "  ".join([first, *rest]).rstrip()
+
+    print(title)
+    print("=" * len(title))
+    print(line(cells[0]))
+    print("  ".join("-" * w for w in widths))
+    for row in cells[1:]:
+        print(line(row))
+    for note in notes:
+        print(f"  {note}")
+    print()
+
+
+def compared(rows: Sequence[tuple[str, float, float]]) -> list[tuple[object, ...]]:
+    return [(label, left, right, ratio(left, right)) for label, left, right in rows]
+
+
+# 1. Ingest -----------------------------------------------------------------------------
+
+
+def bench_ingest(lab: Lab) -> None:
+    world = lab.world()
+    events = event_mix(200, T0)
+    kinds = Counter(e["t"] for e in events)
+    stored = 0
+    for start in range(0, len(events), 10):  # the relay delivers events in small batches
+        stored += world.services.recorder.record(events[start : start + 10]).stored
+    requests = lab.meter.take()
+    n = len(events)
+    print_table(
+        "1. Ingest, per observed event",
+        ["figure", "value"],
+        [
+            ("gateway events recorded", n),
+            ("  of which stored", stored),
+            ("DynamoDB writes per event", writes(requests) / n),
+            ("DynamoDB reads per event", reads(requests) / n),
+            ("model calls per event", world.model.calls / n),
+        ],
+        [
+            f"{len(kinds)} dispatch types, cycled: " + ", ".join(sorted(kinds)) + ".",
+            "Bot answers arrive as MESSAGE_CREATE from the bot's own id.",
+        ],
+    )
+
+
+# 2. Consolidation ----------------------------------------------------------------------
+
+
+def bench_stream(lab: Lab) -> None:
+    world = lab.world()
+    services = world.services
+    consolidating: list[list[Request]] = []
+    waiting: list[list[Request]] = []
+    outcomes: list[Outcome] = []
+    for event in chat(200, T0):
+        services.recorder.record([event])
+        lab.meter.take()
+        world.clock.advance(seconds=1)
+        trigger = services.consolidator.on_new_observations([gw.CHANNEL])
+        requests = lab.meter.take()
+        outcomes += trigger
+        done = any(o.status == Status.CONSOLIDATED for o in trigger)
+        (consolidating if done else waiting).append(requests)
+    rounds = [o for o in outcomes if o.status == Status.CONSOLIDATED]
+    calls = world.model.calls
+    consumed = sum(o.consumed for o in rounds)
+
+    def mean(groups: list[list[Request]], count: Any) -> float:
+        return sum(count(g) for g in groups) / len(groups) if groups else 0.0
+
+    print_table(
+        "2a. Consolidation, 200 messages, one trigger each (MEMORY_CONSOLIDATE_EVERY=20)",
+        ["figure", "value"],
+        [
+            ("triggers", len(consolidating) + len(waiting)),
+            ("consolidations", len(rounds)),
+            ("model calls", calls),
+            ("observations per model call", consumed / calls if calls else 0.0),
+            ("facts written in all", sum(o.facts_written for o in rounds)),
+            ("DynamoDB requests per consolidation", mean(consolidating, len)),
+            ("  reads", mean(consolidating, reads)),
+            ("  writes (the commit is one transaction)", mean(consolidating, writes)),
+            ("DynamoDB requests per trigger below threshold", mean(waiting, len)),
+        ],
+        [
+            "Requests are those of the trigger alone; each message's own PutItem is in table 1.",
+        ],
+    )
+
+
+@dataclass
+class InputFigures:
+    model_calls: int
+    input_chars: int
+    observations: int
+    facts: int
+    pins: int
+    requests: int
+
+
+def consolidation_input(lab: Lab, prior_observations: int, facts_per_user: int) -> InputFigures:
+    world = lab.world()
+    seed_history(world, prior_observations, facts_per_user)
+    services = world.services
+    services.recorder.record(chat(20, T0 + 1000))
+    lab.meter.take()
+    outcomes = services.consolidator.on_new_observations([gw.CHANNEL])
+    requests = lab.meter.take()
+    model_input = world.model.last_input
+    assert model_input is not None, [o.status for o in outcomes]
+    return InputFigures(
+        model_calls=sum(o.model_calls for o in outcomes),
+        input_chars=sum(o.model_input_chars for o in outcomes),
+        observations=len(model_input.observations),
+        facts=len(model_input.facts),
+        pins=len(model_input.pins),
+        requests=len(requests),
+    )
+
+
+def bench_model_input(lab: Lab) -> None:
+    small, large = (100, 10), (10_000, 1_000)
+    young = consolidation_input(lab, *small)
+    old = consolidation_input(lab, *large)
+    cap = Settings().facts_per_person_in_model
+    print_table(
+        "2b. Model input for one consolidation of 20 new messages",
+        ["figure", "young channel", "old channel", "ratio"],
+        compared(
+            [
+                ("prior observations in the channel (consumed)", small[0], large[0]),
+                ("prior active facts per speaker (3 speakers)", small[1], large[1]),
+                ("model calls", young.model_calls, old.model_calls),
+                ("observations in the model input", young.observations, old.observations),
+                ("facts in the model input", young.facts, old.facts),
+                ("pins in the model input", young.pins, old.pins),
+                ("model input characters (Outcome.model_input_chars)", young.input_chars, old.input_chars),
+                ("DynamoDB requests for the consolidation", young.requests, old.requests),
+            ]
+        ),
+        [
+            f"The model is shown at most MEMORY_FACTS_PER_PERSON_IN_MODEL={cap} facts per speaker:",
+            f"the young channel holds fewer than that, so its facts ({small[1]} per speaker) are all",
+            "shown; any growth in the facts row is the cap filling up, not history.",
+            "Both channels also hold 3 pins and 10 episodes.",
+        ],
+    )
+
+
+# 3. Recall -----------------------------------------------------------------------------
+
+
+@dataclass
+class RecallFigures:
+    requests: int
+    round_trips: int
+    read_units: float
+    block_chars: int
+    operations: str
+
+
+def measure_recall(lab: Lab, world: World, participants: list[str] | None) -> RecallFigures:
+    request = RecallRequest(
+        guild_id=gw.GUILD, channel_id=gw.CHANNEL, user_id=gw.ALICE, participants=participants
+    )
+    recaller = world.services.recaller
+    recaller.recall(request)  # warm-up: the recall thread pool starts its threads
+    lab.meter.take()
+    with serialized_moto(), lab.meter.simulated_latency(SIMULATED_LATENCY_S):
+        result = recaller.recall(request)
+    requests = lab.meter.take()
+    operations = Counter(r.operation for r in requests)
+    return RecallFigures(
+        requests=len(requests),
+        round_trips=round_trips(requests),
+        read_units=sum(read_units(r) for r in requests),
+        block_chars=len(result.memory),
+        operations=" + ".join(f"{n} {op}" for op, n in sorted(operations.items())),
+    )
+
+
+def recall_world(lab: Lab, observations: int, facts_per_user: int) -> World:
+    world = lab.world()
+    seed_history(world, observations, facts_per_user)
+    return world
+
+
+def recall_rows(left: RecallFigures, right: RecallFigures) -> list[tuple[object, ...]]:
+    return compared(
+        [
+            ("DynamoDB requests", left.requests, right.requests),
+            ("sequential round trips", left.round_trips, right.round_trips),
+            ("estimated read units", left.read_units, right.read_units),
+            ("memory block characters", left.block_chars, right.block_chars),
+        ]
+    )
+
+
+def bench_recall(lab: Lab) -> None:
+    facts_a = 20
+    young = measure_recall(lab, recall_world(lab, 100, facts_a), None)
+    old = measure_recall(lab, recall_world(lab, 10_000, facts_a), None)
+    print_table(
+        "3a. Recall, participants derived from the channel: 100 vs 10,000 observations",
+        ["figure", "100 obs", "10,000 obs", "ratio"],
+        recall_rows(young, old),
+        [
+            f"requests: {young.operations} (100 obs); {old.operations} (10,000 obs).",
+            f"Each channel: 3 speakers with {facts_a} active facts each, 3 pins, 10 episodes.",
+        ],
+    )
+
+    few = measure_recall(lab, recall_world(lab, 100, 10), SPEAKERS)
+    many = measure_recall(lab, recall_world(lab, 100, 1_000), SPEAKERS)
+    window = Settings().recall_facts_per_person * 3
+    print_table(
+        "3b. Recall, 3 participants given explicitly: 10 vs 1,000 active facts per user",
+        ["figure", "10 facts", "1,000 facts", "ratio"],
+        recall_rows(few, many),
+        [
+            f"requests: {few.operations} (10 facts); {many.operations} (1,000 facts).",
+            f"Recall reads at most {window} facts per person (5 shown x window factor 3); with 10",
+            "facts all 10 are read, so a read-unit ratio above 1 is that window filling up.",
+            "Each channel: 100 observations, 3 pins, 10 episodes.",
+        ],
+    )
+    print("Footnotes")
+    print("=========")
+    print(
+        f"  Round trips: each request is held {SIMULATED_LATENCY_S * 1000:.0f} ms (simulated network)"
+        " so concurrent\n  requests overlap; the figure is the longest chain of requests each"
+        " started after the\n  previous one ended, i.e. what the caller waits for in sequence."
+    )
+    print(
+        "  Read units are an ESTIMATE: an item's size is taken as the sum of the UTF-8 lengths of"
+        "\n  its attribute names and values as returned; per Query/Scan the total is rounded up to"
+        "\n  4 KB units (at least one), per GetItem/BatchGetItem item each item is rounded up;"
+        "\n  x0.5 for eventually consistent reads (every read here, GSI queries included)."
+        "\n  DynamoDB charges the full item even when a projection returns part of it."
+    )
+    print()
+
+
+def main() -> int:
+    started = time.perf_counter()
+    with mock_aws():
+        lab = Lab(boto3.client("dynamodb", region_name="us-east-1"))
+        bench_ingest(lab)
+        bench_stream(lab)
+        bench_model_input(lab)
+        bench_recall(lab)
+    print(f"(bench finished in {time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
