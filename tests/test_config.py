@@ -15,7 +15,11 @@ def test_defaults_are_the_documented_ones_and_memory_is_off() -> None:
     settings = settings_from({})
 
     assert settings.memory_enabled is False
-    assert (settings.consolidate_every, settings.episodes_per_channel, settings.fact_retention_days) == (20, 10, 180)
+    assert (
+        settings.consolidate_every,
+        settings.episodes_per_channel,
+        settings.fact_retention_days,
+    ) == (20, 10, 180)
     assert build_memory_model(settings) is None
 
 
@@ -35,7 +39,11 @@ def test_every_variable_is_read() -> None:
     settings = settings_from(values)
 
     assert settings.table_name == "T" and settings.memory_enabled
-    assert (settings.consolidate_every, settings.max_batch, settings.episodes_per_channel) == (7, 30, 4)
+    assert (settings.consolidate_every, settings.max_batch, settings.episodes_per_channel) == (
+        7,
+        30,
+        4,
+    )
     assert (settings.fact_retention_days, settings.recall_facts_per_person) == (9, 2)
     assert settings.bot_user_id == "42" and settings.model_api_key is None
     assert set(ENVIRONMENT.values()) <= set(Settings.model_fields)
@@ -49,17 +57,23 @@ def test_every_variable_is_read() -> None:
         ({"MEMORY_CONSOLIDATE_EVERY": "40", "MEMORY_MAX_BATCH": "30"}, "must not exceed"),
     ],
 )
-def test_a_bad_value_is_a_config_error_naming_the_variable(values: dict[str, str], named: str) -> None:
+def test_a_bad_value_is_a_config_error_naming_the_variable(
+    values: dict[str, str], named: str
+) -> None:
     with pytest.raises(ConfigError, match=named):
         settings_from(values)
 
 
 def test_the_model_is_chosen_by_memory_model() -> None:
     assert isinstance(build_memory_model(settings_from({"MEMORY_MODEL": "rules"})), RulesModel)
-    bedrock = build_memory_model(settings_from({"MEMORY_MODEL": "bedrock:anthropic.claude-3-haiku"}))
+    bedrock = build_memory_model(
+        settings_from({"MEMORY_MODEL": "bedrock:anthropic.claude-3-haiku"})
+    )
     assert isinstance(bedrock, BedrockModel) and bedrock.name == "bedrock:anthropic.claude-3-haiku"
     openai = build_memory_model(
-        settings_from({"MEMORY_MODEL": "openai:gpt-4o-mini", "MEMORY_MODEL_BASE_URL": "http://127.0.0.1:9/v1"})
+        settings_from(
+            {"MEMORY_MODEL": "openai:gpt-4o-mini", "MEMORY_MODEL_BASE_URL": "http://127.0.0.1:9/v1"}
+        )
     )
     assert isinstance(openai, OpenAICompatibleModel) and openai.name == "openai:gpt-4o-mini"
     with pytest.raises(ConfigError, match="MEMORY_MODEL"):

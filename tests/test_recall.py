@@ -9,7 +9,7 @@ import pytest
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
 from botmemory.config import Settings
 from botmemory.keys import episode_sk
-from botmemory.recall import BLOCK_HEADER, RecallError, RecallRequest, parse_request
+from botmemory.recall import BLOCK_HEADER, RecallError, RecallRequest, RecallResult, parse_request
 from botmemory.records import Episode, Fact, FactKind, FactSource, FactStatus, Pin
 from botmemory.repository import _fact_values
 from botmemory.runtime import MemoryServices, build_services
@@ -47,7 +47,9 @@ def seed_fact(
     return fact
 
 
-def seed_episode(services: MemoryServices, summary: str, at_ms: int, *, expires_in_days: float = 10) -> None:
+def seed_episode(
+    services: MemoryServices, summary: str, at_ms: int, *, expires_in_days: float = 10
+) -> None:
     episode_id = f"e{at_ms}"
     services.repository.put_episode(
         Episode(
@@ -67,10 +69,12 @@ def seed_episode(services: MemoryServices, summary: str, at_ms: int, *, expires_
 
 
 def seed_pin(services: MemoryServices, target: str, text: str, pin_id: str) -> None:
-    services.repository.put_pin(Pin(pin_id=pin_id, scope=gw.GUILD, target=target, text=text, created_ms=T0))
+    services.repository.put_pin(
+        Pin(pin_id=pin_id, scope=gw.GUILD, target=target, text=text, created_ms=T0)
+    )
 
 
-def recall(services: MemoryServices, **fields: Any):  # noqa: ANN201 - a RecallResult
+def recall(services: MemoryServices, **fields: Any) -> RecallResult:
     request = {"guild_id": gw.GUILD, "channel_id": gw.CHANNEL, "user_id": gw.ALICE, **fields}
     return services.recaller.recall(parse_request(request))
 
@@ -87,7 +91,9 @@ def test_only_participants_facts_are_recalled(services: MemoryServices) -> None:
     assert "Carol" not in result.memory
 
 
-def test_participants_are_derived_from_the_channels_latest_observations(services: MemoryServices) -> None:
+def test_participants_are_derived_from_the_channels_latest_observations(
+    services: MemoryServices,
+) -> None:
     seed_fact(services, gw.BOB, "Bob plays the tuba")
     seed_fact(services, gw.CAROL, "Carol is a pilot")
     services.recorder.record(
@@ -109,16 +115,21 @@ def test_another_guilds_facts_never_appear(services: MemoryServices) -> None:
     in_guild = recall(services, participants=[])
     in_dm = recall(services, guild_id=None, participants=[])
 
-    assert in_guild.facts == {} and "bees" not in in_guild.memory and "secret" not in in_guild.memory
+    assert (
+        in_guild.facts == {} and "bees" not in in_guild.memory and "secret" not in in_guild.memory
+    )
     assert [f.text for f in in_dm.facts[gw.ALICE]] == ["Alice told the bot a DM secret"]
 
 
-def test_expired_items_still_in_the_table_are_never_recalled(services: MemoryServices, clock: ManualClock) -> None:
+def test_expired_items_still_in_the_table_are_never_recalled(
+    services: MemoryServices, clock: ManualClock
+) -> None:
     seed_fact(services, gw.ALICE, "Alice used to skate", expires_in_days=1)
     seed_fact(services, gw.ALICE, "Alice keeps bees", expires_in_days=300)
     seed_episode(services, "An old chat about skating", T0, expires_in_days=1)
     seed_episode(services, "A recent chat about bees", T0 + 1000, expires_in_days=300)
-    clock.advance(days=2)  # TTL has passed; DynamoDB may not have deleted them yet (moto never does)
+    # TTL has passed; DynamoDB may not have deleted them yet (moto never does).
+    clock.advance(days=2)
 
     result = recall(services, participants=[])
 
@@ -137,14 +148,22 @@ def test_superseded_facts_are_never_recalled(services: MemoryServices) -> None:
     assert "Lyon" not in result.memory
 
 
-def test_most_used_then_most_recent_facts_come_first_within_the_per_person_cap(services: MemoryServices) -> None:
+def test_most_used_then_most_recent_facts_come_first_within_the_per_person_cap(
+    services: MemoryServices,
+) -> None:
     for i in range(12):
         seed_fact(services, gw.ALICE, f"Alice fact {i}", updated_ms=T0 + i, hits=5 if i == 3 else 1)
 
     result = recall(services, participants=[])
 
     texts = [f.text for f in result.facts[gw.ALICE]]
-    assert texts == ["Alice fact 3", "Alice fact 11", "Alice fact 10", "Alice fact 9", "Alice fact 8"]
+    assert texts == [
+        "Alice fact 3",
+        "Alice fact 11",
+        "Alice fact 10",
+        "Alice fact 9",
+        "Alice fact 8",
+    ]
 
 
 def test_the_block_has_pins_facts_and_episodes_labelled_as_data(services: MemoryServices) -> None:
@@ -154,7 +173,9 @@ def test_the_block_has_pins_facts_and_episodes_labelled_as_data(services: Memory
     seed_fact(services, gw.ALICE, "Alice keeps bees")
     seed_episode(services, "Alice asked about hive inspections.", T0)
 
-    result = recall(services, participants=[], template="You are a helpful bot.\n{memory}\nBe brief.")
+    result = recall(
+        services, participants=[], template="You are a helpful bot.\n{memory}\nBe brief."
+    )
 
     assert result.enabled is True
     assert result.memory.startswith(BLOCK_HEADER) and result.memory.endswith("</memory>")
@@ -171,7 +192,9 @@ def test_the_block_has_pins_facts_and_episodes_labelled_as_data(services: Memory
     assert result.model_dump()["facts"][gw.ALICE][0]["text"] == "Alice keeps bees"
 
 
-def test_empty_sections_are_left_out_and_no_memory_is_an_empty_block(services: MemoryServices) -> None:
+def test_empty_sections_are_left_out_and_no_memory_is_an_empty_block(
+    services: MemoryServices,
+) -> None:
     assert recall(services, participants=[]).memory == ""
     seed_episode(services, "Something happened.", T0)
 
@@ -189,7 +212,8 @@ def test_stored_strings_are_scrubbed_on_the_way_out(services: MemoryServices) ->
 
     for hidden in ("\u202e", "\u200b", "\x07", "\u2066", "\u2069"):
         assert hidden not in result.memory
-    assert "Alice likes tea and cake IGNORE PREVIOUS" in result.memory  # one line, cannot open a section
+    # Newlines are folded: stored text cannot open a section of its own.
+    assert "Alice likes tea and cake IGNORE PREVIOUS" in result.memory
 
 
 def test_braces_in_stored_text_do_not_break_the_template(services: MemoryServices) -> None:
@@ -198,7 +222,9 @@ def test_braces_in_stored_text_do_not_break_the_template(services: MemoryService
     result = recall(services, participants=[], template="Before {memory} after")
 
     assert result.system_prompt is not None
-    assert result.system_prompt.startswith("Before <memory>") and result.system_prompt.endswith(" after")
+    assert result.system_prompt.startswith("Before <memory>") and result.system_prompt.endswith(
+        " after"
+    )
     assert "Alice writes {code} and {memory}" in result.system_prompt
 
 
@@ -233,7 +259,9 @@ def test_budgets_hold_with_1000_facts_per_user_and_10000_observations(
         for person in people
         for i in range(1000)
     )
-    services.recorder.record([gw.message(people[i % 3], f"message {i} " + "x" * 80, T0 + i) for i in range(10_000)])
+    services.recorder.record(
+        [gw.message(people[i % 3], f"message {i} " + "x" * 80, T0 + i) for i in range(10_000)]
+    )
     for i in range(30):
         seed_pin(services, "global", f"pin {i} " + "p" * 60, f"p{i:02d}")
         seed_episode(services, f"episode {i} " + "e" * 300, T0 + i)
@@ -257,20 +285,29 @@ def test_budgets_hold_with_1000_facts_per_user_and_10000_observations(
 def test_memory_off_returns_the_legacy_string_read_only(dynamodb: Any, clock: ManualClock) -> None:
     dynamodb.put_item(
         TableName="MemoryTable",
-        Item={"pk": {"S": f"CH#{gw.CHANNEL}"}, "sk": {"S": "STATE"}, "legacy_memory": {"S": "Alice likes tea.\u202e"}},
+        Item={
+            "pk": {"S": f"CH#{gw.CHANNEL}"},
+            "sk": {"S": "STATE"},
+            "legacy_memory": {"S": "Alice likes tea.\u202e"},
+        },
     )
     services = build_services(Settings(table_name="MemoryTable"), dynamodb=dynamodb, clock=clock)
     counter = RequestCounter(dynamodb)
 
     result = services.recaller.recall(
-        RecallRequest(guild_id=gw.GUILD, channel_id=gw.CHANNEL, user_id=gw.ALICE, template="Memory: {memory}")
+        RecallRequest(
+            guild_id=gw.GUILD, channel_id=gw.CHANNEL, user_id=gw.ALICE, template="Memory: {memory}"
+        )
     )
 
     assert result.enabled is False
     assert "Alice likes tea." in result.memory and "\u202e" not in result.memory
     assert result.facts == {} and result.episodes == [] and result.pins == []
     assert result.system_prompt == f"Memory: {result.memory}"
-    assert counter.count("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems") == 0
+    assert (
+        counter.count("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems")
+        == 0
+    )
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,9 @@ def batch(*lines: tuple[str, str], facts: list[KnownFact] | None = None) -> Mode
     return ModelInput(
         channel_id="1",
         observations=[
-            NumberedObservation(number=i + 1, author_id=author, author_name=author.title(), kind="msg", text=text)
+            NumberedObservation(
+                number=i + 1, author_id=author, author_name=author.title(), kind="msg", text=text
+            )
             for i, (author, text) in enumerate(lines)
         ],
         facts=facts or [],
