@@ -1,12 +1,14 @@
 # The two commands: `make demo` and `make test`. Both create .venv when it is missing.
 SHELL := /bin/bash
 VENV := .venv
+# aws-sam-cli pins its own boto3, so `sam validate` gets a virtualenv of its own.
+SAM_VENV := .venv-sam
 PY := $(VENV)/bin/python
 # Prefer python3.13 (the Lambda runtime) when it actually runs here; a shim that
 # exists but fails does not count. The code also runs on 3.11.
 BASE_PYTHON := $(shell python3.13 -c 'import sys' >/dev/null 2>&1 && echo python3.13 || echo python3)
 
-.PHONY: venv test lint format typecheck unit bench demo clean
+.PHONY: venv sam-venv test lint format typecheck unit bench demo clean
 
 venv: $(VENV)/.installed
 
@@ -14,6 +16,14 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(BASE_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --editable . --group dev
+	@touch $@
+
+sam-venv: $(SAM_VENV)/.installed
+
+$(SAM_VENV)/.installed:
+	@test -x $(SAM_VENV)/bin/python || $(BASE_PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SAM_VENV)/bin/python -m pip install --quiet aws-sam-cli
 	@touch $@
 
 # The whole suite and the static checks; what CI runs.
@@ -26,7 +36,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-unit: venv
+unit: venv sam-venv
 	$(VENV)/bin/pytest
 
 format: venv
@@ -42,4 +52,4 @@ demo: venv
 	@echo "Meanwhile 'make test' exercises the whole core against in-process DynamoDB."
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache build *.egg-info
+	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .mypy_cache build *.egg-info

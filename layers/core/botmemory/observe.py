@@ -135,6 +135,13 @@ class IngestResult(BaseModel):
     rejected: list[Skip] = []
 
 
+def events_from(envelope: Any) -> list[Any]:
+    """The events of an ingest request `{"events": [...]}`; ValueError when it has none."""
+    if not isinstance(envelope, dict) or not isinstance(envelope.get("events"), list):
+        raise ValueError('expected a JSON object {"events": [...]}')
+    return envelope["events"]
+
+
 class Ignored(Exception):
     """A well-formed event that holds nothing worth remembering."""
 

@@ -290,3 +290,12 @@ def _day(ms: int) -> str:
 def _fill(template: str | None, memory: str) -> str | None:
     # str.replace, not str.format: stored text may hold braces.
     return template.replace(MEMORY_PLACEHOLDER, memory) if template is not None else None
+
+
+def respond(recaller: Recaller, payload: Any) -> tuple[int, dict[str, Any]]:
+    """A recall request in, an HTTP-style status and a JSON-ready body out."""
+    try:
+        request = parse_request(payload)
+    except RecallError as error:
+        return 400, error.as_response()
+    return 200, recaller.recall(request).model_dump(mode="json")

@@ -98,6 +98,11 @@ class MemoryRepository:
         self._client = client
         self.table_name = table_name
 
+    @property
+    def client(self) -> Any:
+        """The DynamoDB client, for Powertools utilities that share the table."""
+        return self._client
+
     # Observations -----------------------------------------------------------------
 
     def put_observation(self, observation: Observation) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from botmemory.clock import Clock, SystemClock
@@ -17,6 +18,7 @@ from botmemory.repository import MemoryRepository
 @dataclass
 class MemoryServices:
     settings: Settings
+    clock: Clock
     repository: MemoryRepository
     recorder: ObservationRecorder
     consolidator: Consolidator
@@ -42,8 +44,15 @@ def build_services(
     repository = MemoryRepository(dynamodb, settings.table_name)
     return MemoryServices(
         settings=settings,
+        clock=clock,
         repository=repository,
         recorder=ObservationRecorder(repository, settings, clock),
         consolidator=Consolidator(repository, settings, model, clock),
         recaller=Recaller(repository, settings, clock),
     )
+
+
+@lru_cache(maxsize=1)
+def services_from_environment() -> MemoryServices:
+    """The services of this process, built on first use and reused across warm invocations."""
+    return build_services()

@@ -1,0 +1,87 @@
+"""ConsolidateFunction: stream records of new observations trigger per-channel consolidation.
+
+The stream's FilterCriteria deliver only INSERTs of OBS# items. Each channel in the batch
+is consolidated once; a record that cannot be read, or whose channel failed with an
+error, is reported alone in `batchItemFailures`. A model failure is not an error here:
+the observations stay pending and the next trigger or the sweep retries them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from botmemory.consolidate import Outcome, Status
+from botmemory.runtime import services_from_environment
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+
+
+def channel_of(record: DynamoDBRecord) -> str:
+    keys = record.dynamodb.keys if record.dynamodb else None
+    pk = (keys or {}).get("pk")
+    if not isinstance(pk, str) or not pk.startswith("CH#") or len(pk) <= 3:
+        raise ValueError(f"stream record {record.event_id} is not a channel observation")
+    return pk[3:]
+
+
+def record_metrics(outcomes: list[Outcome]) -> None:
+    for outcome in outcomes:
+        metrics.add_metric(
+            name=f"Consolidation_{outcome.status.value}", unit=MetricUnit.Count, value=1
+        )
+        if outcome.status == Status.CONSOLIDATED:
+            metrics.add_metric(
+                name="ObservationsConsumed", unit=MetricUnit.Count, value=outcome.consumed
+            )
+            metrics.add_metric(
+                name="FactsWritten", unit=MetricUnit.Count, value=outcome.facts_written
+            )
+            metrics.add_metric(
+                name="FactsDiscarded", unit=MetricUnit.Count, value=len(outcome.discarded)
+            )
+        metrics.add_metric(name="ModelCalls", unit=MetricUnit.Count, value=outcome.model_calls)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    consolidator = services_from_environment().consolidator
+    # One consolidation per channel per batch; its result (or error) answers every record of it.
+    done: dict[str, Exception | None] = {}
+
+    def consolidate_record(record: DynamoDBRecord) -> None:
+        channel_id = channel_of(record)
+        if channel_id not in done:
+            try:
+                outcomes = consolidator.consolidate(channel_id)
+            except Exception as error:
+                logger.exception("consolidation failed", extra={"channel_id": channel_id})
+                done[channel_id] = error
+            else:
+                done[channel_id] = None
+                record_metrics(outcomes)
+                logger.info(
+                    "channel consolidated",
+                    extra={"channel_id": channel_id, "rounds": [o.status.value for o in outcomes]},
+                )
+        failure = done[channel_id]
+        if failure is not None:
+            raise failure
+
+    return process_partial_response(
+        event=event, record_handler=consolidate_record, processor=processor, context=context
+    )

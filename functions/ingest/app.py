@@ -1,0 +1,40 @@
+"""IngestFunction: batches of raw gateway dispatch events from the relay become observations.
+
+Invoked asynchronously with `{"events": [{"t": ..., "d": {...}}, ...]}`. Each event is one
+conditional PutItem; a malformed event is skipped with its reason and never takes the
+rest of the batch down.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from botmemory.observe import events_from
+from botmemory.runtime import services_from_environment
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    try:
+        events = events_from(event)
+    except ValueError as error:
+        # Async invokes retry on errors; a request that can never parse is answered, not raised.
+        logger.warning("rejected ingest request", extra={"reason": str(error)})
+        metrics.add_metric(name="IngestRequestsRejected", unit=MetricUnit.Count, value=1)
+        return {"error": str(error), "stored": 0, "duplicates": 0, "ignored": [], "rejected": []}
+    result = services_from_environment().recorder.record(events)
+    metrics.add_metric(name="ObservationsStored", unit=MetricUnit.Count, value=result.stored)
+    metrics.add_metric(name="ObservationDuplicates", unit=MetricUnit.Count, value=result.duplicates)
+    metrics.add_metric(name="EventsIgnored", unit=MetricUnit.Count, value=len(result.ignored))
+    metrics.add_metric(name="EventsRejected", unit=MetricUnit.Count, value=len(result.rejected))
+    return result.model_dump()

@@ -1,0 +1,128 @@
+"""InteractionsFunction: Discord slash commands over a Function URL.
+
+Every request's Ed25519 signature is checked first (401 on any failure: Discord probes
+with bad signatures). PING is answered from this module alone: the memory core, pydantic
+and boto3 load only when a command arrives, so a cold PING stays far inside Discord's
+3 seconds. No Tracer here for the same reason (it loads the X-Ray SDK); Lambda's active
+tracing still records the invocation.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from functools import lru_cache
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Response, content_types
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from botmemory.interactions import (
+    APPLICATION_COMMAND,
+    PING,
+    PONG,
+    SignatureVerifier,
+    ephemeral_message,
+)
+
+logger = Logger()
+metrics = Metrics()
+app = LambdaFunctionUrlResolver()
+
+
+@lru_cache(maxsize=1)
+def verifier() -> SignatureVerifier:
+    return SignatureVerifier(os.environ["DISCORD_PUBLIC_KEY"])
+
+
+def raw_body(event: dict[str, Any]) -> bytes:
+    body = event.get("body") or ""
+    return base64.b64decode(body) if event.get("isBase64Encoded") else body.encode("utf-8")
+
+
+def as_json(status: int, body: dict[str, Any]) -> Response:
+    return Response(
+        status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
+    )
+
+
+@lru_cache(maxsize=1)
+def run_command_once() -> Any:
+    """The command runner, made idempotent on the interaction id (a replay does its work once)."""
+    from aws_lambda_powertools.utilities.idempotency import (
+        DynamoDBPersistenceLayer,
+        IdempotencyConfig,
+        idempotent_function,
+    )
+
+    from botmemory.commands import handle_command
+    from botmemory.runtime import services_from_environment
+
+    services = services_from_environment()
+    persistence = DynamoDBPersistenceLayer(
+        table_name=services.settings.table_name,
+        key_attr="pk",
+        sort_key_attr="sk",
+        static_pk_value="IDEMPOTENCY#interactions",
+        expiry_attr="expires_at",
+        boto3_client=services.repository.client,
+    )
+    config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=3600)
+
+    @idempotent_function(
+        data_keyword_argument="interaction", persistence_store=persistence, config=config
+    )
+    def run(interaction: dict[str, Any]) -> dict[str, Any]:
+        return handle_command(interaction, services)
+
+    return run
+
+
+@app.post("/")
+def interaction() -> Response:
+    event = app.current_event.raw_event
+    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
+    try:
+        body = raw_body(event)
+    except ValueError:
+        body = b""
+    if not verifier().verify(
+        headers.get("x-signature-ed25519"), headers.get("x-signature-timestamp"), body
+    ):
+        metrics.add_metric(name="InteractionsUnauthorized", unit=MetricUnit.Count, value=1)
+        return Response(
+            status_code=401, content_type=content_types.TEXT_PLAIN, body="invalid request signature"
+        )
+    try:
+        payload = json.loads(body)
+        kind = payload["type"]
+    except (ValueError, TypeError, KeyError):
+        metrics.add_metric(name="InteractionsMalformed", unit=MetricUnit.Count, value=1)
+        return as_json(400, {"error": "malformed interaction"})
+    if kind == PING:
+        return as_json(200, {"type": PONG})
+    if kind == APPLICATION_COMMAND and isinstance(payload, dict):
+        metrics.add_metric(name="Commands", unit=MetricUnit.Count, value=1)
+        return as_json(200, run_command(payload))
+    return as_json(200, ephemeral_message("This kind of interaction is not supported yet."))
+
+
+def run_command(payload: dict[str, Any]) -> dict[str, Any]:
+    from aws_lambda_powertools.utilities.idempotency.exceptions import (
+        IdempotencyAlreadyInProgressError,
+    )
+
+    try:
+        return run_command_once()(interaction=payload)
+    except IdempotencyAlreadyInProgressError:
+        return ephemeral_message("I'm already working on that request.")
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL)
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

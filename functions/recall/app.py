@@ -1,0 +1,55 @@
+"""RecallFunction: the memory block for the bot's prompt.
+
+Invoked directly (Lambda Invoke, payload = the request) or over an IAM-authenticated
+Function URL (POST / with the request as JSON body).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Response, content_types
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from botmemory.recall import respond
+from botmemory.runtime import services_from_environment
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+app = LambdaFunctionUrlResolver()
+
+
+def recall(payload: Any) -> tuple[int, dict[str, Any]]:
+    status, body = respond(services_from_environment().recaller, payload)
+    metrics.add_metric(
+        name="RecallRequests" if status == 200 else "RecallRejected", unit=MetricUnit.Count, value=1
+    )
+    if status != 200:
+        logger.warning("rejected recall request", extra={"fields": body.get("fields")})
+    return status, body
+
+
+@app.post("/")
+def recall_over_http() -> Response:
+    try:
+        payload = json.loads(app.current_event.decoded_body or "")
+    except ValueError:
+        status, body = 400, {"error": "the body must be a JSON object", "fields": []}
+    else:
+        status, body = recall(payload)
+    return Response(
+        status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
+    )
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if isinstance(event, dict) and "http" in (event.get("requestContext") or {}):
+        return app.resolve(event, context)
+    return recall(event)[1]

@@ -1,0 +1,35 @@
+"""SweepFunction: on a schedule, consolidate quiet channels whose observations have waited."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from botmemory.runtime import services_from_environment
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    outcomes = services_from_environment().consolidator.sweep()
+    statuses = Counter(o.status.value for o in outcomes)
+    consumed = sum(o.consumed for o in outcomes)
+    metrics.add_metric(
+        name="SweptChannels", unit=MetricUnit.Count, value=len({o.channel_id for o in outcomes})
+    )
+    metrics.add_metric(name="ObservationsConsumed", unit=MetricUnit.Count, value=consumed)
+    logger.info("sweep done", extra={"statuses": dict(statuses), "consumed": consumed})
+    return {
+        "channels": len({o.channel_id for o in outcomes}),
+        "consumed": consumed,
+        "statuses": dict(statuses),
+    }

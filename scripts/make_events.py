@@ -1,0 +1,295 @@
+"""Regenerate the sample events in events/ (run: .venv/bin/python scripts/make_events.py).
+
+The interactions samples are signed with a TEST key whose private seed is public (see
+events/README.md): never configure a real application with it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from nacl.signing import SigningKey
+
+ROOT = Path(__file__).resolve().parent.parent
+EVENTS = ROOT / "events"
+TEST_SEED = bytes(range(32))  # 000102…1f: for tests and samples only
+TIMESTAMP = "1767225600"
+GUILD = "1100000000000000001"
+CHANNEL = "1200000000000000001"
+ALICE = "1300000000000000001"
+BOB = "1300000000000000002"
+BOT = "1399999999999999999"
+BASE_MS = 1_767_225_600_000
+DISCORD_EPOCH_MS = 1_420_070_400_000
+
+
+def snowflake(at_ms: int, n: int) -> str:
+    return str(((at_ms - DISCORD_EPOCH_MS) << 22) | n)
+
+
+def user(user_id: str, name: str, bot: bool = False) -> dict[str, Any]:
+    return {"id": user_id, "username": name.lower(), "global_name": name, "bot": bot}
+
+
+def message(n: int, author: tuple[str, str], content: str, bot: bool = False) -> dict[str, Any]:
+    at_ms = BASE_MS + n * 30_000
+    ts = f"2026-01-01T00:{n // 2:02d}:{(n % 2) * 30:02d}.000000+00:00"
+    return {
+        "t": "MESSAGE_CREATE",
+        "d": {
+            "id": snowflake(at_ms, n),
+            "channel_id": CHANNEL,
+            "guild_id": GUILD,
+            "author": user(*author, bot=bot),
+            "member": {"nick": None, "roles": []},
+            "content": content,
+            "timestamp": ts,
+            "edited_timestamp": None,
+            "mentions": [],
+            "attachments": [],
+            "embeds": [],
+            "type": 0,
+        },
+    }
+
+
+def gateway_batch() -> dict[str, Any]:
+    alice, bob = (ALICE, "Alice"), (BOB, "Bob")
+    lines = [
+        (alice, "Hi! I'm a nurse and I love hiking in the Alps."),
+        (bob, "Nice. I use Neovim for everything, by the way."),
+        (alice, "I live in Lyon these days."),
+        (bob, "Alice likes sushi, I think."),
+        (alice, "I'm allergic to peanuts, so no satay for me."),
+        (bob, "I'm working on a tiny synthesizer project."),
+    ]
+    events = [message(i, who, text) for i, (who, text) in enumerate(lines)]
+    events.append(message(len(lines), (BOT, "Memorybot"), "Noted, both of you!", bot=True))
+    first, second = events[0]["d"], events[1]["d"]
+    edited = dict(
+        events[2]["d"],
+        content="I live in Lyon, near the river.",
+        edited_timestamp="2026-01-01T00:10:00.000000+00:00",
+    )
+    events += [
+        {"t": "MESSAGE_UPDATE", "d": edited},
+        {
+            "t": "MESSAGE_REACTION_ADD",
+            "d": {
+                "user_id": BOB,
+                "channel_id": CHANNEL,
+                "message_id": first["id"],
+                "guild_id": GUILD,
+                "emoji": {"id": None, "name": "👍"},
+                "member": {"user": user(BOB, "Bob"), "nick": None, "roles": []},
+                "message_author_id": ALICE,
+            },
+        },
+        {
+            "t": "MESSAGE_REACTION_REMOVE",
+            "d": {
+                "user_id": BOB,
+                "channel_id": CHANNEL,
+                "message_id": first["id"],
+                "guild_id": GUILD,
+                "emoji": {"id": None, "name": "👍"},
+            },
+        },
+        {
+            "t": "MESSAGE_REACTION_REMOVE_EMOJI",
+            "d": {
+                "channel_id": CHANNEL,
+                "message_id": second["id"],
+                "guild_id": GUILD,
+                "emoji": {"id": None, "name": "🎹"},
+            },
+        },
+        {
+            "t": "MESSAGE_REACTION_REMOVE_ALL",
+            "d": {"channel_id": CHANNEL, "message_id": second["id"], "guild_id": GUILD},
+        },
+        {
+            "t": "MESSAGE_DELETE",
+            "d": {"id": events[3]["d"]["id"], "channel_id": CHANNEL, "guild_id": GUILD},
+        },
+        {
+            "t": "MESSAGE_DELETE_BULK",
+            "d": {
+                "ids": [snowflake(BASE_MS - 60_000, 90), snowflake(BASE_MS - 30_000, 91)],
+                "channel_id": CHANNEL,
+                "guild_id": GUILD,
+            },
+        },
+    ]
+    return {"events": events}
+
+
+def function_url_event(body: str, headers: dict[str, str], request_id: str) -> dict[str, Any]:
+    return {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": "/",
+        "rawQueryString": "",
+        "headers": {
+            "content-type": "application/json",
+            "user-agent": "Discord-Interactions/1.0",
+            **headers,
+        },
+        "requestContext": {
+            "accountId": "anonymous",
+            "apiId": "samplefunctionurl",
+            "domainName": "samplefunctionurl.lambda-url.us-east-1.on.aws",
+            "domainPrefix": "samplefunctionurl",
+            "http": {
+                "method": "POST",
+                "path": "/",
+                "protocol": "HTTP/1.1",
+                "sourceIp": "203.0.113.10",
+                "userAgent": "Discord-Interactions/1.0",
+            },
+            "requestId": request_id,
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": "01/Jan/2026:00:00:00 +0000",
+            "timeEpoch": BASE_MS,
+        },
+        "body": body,
+        "isBase64Encoded": False,
+    }
+
+
+def signed(interaction: dict[str, Any], request_id: str) -> dict[str, Any]:
+    body = json.dumps(interaction, separators=(",", ":"))
+    signature = SigningKey(TEST_SEED).sign((TIMESTAMP + body).encode()).signature.hex()
+    return function_url_event(
+        body, {"x-signature-ed25519": signature, "x-signature-timestamp": TIMESTAMP}, request_id
+    )
+
+
+def command(interaction_id: str, name: str, sub: str) -> dict[str, Any]:
+    return {
+        "id": interaction_id,
+        "application_id": BOT,
+        "type": 2,
+        "token": "sample-interaction-token",
+        "version": 1,
+        "guild_id": GUILD,
+        "channel_id": CHANNEL,
+        "member": {"user": user(ALICE, "Alice"), "roles": [], "permissions": "0", "nick": None},
+        "data": {
+            "id": "1400000000000000001",
+            "name": name,
+            "type": 1,
+            "options": [{"name": sub, "type": 1, "options": []}],
+        },
+    }
+
+
+def stream_batch(batch: dict[str, Any]) -> dict[str, Any]:
+    """What the stream delivers after the gateway batch was ingested (filtered to OBS# inserts)."""
+    records = []
+    for n, event in enumerate(batch["events"][:3]):
+        d = event["d"]
+        sk = f"OBS#{BASE_MS + n * 30_000:013d}#msg#{d['id']}"
+        records.append(
+            {
+                "eventID": f"sample-{n}",
+                "eventName": "INSERT",
+                "eventVersion": "1.1",
+                "eventSource": "aws:dynamodb",
+                "awsRegion": "us-east-1",
+                "dynamodb": {
+                    "ApproximateCreationDateTime": BASE_MS // 1000,
+                    "Keys": {"pk": {"S": f"CH#{CHANNEL}"}, "sk": {"S": sk}},
+                    "NewImage": {
+                        "pk": {"S": f"CH#{CHANNEL}"},
+                        "sk": {"S": sk},
+                        "kind": {"S": "msg"},
+                        "author_id": {"S": d["author"]["id"]},
+                        "content": {"S": d["content"]},
+                    },
+                    "SequenceNumber": f"{100000000000000000000 + n}",
+                    "SizeBytes": 200,
+                    "StreamViewType": "NEW_AND_OLD_IMAGES",
+                },
+                "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/MemoryTable/stream/2026-01-01T00:00:00.000",
+            }
+        )
+    return {"Records": records}
+
+
+def main() -> None:
+    batch = gateway_batch()
+    samples: dict[str, Any] = {
+        "ingest/gateway-batch.json": batch,
+        "consolidate/stream-batch.json": stream_batch(batch),
+        "recall/request.json": {
+            "guild_id": GUILD,
+            "channel_id": CHANNEL,
+            "user_id": ALICE,
+            "participants": [BOB],
+            "template": "You are Memorybot, a friendly assistant.\n\n{memory}",
+        },
+        "recall/function-url-request.json": function_url_event(
+            json.dumps({"guild_id": GUILD, "channel_id": CHANNEL, "user_id": ALICE}),
+            {},
+            "sample-recall-1",
+        ),
+        "sweep/schedule.json": {
+            "version": "0",
+            "id": "sample-sweep-1",
+            "detail-type": "Scheduled Event",
+            "source": "aws.scheduler",
+            "account": "123456789012",
+            "time": "2026-01-01T00:30:00Z",
+            "region": "us-east-1",
+            "resources": ["arn:aws:scheduler:us-east-1:123456789012:schedule/default/sweep"],
+            "detail": {},
+        },
+        "interactions/ping.json": signed(
+            {
+                "id": "1500000000000000001",
+                "application_id": BOT,
+                "type": 1,
+                "token": "sample-ping-token",
+                "version": 1,
+            },
+            "sample-ping-1",
+        ),
+        "interactions/memory-show.json": signed(
+            command("1500000000000000002", "memory", "show"), "sample-show-1"
+        ),
+        "interactions/unknown-command.json": signed(
+            command("1500000000000000003", "memory", "dance"), "sample-unknown-1"
+        ),
+    }
+    bad = signed(
+        {"id": "1500000000000000004", "application_id": BOT, "type": 1, "token": "t", "version": 1},
+        "sample-bad-1",
+    )
+    bad["headers"]["x-signature-ed25519"] = "00" * 64
+    samples["interactions/bad-signature.json"] = bad
+    for name, payload in samples.items():
+        path = EVENTS / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    public_key = SigningKey(TEST_SEED).verify_key.encode().hex()
+    (EVENTS / "env.json").write_text(
+        json.dumps(
+            {
+                "InteractionsFunction": {
+                    "DISCORD_PUBLIC_KEY": public_key,
+                    "DISCORD_APPLICATION_ID": BOT,
+                }
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"wrote {len(samples)} events; test public key {public_key}")
+
+
+if __name__ == "__main__":
+    main()
