@@ -51,8 +51,9 @@ def as_json(status: int, body: dict[str, Any]) -> Response:
 
 
 @lru_cache(maxsize=1)
-def run_command_once() -> Any:
-    """The command runner, made idempotent on the interaction id (a replay does its work once)."""
+def idempotent_runner() -> tuple[Any, Any]:
+    """The command runner, made idempotent on the interaction id (a replay does its work once),
+    and its idempotency config."""
     from aws_lambda_powertools.utilities.idempotency import (
         DynamoDBPersistenceLayer,
         IdempotencyConfig,
@@ -79,11 +80,12 @@ def run_command_once() -> Any:
     def run(interaction: dict[str, Any]) -> dict[str, Any]:
         return handle_command(interaction, services)
 
-    return run
+    return run, config
 
 
 @app.post("/")
 def interaction() -> Response:
+    metrics.add_metric(name="Interactions", unit=MetricUnit.Count, value=1)
     event = app.current_event.raw_event
     headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
     try:
@@ -116,8 +118,10 @@ def run_command(payload: dict[str, Any]) -> dict[str, Any]:
         IdempotencyAlreadyInProgressError,
     )
 
+    run, config = idempotent_runner()
+    config.register_lambda_context(app.lambda_context)
     try:
-        return run_command_once()(interaction=payload)
+        return run(interaction=payload)
     except IdempotencyAlreadyInProgressError:
         return ephemeral_message("I'm already working on that request.")
 
