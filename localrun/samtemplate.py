@@ -96,7 +96,7 @@ class Template:
         if isinstance(value, str | int | float):
             return str(value)
         if isinstance(value, dict) and "Ref" in value:
-            name = value["Ref"]
+            name = str(value["Ref"])
             if name in parameters:
                 return parameters[name]
             if name.startswith("AWS::"):
