@@ -1,4 +1,4 @@
-"""Cost benchmark of the memory layer: what each operation costs, and whether it grows with history.
+"""Cost benchmark of the memory layer: what each operation costs, and whether it grows.
 
 Run it from the repository root:
 
@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +54,7 @@ os.environ.update(
 )
 
 import boto3  # noqa: E402
+from cold_start import bench_cold_start  # noqa: E402  (beside this script)
 from moto import mock_aws  # noqa: E402
 from moto.core.botocore_stubber import BotocoreStubber  # noqa: E402
 from moto.dynamodb import models as moto_dynamodb  # noqa: E402
@@ -64,7 +65,7 @@ from botmemory.consolidate import Outcome, Status  # noqa: E402
 from botmemory.keys import channel_pk, episode_sk, observation_sk  # noqa: E402
 from botmemory.memory_model.contract import ConsolidationAnswer, ModelInput  # noqa: E402
 from botmemory.memory_model.rules import RulesModel  # noqa: E402
-from botmemory.recall import RecallRequest  # noqa: E402
+from botmemory.recall import FACT_WINDOW_FACTOR, RecallRequest  # noqa: E402
 from botmemory.records import (  # noqa: E402
     Episode,
     Fact,
@@ -268,8 +269,7 @@ class World:
 class Lab:
     """Makes worlds on one moto-backed client, each on a fresh table.
 
-    The previous world's table is dropped first: moto copies every table of the
-    account on each TransactWriteItems, so leftovers would only slow the run down.
+    The previous world's table is dropped first, so moto holds one table at a time.
     """
 
     def __init__(self, client: Any) -> None:
@@ -579,7 +579,7 @@ def bench_stream(lab: Lab) -> None:
     calls = world.model.calls
     consumed = sum(o.consumed for o in rounds)
 
-    def mean(groups: list[list[Request]], count: Any) -> float:
+    def mean(groups: list[list[Request]], count: Callable[[list[Request]], int]) -> float:
         return sum(count(g) for g in groups) / len(groups) if groups else 0.0
 
     print_table(
@@ -636,7 +636,7 @@ def consolidation_input(lab: Lab, prior_observations: int, facts_per_user: int) 
 
 
 def bench_model_input(lab: Lab) -> None:
-    small, large = (100, 10), (10_000, 1_000)
+    small, large = (100, 20), (10_000, 1_000)
     young = consolidation_input(lab, *small)
     old = consolidation_input(lab, *large)
     cap = Settings().facts_per_person_in_model
@@ -660,9 +660,9 @@ def bench_model_input(lab: Lab) -> None:
             ]
         ),
         [
-            f"The model is shown at most MEMORY_FACTS_PER_PERSON_IN_MODEL={cap} facts per speaker:",
-            f"the young channel holds fewer than that, so its facts ({small[1]} per speaker) are all",
-            "shown; any growth in the facts row is the cap filling up, not history.",
+            f"The model is shown at most MEMORY_FACTS_PER_PERSON_IN_MODEL={cap} facts per speaker,",
+            "the newest; both channels hold more than that, so neither older observations nor",
+            "more facts reach the model: its input is the new batch plus a bounded context.",
             "Both channels also hold 3 pins and 10 episodes.",
         ],
     )
@@ -736,7 +736,8 @@ def bench_recall(lab: Lab) -> None:
 
     few = measure_recall(lab, recall_world(lab, 100, 10), SPEAKERS)
     many = measure_recall(lab, recall_world(lab, 100, 1_000), SPEAKERS)
-    window = Settings().recall_facts_per_person * 3
+    shown = Settings().recall_facts_per_person
+    window = shown * FACT_WINDOW_FACTOR
     print_table(
         "3b. Recall, 3 participants given explicitly: 10 vs 1,000 active facts per user",
         ["figure", "10 facts", "1,000 facts", "ratio"],
@@ -744,8 +745,9 @@ def bench_recall(lab: Lab) -> None:
         [
             f"requests: {few.operations} (10 facts); {many.operations} (1,000 facts).",
             f"longest chain: {many.chain}.",
-            f"Recall reads at most {window} facts per person (5 shown x window factor 3); with 10",
-            "facts all 10 are read, so a read-unit ratio above 1 is that window filling up.",
+            f"Recall reads at most {window} facts per person ({shown} shown x window factor"
+            f" {FACT_WINDOW_FACTOR}), the newest;",
+            "then ranks them by hits and recency. More facts beyond that window cost nothing.",
             "Each channel: 100 observations, 3 pins, 10 episodes.",
         ],
     )
@@ -760,7 +762,7 @@ def bench_recall(lab: Lab) -> None:
     print(
         "  Read units are an ESTIMATE: an item's size is taken as the sum of the UTF-8 lengths of"
         "\n  its attribute names and values as returned; per Query/Scan the total is rounded up to"
-        "\n  4 KB units (at least one), per GetItem/BatchGetItem item each item is rounded up;"
+        "\n  4 KB units (at least one), per GetItem/BatchGetItem each item is rounded up on its own;"
         "\n  x0.5 for eventually consistent reads (every recall read is; GSI queries always are)."
         "\n  DynamoDB charges the full item even when a projection returns part of it."
     )
@@ -775,6 +777,7 @@ def main() -> int:
         bench_stream(lab)
         bench_model_input(lab)
         bench_recall(lab)
+    bench_cold_start()
     print(f"(bench finished in {time.perf_counter() - started:.1f} s)")
     return 0
 

@@ -81,6 +81,7 @@ class Outcome:
     model_calls: int = 0
     model_input_chars: int = 0
     purged: int = 0
+    more_pending: bool = False  # the batch was full: a backlog waits behind it
     detail: str = ""
 
 
@@ -132,6 +133,7 @@ class Consolidator:
         outcomes = [self._round(channel_id, force=force)]
         while (
             outcomes[-1].status == Status.CONSOLIDATED
+            and outcomes[-1].more_pending
             and len(outcomes) < MAX_ROUNDS_PER_TRIGGER
             and self._repository.count_pending(channel_id, self._settings.consolidate_every)
             >= self._settings.consolidate_every
@@ -252,6 +254,7 @@ class Consolidator:
             return outcome
 
         outcome.consumed = len(observations)
+        outcome.more_pending = more
         outcome.facts_written = len(facts)
         outcome.superseded = len(superseded)
         outcome.episode_id = episode.episode_id if episode else None

@@ -31,7 +31,7 @@ BLOCK_FOOTER = "</memory>"
 # How many recent observations are read to find the conversation's participants.
 PARTICIPANT_TAIL = 30
 # Facts read per person before ranking: a small window of the newest, never all of them.
-FACT_WINDOW_FACTOR = 3
+FACT_WINDOW_FACTOR = 2
 MAX_PINS_READ = 20
 
 _pool: ThreadPoolExecutor | None = None
@@ -120,20 +120,25 @@ class Recaller:
             return self._legacy(request)
         settings = self._settings
         scope = scope_of(request.guild_id)
+        repository = self._repository
+        pool = _executor()
+        # Pins and episodes do not depend on who is talking: they go out with the first wave.
+        pin_futures = [
+            pool.submit(repository.pins, scope, target, MAX_PINS_READ)
+            for target in ("global", request.channel_id)
+        ]
+        episodes_future = pool.submit(
+            repository.recent_episodes, request.channel_id, settings.recall_episodes
+        )
         names: dict[str, str] = {}
         participants = self._participants(request, names)
-        pool = _executor()
-        pins_future = pool.submit(self._pins, scope, request.channel_id)
-        episodes_future = pool.submit(
-            self._repository.recent_episodes, request.channel_id, settings.recall_episodes
-        )
         window = settings.recall_facts_per_person * FACT_WINDOW_FACTOR
         fact_futures = {
-            user_id: pool.submit(self._repository.active_facts, scope, user_id, window)
+            user_id: pool.submit(repository.active_facts, scope, user_id, window)
             for user_id in participants
         }
         now = self._clock.now_ms()
-        pins = [p for p in pins_future.result() if ttl_alive(p.expires_at, now)]
+        pins = [p for f in pin_futures for p in f.result() if ttl_alive(p.expires_at, now)]
         episodes = [e for e in episodes_future.result() if ttl_alive(e.expires_at, now)]
         for episode in episodes:
             for user_id, name in zip(
@@ -161,11 +166,6 @@ class Recaller:
                         names.setdefault(obs.author_id, obs.author_name)
         ordered = list(dict.fromkeys([request.user_id, *others]))
         return ordered[: self._settings.recall_max_participants]
-
-    def _pins(self, scope: str, channel_id: str) -> list[Pin]:
-        return self._repository.pins(scope, "global", MAX_PINS_READ) + self._repository.pins(
-            scope, channel_id, MAX_PINS_READ
-        )
 
     def _rank(self, facts: list[Fact], now_ms: int) -> list[Fact]:
         """Most used first, then most recent; expired and superseded never."""
