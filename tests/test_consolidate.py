@@ -501,3 +501,18 @@ def test_memory_off_consolidates_nothing(dynamodb: Any, clock: ManualClock) -> N
     assert [o.status for o in off.consolidator.on_new_observations([gw.CHANNEL])] == [Status.OFF]
     assert off.consolidator.sweep() == []
     assert pending(on) == 25 and episodes(dynamodb) == []
+
+
+def test_no_round_starts_without_time_for_a_model_call(
+    services: MemoryServices, clock: ManualClock
+) -> None:
+    services.recorder.record(chat(130))
+    time_left = iter([100_000, 50_000])
+
+    backlog = services.consolidator.consolidate(gw.CHANNEL, time_left_ms=lambda: next(time_left))
+    clock.advance(seconds=31 * 60)
+    swept = services.consolidator.sweep(time_left_ms=lambda: 30_000)
+
+    assert [o.consumed for o in backlog] == [50, 50]  # a third round would not have fitted
+    assert swept == [] and pending(services) == 30
+    assert [o.consumed for o in services.consolidator.sweep()] == [30]

@@ -67,7 +67,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         channel_id = channel_of(record)
         if channel_id not in done:
             try:
-                outcomes = consolidator.consolidate(channel_id)
+                outcomes = consolidator.consolidate(
+                    channel_id, time_left_ms=context.get_remaining_time_in_millis
+                )
             except Exception as error:
                 logger.exception("consolidation failed", extra={"channel_id": channel_id})
                 done[channel_id] = error

@@ -20,7 +20,9 @@ metrics = Metrics()
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    outcomes = services_from_environment().consolidator.sweep()
+    outcomes = services_from_environment().consolidator.sweep(
+        time_left_ms=context.get_remaining_time_in_millis
+    )
     statuses = Counter(o.status.value for o in outcomes)
     consumed = sum(o.consumed for o in outcomes)
     metrics.add_metric(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -48,6 +48,16 @@ log = logging.getLogger(__name__)
 # Observation kinds whose text is a person's own words, and so may be a fact's evidence.
 WORDS = {ObservationKind.MESSAGE, ObservationKind.EDIT}
 MAX_ROUNDS_PER_TRIGGER = 4
+# Time a round may need (a model call with retries); no round starts with less left.
+ROUND_RESERVE_MS = 90_000
+
+TimeLeft = Callable[[], int]
+
+
+def _unbounded() -> int:
+    return 2**31
+
+
 MAX_PROVENANCE = 10
 PURGE_SCAN = 25
 
@@ -118,22 +128,27 @@ class Consolidator:
             outcomes += self.consolidate(channel_id)
         return outcomes
 
-    def sweep(self, limit: int = 50) -> list[Outcome]:
+    def sweep(self, limit: int = 50, time_left_ms: TimeLeft = _unbounded) -> list[Outcome]:
         """Schedule trigger: consolidate quiet channels whose observations have waited too long."""
         if not self._enabled:
             return []
         before = self._clock.now_ms() - self._settings.idle_flush_minutes * 60_000
         outcomes = []
         for channel_id in self._repository.channels_pending_before(before, limit):
-            outcomes += self.consolidate(channel_id, force=True)
+            if time_left_ms() < ROUND_RESERVE_MS:
+                break  # the next sweep takes the rest
+            outcomes += self.consolidate(channel_id, force=True, time_left_ms=time_left_ms)
         return outcomes
 
-    def consolidate(self, channel_id: str, *, force: bool = False) -> list[Outcome]:
+    def consolidate(
+        self, channel_id: str, *, force: bool = False, time_left_ms: TimeLeft = _unbounded
+    ) -> list[Outcome]:
         """Run rounds while a full batch keeps waiting (a backlog), each round one model call."""
         outcomes = [self._round(channel_id, force=force)]
         while (
             outcomes[-1].status == Status.CONSOLIDATED
             and outcomes[-1].more_pending
+            and time_left_ms() >= ROUND_RESERVE_MS
             and len(outcomes) < MAX_ROUNDS_PER_TRIGGER
             and self._repository.count_pending(channel_id, self._settings.consolidate_every)
             >= self._settings.consolidate_every
