@@ -365,22 +365,7 @@ def event_mix(count: int, start_ms: int) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     at = start_ms
     while len(events) < count:
-        first = gw.message(gw.ALICE, "I love hiking in the Alps", at)
-        second = gw.message(gw.BOB, "nice", at + 1000)
-        third = gw.message(gw.BOB, "oops", at + 2000)
-        events += [
-            first,
-            second,
-            third,
-            gw.message(gw.BOT, "Glad to hear it!", at + 3000),
-            gw.edit(first, "I love hiking in the Dolomites", at + 4000),
-            gw.delete(third),
-            gw.delete_bulk([second, third]),
-            gw.reaction("MESSAGE_REACTION_ADD", first, gw.BOB),
-            gw.reaction("MESSAGE_REACTION_REMOVE", first, gw.BOB),
-            gw.reaction("MESSAGE_REACTION_REMOVE_ALL", first, gw.BOB),
-            gw.reaction("MESSAGE_REACTION_REMOVE_EMOJI", first, gw.BOB),
-        ]
+        events += gw.every_event_type(at)
         at += 10_000
     return events[:count]
 

@@ -111,3 +111,23 @@ def reaction(
     elif kind == "MESSAGE_REACTION_REMOVE_EMOJI":
         payload["emoji"] = {"id": None, "name": emoji}
     return {"t": kind, "d": payload}
+
+
+def every_event_type(at_ms: int) -> list[dict[str, Any]]:
+    """One conversation touching all eight recorded dispatch types, plus the bot's answer."""
+    first = message(ALICE, "I love hiking in the Alps", at_ms)
+    second = message(BOB, "nice", at_ms + 1000)
+    third = message(BOB, "oops", at_ms + 2000)
+    return [
+        first,
+        second,
+        third,
+        message(BOT, "Glad to hear it!", at_ms + 3000),
+        edit(first, "I love hiking in the Dolomites", at_ms + 4000),
+        delete(third),
+        delete_bulk([second, third]),
+        reaction("MESSAGE_REACTION_ADD", first, BOB),
+        reaction("MESSAGE_REACTION_REMOVE", first, BOB),
+        reaction("MESSAGE_REACTION_REMOVE_ALL", first, BOB),
+        reaction("MESSAGE_REACTION_REMOVE_EMOJI", first, BOB),
+    ]

@@ -26,22 +26,7 @@ def observations(client: Any) -> list[dict[str, Any]]:
 
 
 def every_event_type() -> list[dict[str, Any]]:
-    first = gw.message(gw.ALICE, "I love hiking in the Alps", T0)
-    second = gw.message(gw.BOB, "nice", T0 + 1000)
-    third = gw.message(gw.BOB, "oops", T0 + 2000)
-    return [
-        first,
-        second,
-        third,
-        gw.message(gw.BOT, "Glad to hear it!", T0 + 3000),
-        gw.edit(first, "I love hiking in the Dolomites", T0 + 4000),
-        gw.delete(third),
-        gw.delete_bulk([second, third]),
-        gw.reaction("MESSAGE_REACTION_ADD", first, gw.BOB),
-        gw.reaction("MESSAGE_REACTION_REMOVE", first, gw.BOB),
-        gw.reaction("MESSAGE_REACTION_REMOVE_ALL", first, gw.BOB),
-        gw.reaction("MESSAGE_REACTION_REMOVE_EMOJI", first, gw.BOB),
-    ]
+    return gw.every_event_type(T0)
 
 
 def test_every_event_type_becomes_one_observation(services: MemoryServices, dynamodb: Any) -> None:
