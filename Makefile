@@ -47,9 +47,13 @@ format: venv
 bench: venv
 	$(PY) bench/bench.py
 
+# The whole system locally on embedded defaults: no AWS, no Docker, no network.
 demo: venv
-	@echo "make demo: not yet - the local run lands with the local-run issue."
-	@echo "Meanwhile 'make test' exercises the whole core against in-process DynamoDB."
+	$(PY) -m localrun.demo $(ARGS)
+
+# The same stack left running, with HTTP endpoints for the relay and a Discord application.
+dev: venv
+	$(PY) -m localrun.dev $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .mypy_cache build *.egg-info

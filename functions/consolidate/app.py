@@ -20,7 +20,7 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from botmemory.consolidate import Outcome, Status
+from botmemory.consolidate import Outcome, outcome_metrics
 from botmemory.runtime import services_from_environment
 
 logger = Logger()
@@ -38,21 +38,8 @@ def channel_of(record: DynamoDBRecord) -> str:
 
 
 def record_metrics(outcomes: list[Outcome]) -> None:
-    for outcome in outcomes:
-        metrics.add_metric(
-            name=f"Consolidation_{outcome.status.value}", unit=MetricUnit.Count, value=1
-        )
-        if outcome.status == Status.CONSOLIDATED:
-            metrics.add_metric(
-                name="ObservationsConsumed", unit=MetricUnit.Count, value=outcome.consumed
-            )
-            metrics.add_metric(
-                name="FactsWritten", unit=MetricUnit.Count, value=outcome.facts_written
-            )
-            metrics.add_metric(
-                name="FactsDiscarded", unit=MetricUnit.Count, value=len(outcome.discarded)
-            )
-        metrics.add_metric(name="ModelCalls", unit=MetricUnit.Count, value=outcome.model_calls)
+    for name, value in outcome_metrics(outcomes):
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
 
 @logger.inject_lambda_context

@@ -9,6 +9,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from botmemory.consolidate import outcome_metrics
 from botmemory.runtime import services_from_environment
 
 logger = Logger()
@@ -28,7 +29,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(
         name="SweptChannels", unit=MetricUnit.Count, value=len({o.channel_id for o in outcomes})
     )
-    metrics.add_metric(name="ObservationsConsumed", unit=MetricUnit.Count, value=consumed)
+    for name, value in outcome_metrics(outcomes):
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     logger.info("sweep done", extra={"statuses": dict(statuses), "consumed": consumed})
     return {
         "channels": len({o.channel_id for o in outcomes}),

@@ -49,3 +49,23 @@ def show_memory(interaction: dict[str, Any], services: MemoryServices) -> dict[s
             f"`{fact.fact_id}` {scrub(fact.text)} ({fact.kind.value}, {fact.source.value}, {day})"
         )
     return ephemeral_message("\n".join(lines))
+
+
+def user_facts_listing(services: MemoryServices, scope: str, user_id: str) -> str:
+    """Staff view of one member: every fact kept about them here, active first, with ids."""
+    now = services.clock.now_ms()
+    facts = [
+        f for f in services.repository.all_facts(scope, user_id) if ttl_alive(f.expires_at, now)
+    ]
+    if not facts:
+        return f"Nothing is kept about user {user_id} here."
+    facts.sort(key=lambda f: (f.status.value != "active", -f.updated_ms))
+    lines = [f"Facts kept about user {user_id} ({len(facts)}):"]
+    for fact in facts:
+        day = datetime.fromtimestamp(fact.updated_ms / 1000, tz=UTC).strftime("%Y-%m-%d")
+        status = "" if fact.status.value == "active" else f", {fact.status.value}"
+        lines.append(
+            f"`{fact.fact_id}` {scrub(fact.text)} ({fact.kind.value}, {fact.source.value}, "
+            f"{day}, seen {fact.hits}x{status})"
+        )
+    return "\n".join(lines)

@@ -38,7 +38,7 @@ class Settings(BaseModel):
     observation_retention_days: int = Field(default=30, ge=1)
     episode_retention_days: int = Field(default=90, ge=1)
     lock_lease_seconds: int = Field(default=900, ge=10)
-    idle_flush_minutes: int = Field(default=30, ge=1)
+    idle_flush_minutes: int = Field(default=30, ge=0)
     facts_per_person_in_model: int = Field(default=15, ge=0, le=50)
     observation_chars: int = Field(default=500, ge=20, le=4000)
     fact_chars: int = Field(default=240, ge=20, le=1000)

@@ -106,6 +106,22 @@ class _Batch:
     scope: str
 
 
+def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
+    """Counts worth a metric, named the same wherever consolidation runs."""
+    figures: list[tuple[str, int]] = []
+    for outcome in outcomes:
+        figures.append((f"Consolidation_{outcome.status.value}", 1))
+        figures.append(("ModelCalls", outcome.model_calls))
+        if outcome.status == Status.CONSOLIDATED:
+            figures += [
+                ("ObservationsConsumed", outcome.consumed),
+                ("FactsWritten", outcome.facts_written),
+                ("FactsSuperseded", outcome.superseded),
+                ("FactsDiscarded", len(outcome.discarded)),
+            ]
+    return figures
+
+
 class Consolidator:
     def __init__(
         self,

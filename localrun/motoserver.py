@@ -1,0 +1,108 @@
+"""DynamoDB on this machine: moto's server as a child process on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+class LocalRunError(RuntimeError):
+    """Something the local run cannot go on without; the message says what and what to do."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class MotoServer:
+    """Starts moto's server, waits until it answers, and always stops it."""
+
+    def __init__(self, port: int = 0, startup_seconds: float = 20.0) -> None:
+        if port and not port_is_free(port):
+            raise LocalRunError(
+                f"port {port} on 127.0.0.1 is already taken; choose another with --port "
+                "or leave it out to use a free one"
+            )
+        self.port = port or free_port()
+        self._startup_seconds = startup_seconds
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid if self._process else 0
+
+    def start(self) -> MotoServer:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + self._startup_seconds
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise LocalRunError(
+                    f"the local DynamoDB (moto server) exited at start with code "
+                    f"{self._process.returncode}; is port {self.port} free?"
+                )
+            if self.answering():
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise LocalRunError(
+            f"the local DynamoDB did not answer on {self.url} within {self._startup_seconds:.0f} s"
+        )
+
+    def answering(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1):
+                return True
+        except urllib.error.HTTPError:
+            return True  # it answered, even if not with a page
+        except OSError:
+            return False
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def check(self) -> None:
+        """Raise a clear error when the server has died under us."""
+        if not self.alive():
+            code = self._process.returncode if self._process else None
+            raise LocalRunError(
+                f"the local DynamoDB (moto server, port {self.port}) stopped (exit code {code})"
+            )
+
+    def stop(self) -> None:
+        if self._process is None or self._process.poll() is not None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=5)
+
+    def __enter__(self) -> MotoServer:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()

@@ -1,0 +1,96 @@
+"""A recorded conversation replayed as Discord gateway events.
+
+The conversation format is LoCoMo's (speaker_a, speaker_b, session_N_date_time, session_N
+turns of {speaker, dia_id, text}): each conversation becomes one channel, each speaker one
+user, each turn a MESSAGE_CREATE at its session's time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from localrun.motoserver import LocalRunError
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED_SAMPLE = Path(__file__).resolve().parent / "sample_conversation.json"
+SHARED_DATASET = ROOT.parent / "shared" / "datasets" / "locomo"
+DISCORD_EPOCH_MS = 1_420_070_400_000
+GUILD_ID = "1100000000000000042"
+CHANNEL_ID = "1200000000000000042"
+TURN_GAP_MS = 30_000
+
+
+@dataclass(frozen=True)
+class Replay:
+    source: Path
+    speakers: dict[str, str]  # name -> user id
+    events: list[dict[str, Any]]
+    guild_id: str = GUILD_ID
+    channel_id: str = CHANNEL_ID
+
+
+def default_source() -> Path:
+    """One LoCoMo conversation when the shared dataset is there, else the bundled sample."""
+    candidates = sorted(SHARED_DATASET.glob("*.json")) if SHARED_DATASET.is_dir() else []
+    return candidates[0] if candidates else BUNDLED_SAMPLE
+
+
+def _session_start(text: str) -> datetime:
+    # LoCoMo writes "1:56 pm on 8 May, 2023".
+    cleaned = re.sub(r"\s+", " ", text.strip())
+    return datetime.strptime(cleaned, "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+
+
+def _snowflake(at_ms: int, sequence: int) -> str:
+    return str(((at_ms - DISCORD_EPOCH_MS) << 22) | (sequence & 0xFFF))
+
+
+def load_replay(path: Path, limit: int | None = None) -> Replay:
+    if not path.is_file():
+        raise LocalRunError(f"no conversation at {path}: give an existing file with --dataset")
+    try:
+        conversation = json.loads(path.read_text(encoding="utf-8"))
+        names = [conversation["speaker_a"], conversation["speaker_b"]]
+    except (ValueError, KeyError, TypeError) as error:
+        raise LocalRunError(f"{path} is not a conversation in LoCoMo's format ({error})") from None
+    speakers = {name: str(1300000000000000100 + i) for i, name in enumerate(names)}
+    events: list[dict[str, Any]] = []
+    session = 1
+    while f"session_{session}" in conversation:
+        start = _session_start(conversation[f"session_{session}_date_time"])
+        for turn_index, turn in enumerate(conversation[f"session_{session}"]):
+            speaker = turn.get("speaker")
+            if speaker not in speakers or not isinstance(turn.get("text"), str):
+                continue
+            at_ms = int(start.timestamp() * 1000) + turn_index * TURN_GAP_MS
+            user_id = speakers[speaker]
+            events.append(
+                {
+                    "t": "MESSAGE_CREATE",
+                    "d": {
+                        "id": _snowflake(at_ms, len(events)),
+                        "channel_id": CHANNEL_ID,
+                        "guild_id": GUILD_ID,
+                        "author": {
+                            "id": user_id,
+                            "username": speaker.lower(),
+                            "global_name": speaker,
+                        },
+                        "member": {"nick": None, "roles": []},
+                        "content": turn["text"],
+                        "timestamp": datetime.fromtimestamp(at_ms / 1000, tz=UTC).isoformat(),
+                        "type": 0,
+                    },
+                }
+            )
+            if limit and len(events) >= limit:
+                return Replay(path, speakers, events)
+        session += 1
+    if not events:
+        raise LocalRunError(f"{path} holds no turns to replay")
+    return Replay(path, speakers, events)

@@ -1,0 +1,276 @@
+"""The SAM application wired on this machine the way template.yaml declares it.
+
+The table is created from the template's own MemoryTable definition on a local DynamoDB;
+each function's handler is loaded from its CodeUri with the layer on the path and the
+template's environment; the table's stream feeds ConsolidateFunction through the
+template's FilterCriteria, batch size, batching window and retry count; the schedule
+invokes SweepFunction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from localrun.samtemplate import Template, load_handler, passes_filters
+
+TABLE_ID = "MemoryTable"
+CONSOLIDATE_ID = "ConsolidateFunction"
+SWEEP_ID = "SweepFunction"
+
+
+@dataclass
+class LambdaContext:
+    """The parts of Lambda's context object the handlers and Powertools read."""
+
+    function_name: str
+    memory_limit_in_mb: int = 512
+    timeout_ms: int = 300_000
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    _started: float = field(default_factory=time.monotonic)
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, self.timeout_ms - int((time.monotonic() - self._started) * 1000))
+
+
+def table_arguments(template: Template, table_name: str) -> dict[str, Any]:
+    """CreateTable arguments from the template's MemoryTable resource."""
+    properties = template.resources[TABLE_ID]["Properties"]
+    arguments: dict[str, Any] = {
+        "TableName": table_name,
+        "AttributeDefinitions": properties["AttributeDefinitions"],
+        "KeySchema": properties["KeySchema"],
+        "BillingMode": properties.get("BillingMode", "PAY_PER_REQUEST"),
+    }
+    if properties.get("GlobalSecondaryIndexes"):
+        arguments["GlobalSecondaryIndexes"] = properties["GlobalSecondaryIndexes"]
+    if properties.get("StreamSpecification"):
+        arguments["StreamSpecification"] = {
+            "StreamEnabled": True,
+            **properties["StreamSpecification"],
+        }
+    return arguments
+
+
+def parse_emf(text: str) -> Counter[str]:
+    """Sum the metrics of the CloudWatch embedded-metric-format lines in a function's output."""
+    totals: Counter[str] = Counter()
+    for line in text.splitlines():
+        if not line.startswith("{") or '"_aws"' not in line:
+            continue
+        try:
+            record = json.loads(line)
+            definitions = record["_aws"]["CloudWatchMetrics"]
+        except (ValueError, KeyError):
+            continue
+        for definition in definitions:
+            for metric in definition.get("Metrics", []):
+                value = record.get(metric["Name"], 0)
+                totals[metric["Name"]] += sum(value) if isinstance(value, list) else value
+    return totals
+
+
+class LocalStack:
+    def __init__(
+        self,
+        dynamodb_url: str,
+        *,
+        table_name: str = "MemoryTable",
+        parameters: Mapping[str, str] | None = None,
+        environment: Mapping[str, str] | None = None,
+        echo: bool = False,
+    ) -> None:
+        self.template = Template.load({TABLE_ID: table_name})
+        self.table_name = table_name
+        self._dynamodb_url = dynamodb_url
+        self._parameters = dict(parameters or {})
+        self._extra_environment = dict(environment or {})
+        self._echo = echo  # also show what functions print (make dev), not only collect it
+        self._handlers: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self.metrics: Counter[str] = Counter()
+        self.output = io.StringIO()  # what the functions printed (JSON logs, metrics)
+        self._shard_iterators: dict[str, str] = {}
+        self._waiting: list[dict[str, Any]] = []
+        self._waiting_since: float | None = None
+        self.dead_lettered = 0
+
+    # Set-up -----------------------------------------------------------------------
+
+    def environment(self) -> dict[str, str]:
+        """One environment for all functions: the template gives them the same shared set."""
+        merged: dict[str, str] = {}
+        for logical_id in self.template.function_ids():
+            for name, value in self.template.function(
+                logical_id, self._parameters
+            ).environment.items():
+                if merged.get(name, value) != value:
+                    raise ValueError(
+                        f"{name} differs between functions; run them in separate processes"
+                    )
+                merged[name] = value
+        merged.update(
+            TABLE_NAME=self.table_name,
+            AWS_ENDPOINT_URL_DYNAMODB=self._dynamodb_url,
+            AWS_ENDPOINT_URL_DYNAMODB_STREAMS=self._dynamodb_url,
+            POWERTOOLS_TRACE_DISABLED="true",
+        )
+        merged.update(self._extra_environment)
+        return merged
+
+    def start(self) -> LocalStack:
+        os.environ.update(self.environment())
+        os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+        if not os.environ.get("AWS_ACCESS_KEY_ID") and not os.environ.get("AWS_PROFILE"):
+            # The local DynamoDB accepts any credentials; a real model provider needs real ones.
+            os.environ.update(AWS_ACCESS_KEY_ID="local", AWS_SECRET_ACCESS_KEY="local")
+        from botmemory.config import get_settings
+        from botmemory.runtime import services_from_environment
+
+        get_settings.cache_clear()
+        services_from_environment.cache_clear()
+        import boto3
+
+        self.dynamodb = boto3.client("dynamodb")
+        self.streams = boto3.client("dynamodbstreams")
+        self.dynamodb.create_table(**table_arguments(self.template, self.table_name))
+        ttl = self.template.resources[TABLE_ID]["Properties"].get("TimeToLiveSpecification")
+        if ttl:
+            self.dynamodb.update_time_to_live(
+                TableName=self.table_name, TimeToLiveSpecification=ttl
+            )
+        self.stream_arn = self.dynamodb.describe_table(TableName=self.table_name)["Table"][
+            "LatestStreamArn"
+        ]
+        for logical_id in self.template.function_ids():
+            self._handlers[logical_id] = load_handler(
+                self.template.function(logical_id, self._parameters)
+            )
+        return self
+
+    # Invoking ---------------------------------------------------------------------
+
+    def invoke(self, logical_id: str, event: Any) -> Any:
+        """Run one function on one event, collecting what it prints and its metrics."""
+        timeout_s = int(
+            self.template.function(logical_id, self._parameters).properties.get("Timeout", 3)
+        )
+        context = LambdaContext(function_name=logical_id, timeout_ms=timeout_s * 1000)
+        captured = io.StringIO()
+        with self._lock, contextlib.redirect_stdout(captured):
+            result = self._handlers[logical_id](event, context)
+        printed = captured.getvalue()
+        self.output.write(printed)
+        if self._echo and printed:
+            print(printed, end="", flush=True)
+        self.metrics.update(parse_emf(printed))
+        return result
+
+    # The stream -------------------------------------------------------------------
+
+    def _read_stream(self) -> list[dict[str, Any]]:
+        records: list[dict[str, Any]] = []
+        shards = self.streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"][
+            "Shards"
+        ]
+        for shard in shards:
+            shard_id = shard["ShardId"]
+            iterator = (
+                self._shard_iterators.get(shard_id)
+                or self.streams.get_shard_iterator(
+                    StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+                )["ShardIterator"]
+            )
+            while iterator:
+                page = self.streams.get_records(ShardIterator=iterator, Limit=1000)
+                records += page["Records"]
+                iterator = page.get("NextShardIterator")
+                self._shard_iterators[shard_id] = iterator
+                if not page["Records"]:
+                    break
+        for record in records:
+            record["eventSourceARN"] = self.stream_arn
+        return records
+
+    def pump_stream(self, *, flush: bool = False) -> int:
+        """Deliver new stream records to ConsolidateFunction as its event source would.
+
+        Records pass the template's FilterCriteria, then go out in batches of at most
+        BatchSize once a batch is full, the batching window has passed, or `flush` is set.
+        Returns how many records were delivered.
+        """
+        source = self.template.stream_source(CONSOLIDATE_ID)
+        filters = self.template.stream_filters(CONSOLIDATE_ID)
+        fresh = [r for r in self._read_stream() if passes_filters(filters, r)]
+        if fresh and not self._waiting:
+            self._waiting_since = time.monotonic()
+        self._waiting += fresh
+        window = float(source.get("MaximumBatchingWindowInSeconds", 0))
+        size = int(source.get("BatchSize", 100))
+        delivered = 0
+        while self._waiting and (
+            flush
+            or len(self._waiting) >= size
+            or time.monotonic() - (self._waiting_since or 0) >= window
+        ):
+            batch, self._waiting = self._waiting[:size], self._waiting[size:]
+            self._deliver(batch, int(source.get("MaximumRetryAttempts", 0)))
+            delivered += len(batch)
+            self._waiting_since = time.monotonic()
+        return delivered
+
+    def _deliver(self, batch: list[dict[str, Any]], retries: int) -> None:
+        """Invoke with a batch; on partial failure retry from the first failed record."""
+        for _attempt in range(retries + 1):
+            try:
+                answer = self.invoke(CONSOLIDATE_ID, {"Records": batch})
+                failed = {f["itemIdentifier"] for f in answer.get("batchItemFailures", [])}
+            except Exception as error:  # a function error fails the whole batch
+                print(f"ConsolidateFunction failed: {error}")
+                failed = {batch[0]["dynamodb"]["SequenceNumber"]}
+            if not failed:
+                return
+            first = next(
+                i for i, r in enumerate(batch) if r["dynamodb"]["SequenceNumber"] in failed
+            )
+            batch = batch[first:]
+        self.dead_lettered += len(batch)
+
+    # The schedule -----------------------------------------------------------------
+
+    def run_schedule(self) -> Any:
+        event = {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": "Scheduled Event",
+            "source": "aws.events",
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "region": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+            "resources": [],
+            "detail": {},
+        }
+        return self.invoke(SWEEP_ID, event)
+
+    def schedule_seconds(self) -> int:
+        """The sweep's rate from the template, e.g. rate(5 minutes) -> 300."""
+        for event in self.template.resources[SWEEP_ID]["Properties"].get("Events", {}).values():
+            expression = str(event.get("Properties", {}).get("Schedule", ""))
+            if expression.startswith("rate(") and expression.endswith(")"):
+                amount, unit = expression[5:-1].split()
+                return int(amount) * {"minute": 60, "minutes": 60, "hour": 3600, "hours": 3600}.get(
+                    unit, 1
+                )
+        return 300
