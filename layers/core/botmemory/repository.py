@@ -515,6 +515,87 @@ class MemoryRepository:
             "sk": {"S": keys.fact_sk(fact.fact_id)},
         }
 
+    # Legacy memory (migration) ------------------------------------------------------
+    # The earlier bot's one memory string per channel lives on as the STATE item's
+    # `legacy_memory` (recall with memory off) and as one episode marked `legacy`
+    # (recall with memory on). See botmemory.migrate.
+
+    def legacy_episodes(self, channel_id: str) -> list[Episode]:
+        """The channel's episodes migrated from the earlier bot, oldest first.
+
+        Read strongly consistent, so a migration re-run right after a write sees it.
+        """
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :ep)",
+            "FilterExpression": "legacy = :yes",
+            "ExpressionAttributeValues": {
+                ":pk": {"S": keys.channel_pk(channel_id)},
+                ":ep": {"S": keys.EPISODE_PREFIX},
+                ":yes": {"BOOL": True},
+            },
+            "ConsistentRead": True,
+        }
+        episodes: list[Episode] = []
+        while True:
+            response = self._client.query(**request)
+            episodes += [Episode.model_validate(from_item(i)) for i in response["Items"]]
+            if "LastEvaluatedKey" not in response:
+                return episodes
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def save_legacy_memory(
+        self,
+        channel_id: str,
+        *,
+        text: str | None = None,
+        episode: Episode | None = None,
+        replaced: Sequence[Episode] = (),
+        scope: str | None = None,
+    ) -> None:
+        """Set the legacy memory string, write the legacy episode and delete the legacy
+        episodes it replaces, in one transaction, so a failed run leaves the channel as it was.
+
+        Only `legacy_memory` is SET on the STATE item: the lock, cursor and sweep marker
+        stay untouched. `scope` is stored on the episode only when known.
+        """
+        table = self.table_name
+        actions: list[dict[str, Any]] = []
+        if text is not None:
+            actions.append(
+                {
+                    "Update": {
+                        "TableName": table,
+                        "Key": self._state_key(channel_id),
+                        "UpdateExpression": "SET legacy_memory = :text",
+                        "ExpressionAttributeValues": {":text": {"S": text}},
+                    }
+                }
+            )
+        if episode is not None:
+            values = _episode_values(episode, scope or "")
+            if scope is None:
+                del values["scope"]
+            values["legacy"] = True
+            actions.append(
+                {
+                    "Put": {
+                        "TableName": table,
+                        "Item": to_item(values),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                }
+            )
+        stale = [
+            {"pk": {"S": keys.channel_pk(channel_id)}, "sk": {"S": old.sk}} for old in replaced
+        ]
+        room = MAX_TRANSACTION_ACTIONS - len(actions)
+        actions += [{"Delete": {"TableName": table, "Key": key}} for key in stale[:room]]
+        if actions:
+            self._client.transact_write_items(TransactItems=actions)
+        if stale[room:]:  # only after a pathological pile-up of legacy episodes
+            self._delete_keys(stale[room:])
+
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
