@@ -5,7 +5,7 @@
 Each channel's text (scrubbed of control and invisible characters) becomes:
 
 - the STATE item's `legacy_memory` attribute, which recall returns while memory is
-  off (only that attribute is set: the lock, cursor and sweep marker stay as they are);
+  off (only that attribute is set: the lock and the sweep marker stay as they are);
 - one episode marked `legacy: true`, which recall shows among the channel's episodes
   while memory is on. Its id is derived from the channel and the text, so a re-run
   finds it whatever time it was written at; a changed text replaces it. It carries no

@@ -556,7 +556,7 @@ class MemoryRepository:
         """Set the legacy memory string, write the legacy episode and delete the legacy
         episodes it replaces, in one transaction, so a failed run leaves the channel as it was.
 
-        Only `legacy_memory` is SET on the STATE item: the lock, cursor and sweep marker
+        Only `legacy_memory` is SET on the STATE item: the lock and the sweep marker
         stay untouched. `scope` is stored on the episode only when known.
         """
         table = self.table_name
