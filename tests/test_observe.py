@@ -59,8 +59,9 @@ def test_every_event_type_becomes_one_observation(services: MemoryServices, dyna
 
 
 def test_each_event_costs_one_write_no_read_and_no_model_call(
-    services: MemoryServices, dynamodb: Any, model: CountingModel
+    services: MemoryServices, dynamodb: Any, model: CountingModel, clock: Any
 ) -> None:
+    services.recorder.record(gw.every_event_type(T0 - 60_000))  # warms the opt-out list
     counter = RequestCounter(dynamodb)
     events = every_event_type()
 
@@ -70,6 +71,20 @@ def test_each_event_costs_one_write_no_read_and_no_model_call(
     assert counter.count("PutItem") == len(events)
     assert counter.count(*READ_OPERATIONS) == 0
     assert model.calls == []
+
+
+def test_the_opt_out_list_costs_one_read_a_minute_not_one_per_event(
+    services: MemoryServices, dynamodb: Any, clock: Any
+) -> None:
+    counter = RequestCounter(dynamodb)
+
+    for minute in range(3):
+        for second in range(0, 60, 10):
+            clock.set(T0 + minute * 60_000 + second * 1000)
+            services.recorder.record(gw.every_event_type(T0 + minute * 60_000 + second * 1000))
+
+    assert counter.count(*READ_OPERATIONS) == 3
+    assert counter.count("PutItem") == 3 * 6 * 11
 
 
 def test_a_replayed_event_is_stored_once(services: MemoryServices, dynamodb: Any) -> None:

@@ -26,6 +26,7 @@ from botmemory.memory_model.contract import (
     ProposedFact,
     render_batch,
 )
+from botmemory.optout import OptOuts
 from botmemory.records import (
     Episode,
     Fact,
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 # Observation kinds whose text is a person's own words, and so may be a fact's evidence.
 WORDS = {ObservationKind.MESSAGE, ObservationKind.EDIT}
 MAX_ROUNDS_PER_TRIGGER = 4
+# Room kept in the commit for the channel state, the episode, dropped episodes and facts.
+TRANSACTION_RESERVE = 25
 # Time a round may need (a model call with retries); no round starts with less left.
 ROUND_RESERVE_MS = 90_000
 
@@ -106,6 +109,24 @@ class _Batch:
     scope: str
 
 
+def _fit_one_transaction(
+    observations: list[Observation], discarded: int
+) -> tuple[list[Observation], bool]:
+    """Trim the batch so that consuming it, profiles of its people, the episode, dropped
+    episodes and a fair number of facts fit one transaction. True when it was trimmed."""
+    trimmed = False
+    while observations:
+        people = {o.author_id for o in observations if o.author_id}
+        if (
+            len(observations) + discarded + len(people) + TRANSACTION_RESERVE
+            <= MAX_TRANSACTION_ACTIONS
+        ):
+            break
+        observations = observations[:-1]
+        trimmed = True
+    return observations, trimmed
+
+
 def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
     """Counts worth a metric, named the same wherever consolidation runs."""
     figures: list[tuple[str, int]] = []
@@ -129,11 +150,13 @@ class Consolidator:
         settings: Settings,
         model: MemoryModel | None,
         clock: Clock,
+        opt_outs: OptOuts,
     ) -> None:
         self._repository = repository
         self._settings = settings
         self._model = model
         self._clock = clock
+        self._opt_outs = opt_outs
 
     # Entry points -------------------------------------------------------------------
 
@@ -215,8 +238,13 @@ class Consolidator:
         if not observations:
             self._repository.release_lock(lock)
             return Outcome(channel_id, Status.NOTHING_PENDING)
+        # Someone who opted out after their words were recorded: drop them unread.
+        opted_out = [o for o in observations if self._opt_outs.is_opted_out(o.author_id)]
+        observations = [o for o in observations if o not in opted_out]
+        observations, trimmed = _fit_one_transaction(observations, len(opted_out))
+        more = more or trimmed
 
-        batch = self._prepare(observations)
+        batch = self._prepare(observations, scope=(observations or opted_out)[0].scope)
         outcome = Outcome(channel_id, Status.CONSOLIDATED)
         facts: list[Fact] = []
         superseded: list[Fact] = []
@@ -250,7 +278,14 @@ class Consolidator:
             )
 
         dropped = self._episodes_beyond_cap(channel_id) if episode else []
-        room = MAX_TRANSACTION_ACTIONS - len(observations) - len(dropped) - 2
+        room = (
+            MAX_TRANSACTION_ACTIONS
+            - len(observations)
+            - len(opted_out)
+            - len(batch.authors)
+            - len(dropped)
+            - 2
+        )
         if len(facts) + len(superseded) > room:
             for fact in facts[room:]:
                 self._discard(
@@ -263,6 +298,8 @@ class Consolidator:
         commit = ConsolidationCommit(
             lock=lock,
             consumed=observations,
+            discarded=opted_out,
+            people=list(batch.authors.items()),
             facts=facts,
             superseded=superseded,
             episode=episode,
@@ -304,7 +341,7 @@ class Consolidator:
 
     # Building the model's view ------------------------------------------------------
 
-    def _prepare(self, observations: list[Observation]) -> _Batch:
+    def _prepare(self, observations: list[Observation], scope: str) -> _Batch:
         deleted: set[str] = set()
         for obs in observations:
             if obs.kind == ObservationKind.DELETE and obs.message_id:
@@ -335,7 +372,7 @@ class Consolidator:
                 number_of_message[obs.message_id] = number
             if not obs.author_is_bot and obs.kind != ObservationKind.ANSWER:
                 authors.setdefault(obs.author_id, obs.author_name or obs.author_id)
-        return _Batch(observations, numbered, by_number, authors, observations[0].scope)
+        return _Batch(observations, numbered, by_number, authors, scope)
 
     @staticmethod
     def _describe(
@@ -476,7 +513,7 @@ class Consolidator:
             summary=text,
             participant_ids=people,
             participant_names=[batch.authors[p] for p in people],
-            start_ms=batch.observations[0].at_ms,
+            start_ms=min(o.at_ms for o in batch.observations),
             end_ms=max(o.at_ms for o in batch.observations),
             created_ms=now,
             expires_at=epoch_seconds(now + self._settings.episode_retention_days * DAY_MS),

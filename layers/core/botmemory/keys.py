@@ -9,6 +9,7 @@ EPISODE_PREFIX = "EP#"
 FACT_PREFIX = "FACT#"
 PIN_PREFIX = "PIN#"
 SWEEP_BUCKET = "SWEEP"
+OPT_OUT_PK = "OPTOUT"
 
 
 def channel_pk(channel_id: str) -> str:

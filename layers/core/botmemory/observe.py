@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.config import Settings
 from botmemory.keys import observation_sk
+from botmemory.optout import OptOuts
 from botmemory.records import Observation, ObservationKind, scope_of
 from botmemory.repository import MemoryRepository
 from botmemory.text import clean, content_hash
@@ -161,10 +162,13 @@ def _display_name(user: User | None, member: Member | None) -> str | None:
 class ObservationRecorder:
     """Turns dispatch events into observation items."""
 
-    def __init__(self, repository: MemoryRepository, settings: Settings, clock: Clock) -> None:
+    def __init__(
+        self, repository: MemoryRepository, settings: Settings, clock: Clock, opt_outs: OptOuts
+    ) -> None:
         self._repository = repository
         self._settings = settings
         self._clock = clock
+        self._opt_outs = opt_outs
         self._parsers: dict[str, Callable[[dict[str, Any]], Observation]] = {
             "MESSAGE_CREATE": self._message_create,
             "MESSAGE_UPDATE": self._message_update,
@@ -201,6 +205,9 @@ class ObservationRecorder:
                     extra={"index": index, "event": label, "reason": reason},
                 )
                 result.rejected.append(Skip(index=index, event=label, reason=reason))
+                continue
+            if self._opt_outs.is_opted_out(observation.author_id):
+                result.ignored.append(Skip(index=index, event=label, reason="author opted out"))
                 continue
             if self._repository.put_observation(observation):
                 result.stored += 1

@@ -7,7 +7,7 @@ cold start); boto3's own serializer converts to and from attribute values.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -18,7 +18,13 @@ from botocore.exceptions import ClientError
 from botmemory import keys
 from botmemory.clock import epoch_seconds
 from botmemory.records import Episode, Fact, FactStatus, Observation, Pin
-from botmemory.schema import ACTIVE_FACTS_INDEX, PENDING_INDEX, SWEEP_INDEX
+from botmemory.schema import (
+    ACTIVE_FACTS_INDEX,
+    BY_ITEM_ID_INDEX,
+    BY_USER_INDEX,
+    PENDING_INDEX,
+    SWEEP_INDEX,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +74,16 @@ class ConsolidationCommit:
     dropped_episodes: Sequence[str] = ()  # episode sort keys beyond the cap
     more_pending_since_ms: int | None = None  # oldest observation left pending, if any
     now_ms: int = 0
+    # People seen in the batch: (user id, display name); their profiles learn the channel.
+    people: Sequence[tuple[str, str]] = ()
+    # Observations of people who opted out: deleted instead of consumed.
+    discarded: Sequence[Observation] = ()
 
     def action_count(self) -> int:
         return (
             len(self.consumed)
+            + len(self.discarded)
+            + len(self.people)
             + len(self.facts)
             + len(self.superseded)
             + (1 if self.episode else 0)
@@ -446,6 +458,20 @@ class MemoryRepository:
                     }
                 }
             )
+        for observation in commit.discarded:
+            actions.append(
+                {
+                    "Delete": {
+                        "TableName": table,
+                        "Key": {"pk": {"S": channel_pk}, "sk": {"S": observation.sk}},
+                        "ConditionExpression": "attribute_exists(pending_sk)",
+                    }
+                }
+            )
+        for user_id, name in commit.people:
+            actions.append(
+                {"Update": {"TableName": table, **_profile_seen(scope, user_id, name, commit)}}
+            )
         actions.append({"Update": {"TableName": table, **self._release_and_record(commit)}})
         try:
             self._client.transact_write_items(TransactItems=actions)
@@ -595,6 +621,136 @@ class MemoryRepository:
             self._client.transact_write_items(TransactItems=actions)
         if stale[room:]:  # only after a pathological pile-up of legacy episodes
             self._delete_keys(stale[room:])
+
+    # People: opt-outs, lookups and erasure ------------------------------------------
+    # Opt-outs are kept as hashes of user ids under one partition: ingest checks them
+    # from a cached list, and an erased person who stays opted out leaves no id behind.
+
+    def add_opt_out(self, user_hash: str, now_ms: int) -> None:
+        self._client.put_item(
+            TableName=self.table_name,
+            Item=to_item({"pk": keys.OPT_OUT_PK, "sk": user_hash, "since_ms": now_ms}),
+        )
+
+    def remove_opt_out(self, user_hash: str) -> None:
+        self._client.delete_item(
+            TableName=self.table_name,
+            Key={"pk": {"S": keys.OPT_OUT_PK}, "sk": {"S": user_hash}},
+        )
+
+    def opted_out_hashes(self) -> set[str]:
+        found: set[str] = set()
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": keys.OPT_OUT_PK}},
+            "ProjectionExpression": "sk",
+        }
+        while True:
+            response = self._client.query(**request)
+            found |= {item["sk"]["S"] for item in response["Items"]}
+            if "LastEvaluatedKey" not in response:
+                return found
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def keys_of_user(self, user_id: str) -> list[dict[str, Any]]:
+        """The key of every item that holds this person's id (the by_user index)."""
+        found: list[dict[str, Any]] = []
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "IndexName": BY_USER_INDEX,
+            "KeyConditionExpression": "user_id = :user",
+            "ExpressionAttributeValues": {":user": {"S": user_id}},
+        }
+        while True:
+            response = self._client.query(**request)
+            found += [{"pk": i["pk"], "sk": i["sk"]} for i in response["Items"]]
+            if "LastEvaluatedKey" not in response:
+                return found
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def get(self, key: dict[str, Any]) -> dict[str, Any] | None:
+        response = self._client.get_item(TableName=self.table_name, Key=key, ConsistentRead=True)
+        return from_item(response["Item"]) if "Item" in response else None
+
+    def item_by_id(self, item_id: str) -> dict[str, Any] | None:
+        """A fact or pin by the short id staff type."""
+        response = self._client.query(
+            TableName=self.table_name,
+            IndexName=BY_ITEM_ID_INDEX,
+            KeyConditionExpression="item_id = :id",
+            ExpressionAttributeValues={":id": {"S": item_id}},
+            Limit=1,
+        )
+        if not response["Items"]:
+            return None
+        found = response["Items"][0]
+        return self.get({"pk": found["pk"], "sk": found["sk"]})
+
+    def channel_items(self, channel_id: str, prefix: str) -> Iterator[dict[str, Any]]:
+        """Every item of a channel whose sort key starts with `prefix`, page by page."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
+            "ExpressionAttributeValues": {
+                ":pk": {"S": keys.channel_pk(channel_id)},
+                ":prefix": {"S": prefix},
+            },
+        }
+        while True:
+            response = self._client.query(**request)
+            for item in response["Items"]:
+                yield from_item(item)
+            if "LastEvaluatedKey" not in response:
+                return
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def scope_pins(self, scope: str, limit: int) -> list[Pin]:
+        response = self._client.query(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={
+                ":pk": {"S": keys.scope_pk(scope)},
+                ":prefix": {"S": keys.PIN_PREFIX},
+            },
+            Limit=limit,
+        )
+        return [Pin.model_validate(from_item(i)) for i in response["Items"]]
+
+    def redact_observation(self, channel_id: str, sk: str, content: str) -> None:
+        self._client.update_item(
+            TableName=self.table_name,
+            Key={"pk": {"S": keys.channel_pk(channel_id)}, "sk": {"S": sk}},
+            UpdateExpression="SET content = :content",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":content": {"S": content}},
+        )
+
+    def delete_keys(self, keys_: list[dict[str, Any]]) -> int:
+        return self._delete_keys(keys_)
+
+
+def _profile_seen(
+    scope: str, user_id: str, name: str, commit: ConsolidationCommit
+) -> dict[str, Any]:
+    """A person's profile in a scope: names, first and last seen, and the channels they
+    took part in (erasure finds their episodes through it)."""
+    return {
+        "Key": {"pk": {"S": keys.user_pk(scope, user_id)}, "sk": {"S": keys.PROFILE_SK}},
+        "UpdateExpression": (
+            "SET user_id = :user, #scope = :scope, display_name = :name, "
+            "first_seen_ms = if_not_exists(first_seen_ms, :now), last_seen_ms = :now "
+            "ADD channels :channel"
+        ),
+        "ExpressionAttributeNames": {"#scope": "scope"},
+        "ExpressionAttributeValues": {
+            ":user": {"S": user_id},
+            ":scope": {"S": scope},
+            ":name": {"S": name},
+            ":now": {"N": str(commit.now_ms)},
+            ":channel": {"SS": [commit.lock.channel_id]},
+        },
+    }
 
 
 def _code(exc: ClientError) -> str:

@@ -11,6 +11,7 @@ from botmemory.config import Settings, get_settings
 from botmemory.consolidate import Consolidator
 from botmemory.memory_model import MemoryModel, build_memory_model
 from botmemory.observe import ObservationRecorder
+from botmemory.optout import OptOuts
 from botmemory.recall import Recaller
 from botmemory.repository import MemoryRepository
 
@@ -20,6 +21,7 @@ class MemoryServices:
     settings: Settings
     clock: Clock
     repository: MemoryRepository
+    opt_outs: OptOuts
     recorder: ObservationRecorder
     consolidator: Consolidator
     recaller: Recaller
@@ -42,12 +44,14 @@ def build_services(
     if model is None:
         model = build_memory_model(settings)
     repository = MemoryRepository(dynamodb, settings.table_name)
+    opt_outs = OptOuts(repository, clock)
     return MemoryServices(
         settings=settings,
         clock=clock,
         repository=repository,
-        recorder=ObservationRecorder(repository, settings, clock),
-        consolidator=Consolidator(repository, settings, model, clock),
+        opt_outs=opt_outs,
+        recorder=ObservationRecorder(repository, settings, clock, opt_outs),
+        consolidator=Consolidator(repository, settings, model, clock, opt_outs),
         recaller=Recaller(repository, settings, clock),
     )
 
