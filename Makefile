@@ -8,14 +8,14 @@ PY := $(VENV)/bin/python
 # exists but fails does not count. The code also runs on 3.11.
 BASE_PYTHON := $(shell python3.13 -c 'import sys' >/dev/null 2>&1 && echo python3.13 || echo python3)
 
-.PHONY: venv sam-venv test lint format typecheck unit bench demo clean
+.PHONY: venv sam-venv test lint format typecheck unit bench demo register clean
 
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(BASE_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --editable . --group dev
+	$(PY) -m pip install --quiet --editable . --group dev --group relay
 	@touch $@
 
 sam-venv: $(SAM_VENV)/.installed
@@ -54,6 +54,11 @@ demo: venv
 # The same stack left running, with HTTP endpoints for the relay and a Discord application.
 dev: venv
 	$(PY) -m localrun.dev $(ARGS)
+
+# Slash commands: `make register ARGS="--guild GUILD_ID --dry-run"`. Needs DISCORD_APPLICATION_ID
+# and DISCORD_BOT_TOKEN (or DISCORD_BOT_TOKEN_SECRET, the Secrets Manager secret's name).
+register: venv
+	$(PY) -m botmemory.register $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .mypy_cache build *.egg-info

@@ -168,7 +168,18 @@ def signed(interaction: dict[str, Any], request_id: str) -> dict[str, Any]:
     )
 
 
-def command(interaction_id: str, name: str, sub: str) -> dict[str, Any]:
+def command(
+    interaction_id: str,
+    name: str,
+    sub: str,
+    options: dict[str, Any] | None = None,
+    permissions: str = "0",
+    user_id: str = ALICE,
+) -> dict[str, Any]:
+    given = [
+        {"name": key, "type": 6 if key == "member" else 3, "value": value}
+        for key, value in (options or {}).items()
+    ]
     return {
         "id": interaction_id,
         "application_id": BOT,
@@ -177,12 +188,17 @@ def command(interaction_id: str, name: str, sub: str) -> dict[str, Any]:
         "version": 1,
         "guild_id": GUILD,
         "channel_id": CHANNEL,
-        "member": {"user": user(ALICE, "Alice"), "roles": [], "permissions": "0", "nick": None},
+        "member": {
+            "user": user(user_id, "Alice" if user_id == ALICE else "Bob"),
+            "roles": [],
+            "permissions": permissions,
+            "nick": None,
+        },
         "data": {
             "id": "1400000000000000001",
             "name": name,
             "type": 1,
-            "options": [{"name": sub, "type": 1, "options": []}],
+            "options": [{"name": sub, "type": 1, "options": given}] if sub else given,
         },
     }
 
@@ -260,6 +276,15 @@ def main() -> None:
         ),
         "interactions/memory-show.json": signed(
             command("1500000000000000002", "memory", "show"), "sample-show-1"
+        ),
+        "interactions/memory-remember.json": signed(
+            command(
+                "1500000000000000005",
+                "memory",
+                "remember",
+                {"text": "I grow chillies on my balcony"},
+            ),
+            "sample-remember-1",
         ),
         "interactions/unknown-command.json": signed(
             command("1500000000000000003", "memory", "dance"), "sample-unknown-1"

@@ -73,7 +73,7 @@ def test_the_demo_runs_end_to_end_within_its_bound() -> None:
     assert int(counts["episodes"]) > 0
     assert re.search(r"^  facts\s+[1-9]\d* \(", out, re.M)
     assert "<memory>" in out and "About the people in this conversation:" in out
-    assert re.search(r"Staff listing for .+\nFacts kept about user \d+", out)
+    assert re.search(r"Staff listing for .+\nFacts about <@\d+> \(\d+\):", out)
     assert not pid_alive(moto_pid(out))
 
 

@@ -60,6 +60,12 @@ def check_show(r: Any) -> None:
     assert data["flags"] == 64 and data["allowed_mentions"] == {"parse": []}
 
 
+def check_remember(r: Any) -> None:
+    assert r["statusCode"] == 200
+    data = http_json(r)["data"]
+    assert data["content"].startswith("Remembered as `") and data["flags"] == 64
+
+
 def check_unknown(r: Any) -> None:
     assert r["statusCode"] == 200
     assert "don't know the command `/memory dance`" in http_json(r)["data"]["content"]
@@ -77,6 +83,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "sweep/schedule.json": check_sweep,
     "interactions/ping.json": check_ping,
     "interactions/memory-show.json": check_show,
+    "interactions/memory-remember.json": check_remember,
     "interactions/unknown-command.json": check_unknown,
     "interactions/bad-signature.json": check_unauthorized,
 }
@@ -112,22 +119,26 @@ def test_a_replayed_interaction_does_its_work_once(
     dynamodb: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     local = LocalLambda(monkeypatch, sample_env())
-    event = json.loads((EVENTS / "interactions/memory-show.json").read_text())
+    event = json.loads((EVENTS / "interactions/memory-remember.json").read_text())
     calls: list[str] = []
 
-    import botmemory.commands as commands
+    from botmemory.commands import Commands
 
-    original = commands.show_memory
-    monkeypatch.setattr(
-        commands, "show_memory", lambda i, s: calls.append(i["id"]) or original(i, s)
-    )
+    original = Commands._remember
+
+    def counted(self: Commands, invocation: Any) -> dict[str, Any]:
+        calls.append(invocation.interaction_id)
+        return original(self, invocation)
+
+    monkeypatch.setattr(Commands, "_remember", counted)
 
     first = local.invoke("InteractionsFunction", event)
     second = local.invoke("InteractionsFunction", event)
 
     assert first["statusCode"] == second["statusCode"] == 200
     assert http_json(first) == http_json(second)
-    assert calls == ["1500000000000000002"]
+    assert "Remembered as" in http_json(first)["data"]["content"]
+    assert calls == ["1500000000000000005"]
 
 
 def stream_records(client: Any, stream_arn: str, after: set[str]) -> list[dict[str, Any]]:

@@ -23,6 +23,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from botmemory.interactions import (
     APPLICATION_COMMAND,
+    APPLICATION_COMMAND_AUTOCOMPLETE,
+    MESSAGE_COMPONENT,
     PING,
     PONG,
     SignatureVerifier,
@@ -51,24 +53,31 @@ def as_json(status: int, body: dict[str, Any]) -> Response:
 
 
 @lru_cache(maxsize=1)
-def idempotent_runner() -> tuple[Any, Any]:
-    """The command runner, made idempotent on the interaction id (a replay does its work once),
-    and its idempotency config."""
+def command_runner() -> tuple[Any, Any, Any]:
+    """The commands, a replay-safe way to run the ones that change something (keyed on the
+    interaction id, so a replayed request does its work once), and its idempotency config."""
     from aws_lambda_powertools.utilities.idempotency import (
         DynamoDBPersistenceLayer,
         IdempotencyConfig,
         idempotent_function,
     )
 
-    from botmemory.commands import handle_command
+    from botmemory import keys
+    from botmemory.commands import Commands
+    from botmemory.followup import deferrer
     from botmemory.runtime import services_from_environment
 
     services = services_from_environment()
+
+    def finish(job: dict[str, Any]) -> dict[str, Any]:
+        return commands.finish(job)
+
+    commands = Commands(services, deferrer(finish))
     persistence = DynamoDBPersistenceLayer(
         table_name=services.settings.table_name,
         key_attr="pk",
         sort_key_attr="sk",
-        static_pk_value="IDEMPOTENCY#interactions",
+        static_pk_value=keys.IDEMPOTENCY_PK,
         expiry_attr="expires_at",
         boto3_client=services.repository.client,
     )
@@ -77,10 +86,10 @@ def idempotent_runner() -> tuple[Any, Any]:
     @idempotent_function(
         data_keyword_argument="interaction", persistence_store=persistence, config=config
     )
-    def run(interaction: dict[str, Any]) -> dict[str, Any]:
-        return handle_command(interaction, services)
+    def run_once(interaction: dict[str, Any]) -> dict[str, Any]:
+        return commands.handle(interaction)
 
-    return run, config
+    return commands, run_once, config
 
 
 @app.post("/")
@@ -107,10 +116,14 @@ def interaction() -> Response:
         return as_json(400, {"error": "malformed interaction"})
     if kind == PING:
         return as_json(200, {"type": PONG})
-    if kind == APPLICATION_COMMAND and isinstance(payload, dict):
+    if kind in (
+        APPLICATION_COMMAND,
+        MESSAGE_COMPONENT,
+        APPLICATION_COMMAND_AUTOCOMPLETE,
+    ) and isinstance(payload, dict):
         metrics.add_metric(name="Commands", unit=MetricUnit.Count, value=1)
         return as_json(200, run_command(payload))
-    return as_json(200, ephemeral_message("This kind of interaction is not supported yet."))
+    return as_json(200, ephemeral_message("This kind of interaction is not supported."))
 
 
 def run_command(payload: dict[str, Any]) -> dict[str, Any]:
@@ -118,10 +131,12 @@ def run_command(payload: dict[str, Any]) -> dict[str, Any]:
         IdempotencyAlreadyInProgressError,
     )
 
-    run, config = idempotent_runner()
+    commands, run_once, config = command_runner()
+    if commands.changes_nothing(payload):
+        return commands.handle(payload)  # reads are safe to repeat; their answers are not stored
     config.register_lambda_context(app.lambda_context)
     try:
-        return run(interaction=payload)
+        return run_once(interaction=payload)
     except IdempotencyAlreadyInProgressError:
         return ephemeral_message("I'm already working on that request.")
 
@@ -129,4 +144,10 @@ def run_command(payload: dict[str, Any]) -> dict[str, Any]:
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if "deferred" in event:  # our own asynchronous invoke: finish a deferred answer
+        from botmemory.followup import finish_and_reply
+
+        commands, _, _ = command_runner()
+        finish_and_reply(event["deferred"], commands.finish)
+        return {"finished": event["deferred"].get("work")}
     return app.resolve(event, context)

@@ -10,6 +10,8 @@ FACT_PREFIX = "FACT#"
 PIN_PREFIX = "PIN#"
 SWEEP_BUCKET = "SWEEP"
 OPT_OUT_PK = "OPTOUT"
+# Powertools Idempotency keeps its records for interactions under this partition.
+IDEMPOTENCY_PK = "IDEMPOTENCY#interactions"
 
 
 def channel_pk(channel_id: str) -> str:

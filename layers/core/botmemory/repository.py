@@ -363,8 +363,12 @@ class MemoryRepository:
 
     def put_pin(self, pin: Pin) -> None:
         values = pin.model_dump(mode="json")
+        # user_id puts the pin in the by_user index: erasure finds pins made in a person's name.
         values.update(
-            pk=keys.scope_pk(pin.scope), sk=keys.pin_sk(pin.target, pin.pin_id), item_id=pin.pin_id
+            pk=keys.scope_pk(pin.scope),
+            sk=keys.pin_sk(pin.target, pin.pin_id),
+            item_id=pin.pin_id,
+            user_id=pin.author_id,
         )
         self._client.put_item(TableName=self.table_name, Item=to_item(values))
 
@@ -689,14 +693,18 @@ class MemoryRepository:
 
     def channel_items(self, channel_id: str, prefix: str) -> Iterator[dict[str, Any]]:
         """Every item of a channel whose sort key starts with `prefix`, page by page."""
+        return self.items_under(keys.channel_pk(channel_id), prefix)
+
+    def items_under(self, pk: str, prefix: str = "") -> Iterator[dict[str, Any]]:
+        """Every item of a partition (whose sort key starts with `prefix`), page by page."""
         request: dict[str, Any] = {
             "TableName": self.table_name,
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
-            "ExpressionAttributeValues": {
-                ":pk": {"S": keys.channel_pk(channel_id)},
-                ":prefix": {"S": prefix},
-            },
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": pk}},
         }
+        if prefix:  # an empty string is not a valid key condition value
+            request["KeyConditionExpression"] += " AND begins_with(sk, :prefix)"
+            request["ExpressionAttributeValues"][":prefix"] = {"S": prefix}
         while True:
             response = self._client.query(**request)
             for item in response["Items"]:

@@ -1,0 +1,218 @@
+"""The bot's slash commands as data: the JSON Discord's bulk-overwrite endpoint takes.
+
+Layout, and why there are two `/memory...` commands:
+
+    /memory show | remember text | forget what | optout | optin     every member
+    /memory-staff user member | forget-fact id | pin where text | unpin id
+                                                                    Manage Server by default
+    /forgetme                                                       every member
+
+Discord attaches permissions to a top-level command only. `default_member_permissions`
+is a field of the application command object; the option object (which is what a
+subcommand is, option type 1) has no permission field, and the per-guild overwrites
+staff edit under Server Settings > Integrations also target a whole command. So there is
+no way to let every member run `/memory show` while only staff see `/memory pin`. The
+staff subcommands therefore live under a second top-level command, `memory-staff`,
+registered with `default_member_permissions` = MANAGE_GUILD ("32"): Discord hides it
+from members without Manage Server, and server admins can still widen or narrow it per
+role. The interactions handler re-checks `member.permissions` server-side anyway,
+because admins can override the default and a request's own claims decide nothing.
+
+Member commands work in servers and in a DM with the bot (scope `dm`); the staff command
+only in servers. `contexts` and `integration_types` apply to global commands only, so
+`command_definitions(guild_scoped=True)` leaves them out for guild registration.
+
+Routing uses the names exported here (`MEMBER_COMMAND`, `SHOW`, `OPTION_TEXT`, ...), so a
+rename happens in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Top-level command names, as `data.name` arrives in an interaction.
+MEMBER_COMMAND = "memory"
+STAFF_COMMAND = "memory-staff"
+FORGETME_COMMAND = "forgetme"
+
+# Member subcommands of /memory.
+SHOW = "show"
+REMEMBER = "remember"
+FORGET = "forget"
+OPTOUT = "optout"
+OPTIN = "optin"
+MEMBER_SUBCOMMANDS = (SHOW, REMEMBER, FORGET, OPTOUT, OPTIN)
+
+# Staff subcommands of /memory-staff.
+USER = "user"
+FORGET_FACT = "forget-fact"
+PIN = "pin"
+UNPIN = "unpin"
+STAFF_SUBCOMMANDS = (USER, FORGET_FACT, PIN, UNPIN)
+
+# Option names, as they arrive in `data.options[0].options[*].name`.
+OPTION_TEXT = "text"  # remember, pin
+OPTION_WHAT = "what"  # forget: a fact id or words of the fact (autocomplete)
+OPTION_MEMBER = "member"  # user
+OPTION_ID = "id"  # forget-fact, unpin (autocomplete)
+OPTION_WHERE = "where"  # pin
+WHERE_GLOBAL = "global"
+WHERE_CHANNEL = "channel"
+
+# A fact or pin typed by hand: long enough for a sentence, short enough for the prompt budget.
+MAX_TEXT_LENGTH = 240
+
+# Discord's enumerations, by their documented values.
+CHAT_INPUT = 1  # application command type
+SUB_COMMAND = 1  # option types
+STRING = 3
+USER_OPTION = 6
+CONTEXT_GUILD = 0  # interaction context types
+CONTEXT_BOT_DM = 1
+GUILD_INSTALL = 0  # application integration type
+MANAGE_GUILD = 1 << 5  # permission bit "Manage Server"
+
+# Fields Discord honours only on global commands.
+GLOBAL_ONLY_FIELDS = ("contexts", "integration_types")
+
+
+def command_definitions(*, guild_scoped: bool = False) -> list[dict[str, Any]]:
+    """Every command the bot has, fresh on each call so a caller may change its copy.
+
+    `guild_scoped` drops the fields that only global commands carry.
+    """
+    commands = [_memory_command(), _staff_command(), _forgetme_command()]
+    if guild_scoped:
+        for command in commands:
+            for field in GLOBAL_ONLY_FIELDS:
+                command.pop(field, None)
+    return commands
+
+
+def _memory_command() -> dict[str, Any]:
+    return {
+        "name": MEMBER_COMMAND,
+        "type": CHAT_INPUT,
+        "description": "See and control what the bot remembers about you",
+        # null, sent explicitly: it also lifts a restriction an earlier registration set.
+        "default_member_permissions": None,
+        "contexts": [CONTEXT_GUILD, CONTEXT_BOT_DM],
+        "integration_types": [GUILD_INSTALL],
+        "options": [
+            _subcommand(SHOW, "Show what the bot remembers about you here, with ids"),
+            _subcommand(
+                REMEMBER,
+                "Ask the bot to remember something about you",
+                [
+                    _string(
+                        OPTION_TEXT,
+                        f"What to remember, in your words (up to {MAX_TEXT_LENGTH} characters)",
+                        max_length=MAX_TEXT_LENGTH,
+                    )
+                ],
+            ),
+            _subcommand(
+                FORGET,
+                "Make the bot forget one thing it remembers about you",
+                [_string(OPTION_WHAT, "A fact id or words of the fact", autocomplete=True)],
+            ),
+            _subcommand(OPTOUT, "Stop the bot from remembering anything new about you"),
+            _subcommand(OPTIN, "Let the bot remember things about you again"),
+        ],
+    }
+
+
+def _staff_command() -> dict[str, Any]:
+    return {
+        "name": STAFF_COMMAND,
+        "type": CHAT_INPUT,
+        "description": "Staff: review and correct what the bot remembers in this server",
+        # Discord's permission strings are decimal bit sets.
+        "default_member_permissions": str(MANAGE_GUILD),
+        "contexts": [CONTEXT_GUILD],
+        "integration_types": [GUILD_INSTALL],
+        "options": [
+            _subcommand(
+                USER,
+                "Show everything the bot keeps about a member",
+                [
+                    {
+                        "type": USER_OPTION,
+                        "name": OPTION_MEMBER,
+                        "description": "The member to review",
+                        "required": True,
+                    }
+                ],
+            ),
+            _subcommand(
+                FORGET_FACT,
+                "Delete one fact about anyone, by its id",
+                [
+                    _string(
+                        OPTION_ID, "The fact id, as listed by /memory-staff user", autocomplete=True
+                    )
+                ],
+            ),
+            _subcommand(
+                PIN,
+                "Pin a note the bot always keeps in mind here",
+                [
+                    {
+                        **_string(
+                            OPTION_WHERE, "Everywhere in this server, or only in this channel"
+                        ),
+                        "choices": [
+                            {"name": "Whole server", "value": WHERE_GLOBAL},
+                            {"name": "This channel", "value": WHERE_CHANNEL},
+                        ],
+                    },
+                    _string(
+                        OPTION_TEXT,
+                        f"The note (up to {MAX_TEXT_LENGTH} characters)",
+                        max_length=MAX_TEXT_LENGTH,
+                    ),
+                ],
+            ),
+            _subcommand(
+                UNPIN,
+                "Remove a pinned note, by its id",
+                [_string(OPTION_ID, "The pin id", autocomplete=True)],
+            ),
+        ],
+    }
+
+
+def _forgetme_command() -> dict[str, Any]:
+    return {
+        "name": FORGETME_COMMAND,
+        "type": CHAT_INPUT,
+        "description": "Erase everything the bot keeps about you (asks you to confirm first)",
+        "default_member_permissions": None,
+        "contexts": [CONTEXT_GUILD, CONTEXT_BOT_DM],
+        "integration_types": [GUILD_INSTALL],
+    }
+
+
+def _subcommand(
+    name: str, description: str, options: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    sub: dict[str, Any] = {"type": SUB_COMMAND, "name": name, "description": description}
+    if options:
+        sub["options"] = options
+    return sub
+
+
+def _string(
+    name: str, description: str, *, max_length: int | None = None, autocomplete: bool = False
+) -> dict[str, Any]:
+    option: dict[str, Any] = {
+        "type": STRING,
+        "name": name,
+        "description": description,
+        "required": True,
+    }
+    if max_length is not None:
+        option["max_length"] = max_length
+    if autocomplete:
+        option["autocomplete"] = True
+    return option

@@ -1,0 +1,423 @@
+"""A small client for the parts of Discord's REST API the bot uses.
+
+Command registration (bulk overwrite, list) authenticates with the bot token; editing an
+interaction's original response goes through the interaction webhook, whose token in the
+path is the credential, so no bot token is sent there.
+
+Every request is retried a bounded number of times: on 429 the client waits as long as
+Discord asks (`retry_after` in the JSON body, else the `Retry-After` header), on 5xx and
+on transport failures it backs off exponentially. A wait longer than `max_retry_wait`
+is not shortened and retried early (that only earns another 429): the call fails at
+once with a `DiscordApiError`. Any other 4xx fails at once too, carrying Discord's
+message and code. Error text never contains the bot token or an interaction token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+DEFAULT_API_BASE = "https://discord.com/api/v10"
+API_BASE_ENV = "DISCORD_API_BASE"
+BOT_TOKEN_ENV = "DISCORD_BOT_TOKEN"
+BOT_TOKEN_SECRET_ENV = "DISCORD_BOT_TOKEN_SECRET"
+
+# Discord asks bots to identify themselves this way ("DiscordBot (url, version)").
+USER_AGENT = "DiscordBot (discord-memory-bot, 0.1.0)"
+
+_SNOWFLAKE = re.compile(r"^[0-9]{1,21}$")
+_BACKOFF_BASE_SECONDS = 0.5
+_BACKOFF_CAP_SECONDS = 8.0
+_JITTER_SECONDS = 0.25
+_MAX_FIELD_ERRORS = 5
+_EXCERPT_CHARS = 200
+
+logger = logging.getLogger(__name__)
+
+
+class DiscordConfigError(RuntimeError):
+    """The bot token (or another setting the client needs) is missing or unreadable."""
+
+
+class DiscordApiError(RuntimeError):
+    """Discord refused a request, or could not be reached after the allowed attempts.
+
+    `status` is the HTTP status (None when no answer came), `code` Discord's JSON error
+    code when it sent one, `field_errors` the flattened `errors` of an invalid form body.
+    """
+
+    def __init__(
+        self,
+        status: int | None,
+        message: str,
+        *,
+        code: int | None = None,
+        route: str = "",
+        field_errors: tuple[str, ...] = (),
+        retry_after: float | None = None,
+    ) -> None:
+        self.status = status
+        self.message = message
+        self.code = code
+        self.route = route
+        self.field_errors = field_errors
+        self.retry_after = retry_after
+        super().__init__(self._describe())
+
+    def _describe(self) -> str:
+        where = f" to {self.route}" if self.route else ""
+        head = f"Discord answered {self.status}{where}" if self.status else f"Discord{where}"
+        text = f"{head}: {self.message}"
+        if self.code:
+            text += f" (code {self.code})"
+        if self.field_errors:
+            text += "; " + "; ".join(self.field_errors)
+        return text
+
+
+class DiscordApi:
+    """Synchronous Discord REST client; the HTTP connection pool is created on first use."""
+
+    def __init__(
+        self,
+        bot_token: str | None = None,
+        *,
+        base_url: str = DEFAULT_API_BASE,
+        timeout_seconds: float = 10.0,
+        max_attempts: int = 4,
+        max_retry_wait: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        self._token = bot_token
+        self._base_url = base_url.rstrip("/")
+        self._timeout_seconds = timeout_seconds
+        self._max_attempts = max_attempts
+        self._max_retry_wait = max_retry_wait
+        self._sleep = sleep
+        self._transport = transport
+        self._client: httpx.Client | None = None
+
+    def __repr__(self) -> str:
+        # Never the token: reprs end up in logs and tracebacks.
+        token = "set" if self._token else "none"
+        return f"DiscordApi(base_url={self._base_url!r}, bot_token={token})"
+
+    def __enter__(self) -> DiscordApi:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -- application commands ------------------------------------------------------------------
+
+    def bulk_overwrite_commands(
+        self,
+        application_id: str,
+        commands: list[dict[str, Any]],
+        guild_id: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Replace every command of the application (globally, or in one guild) with `commands`.
+
+        Discord matches by name and type: missing ones are deleted, the rest updated or
+        created. Returns the commands as Discord now holds them.
+        """
+        path = _commands_path(application_id, guild_id)
+        answer = self._request("PUT", path, json_body=commands, bot_auth=True)
+        return _command_list(answer, path)
+
+    def list_commands(
+        self, application_id: str, guild_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The application's commands as Discord holds them (global, or one guild's)."""
+        path = _commands_path(application_id, guild_id)
+        answer = self._request("GET", path, bot_auth=True)
+        return _command_list(answer, path)
+
+    # -- interaction webhook -------------------------------------------------------------------
+
+    def edit_original_response(
+        self, application_id: str, interaction_token: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Finish a deferred answer: replace the interaction's original response with `body`.
+
+        `allowed_mentions` is always forced to mention nobody, whatever `body` says: the
+        content quotes stored text, which must never ping anyone.
+        """
+        _require_snowflake(application_id, "application id")
+        if not interaction_token:
+            raise ValueError("interaction token is empty")
+        path = f"/webhooks/{application_id}/{quote(interaction_token, safe='')}/messages/@original"
+        label = f"/webhooks/{application_id}/<interaction token>/messages/@original"
+        payload = {**body, "allowed_mentions": {"parse": []}}
+        answer = self._request(
+            "PATCH", path, json_body=payload, route_label=label, secret=interaction_token
+        )
+        return answer if isinstance(answer, dict) else {}
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _http(self) -> httpx.Client:
+        # Built on first use: a Lambda that never calls Discord should not pay for it.
+        if self._client is None:
+            self._client = httpx.Client(
+                base_url=self._base_url,
+                timeout=self._timeout_seconds,
+                transport=self._transport,
+                headers={"User-Agent": USER_AGENT},
+            )
+        return self._client
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        bot_auth: bool = False,
+        route_label: str | None = None,
+        secret: str | None = None,
+    ) -> Any:
+        route = f"{method} {route_label or path}"
+        headers: dict[str, str] = {}
+        if bot_auth:
+            if not self._token:
+                raise DiscordConfigError(f"{route} needs the bot token, and none was given")
+            headers["Authorization"] = f"Bot {self._token}"
+        secrets = [s for s in (self._token, secret) if s]
+
+        last_problem = "no attempt made"
+        for attempt in range(self._max_attempts):
+            is_last = attempt == self._max_attempts - 1
+            try:
+                response = self._http().request(method, path, json=json_body, headers=headers)
+            except httpx.TransportError as exc:
+                # All calls here are idempotent (GET, PUT of the full set, PATCH of one
+                # message), so repeating one after a lost answer is safe.
+                last_problem = _redact(f"{type(exc).__name__}: {exc}", secrets)
+                if is_last:
+                    break
+                wait = _backoff(attempt)
+                logger.warning(
+                    "Discord %s failed (%s); retrying in %.2f s", route, last_problem, wait
+                )
+                self._sleep(wait)
+                continue
+
+            status = response.status_code
+            if status < 300:
+                return _json_or_none(response)
+            if status == 429:
+                wait_or_none = _retry_after(response)
+                wait = _backoff(attempt) if wait_or_none is None else wait_or_none
+                if is_last or wait > self._max_retry_wait:
+                    raise _api_error(response, route, secrets, retry_after=wait)
+                logger.warning("Discord rate-limited %s; retrying in %.2f s", route, wait)
+                self._sleep(wait)
+                continue
+            if status >= 500:
+                last_problem = f"HTTP {status}"
+                if is_last:
+                    raise _api_error(response, route, secrets)
+                wait = _backoff(attempt)
+                logger.warning("Discord answered %s to %s; retrying in %.2f s", status, route, wait)
+                self._sleep(wait)
+                continue
+            # Any other 4xx: the request itself is wrong (auth, permissions, body).
+            raise _api_error(response, route, secrets)
+        raise DiscordApiError(
+            None,
+            f"no answer after {self._max_attempts} attempts ({last_problem})",
+            route=route,
+        )
+
+
+def api_base_from_environment(environ: Mapping[str, str] | None = None) -> str:
+    """`DISCORD_API_BASE` when set (a local fake, a proxy), else Discord's v10 API."""
+    env = os.environ if environ is None else environ
+    return env.get(API_BASE_ENV, "").strip() or DEFAULT_API_BASE
+
+
+def bot_token_from_environment(environ: Mapping[str, str] | None = None) -> str:
+    """The bot token: `DISCORD_BOT_TOKEN`, else the Secrets Manager secret named by
+    `DISCORD_BOT_TOKEN_SECRET` (its plain value, or a JSON object's `token` field)."""
+    env = os.environ if environ is None else environ
+    direct = env.get(BOT_TOKEN_ENV, "").strip()
+    if direct:
+        return direct
+    secret_name = env.get(BOT_TOKEN_SECRET_ENV, "").strip()
+    if not secret_name:
+        raise DiscordConfigError(
+            f"no bot token: set {BOT_TOKEN_ENV}, or {BOT_TOKEN_SECRET_ENV} to the name of "
+            "the Secrets Manager secret that holds it"
+        )
+    # Imported here: Powertools' parameters utility loads boto3, which callers that
+    # already have a token should not pay for.
+    from aws_lambda_powertools.utilities import parameters
+
+    try:
+        value = parameters.get_secret(secret_name)
+    except Exception as exc:  # any failure reads the same to the operator: no token
+        raise DiscordConfigError(
+            f"could not read the bot token from secret {secret_name!r}: {type(exc).__name__}"
+        ) from exc
+    token = _token_from_secret(value)
+    if not token:
+        raise DiscordConfigError(f"secret {secret_name!r} holds no bot token")
+    return token
+
+
+def _token_from_secret(value: Any) -> str:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, dict):
+        found = value.get("token") or value.get(BOT_TOKEN_ENV)
+        return found.strip() if isinstance(found, str) else ""
+    if not isinstance(value, str):
+        return ""
+    text = value.strip()
+    if text.startswith("{"):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            return text
+        return _token_from_secret(parsed) if isinstance(parsed, dict) else ""
+    return text
+
+
+def _commands_path(application_id: str, guild_id: str | None) -> str:
+    _require_snowflake(application_id, "application id")
+    if guild_id is None:
+        return f"/applications/{application_id}/commands"
+    _require_snowflake(guild_id, "guild id")
+    return f"/applications/{application_id}/guilds/{guild_id}/commands"
+
+
+def _require_snowflake(value: str, what: str) -> None:
+    # Ids go into the URL path: only digits, so nothing can redirect the request.
+    if not isinstance(value, str) or not _SNOWFLAKE.match(value):
+        raise ValueError(f"{what} must be a Discord snowflake (digits only), got {value!r}")
+
+
+def _command_list(answer: Any, path: str) -> list[dict[str, Any]]:
+    if not isinstance(answer, list):
+        raise DiscordApiError(None, "expected a list of commands in the answer", route=path)
+    return [c for c in answer if isinstance(c, dict)]
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    if response.status_code == 204 or not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _backoff(attempt: int) -> float:
+    # Jitter keeps concurrent Lambdas from retrying in lockstep.
+    return min(_BACKOFF_BASE_SECONDS * 2**attempt, _BACKOFF_CAP_SECONDS) + random.uniform(
+        0, _JITTER_SECONDS
+    )
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds Discord asks to wait: the body's `retry_after` (precise), else the headers."""
+    candidates: list[Any] = []
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict):
+        candidates.append(payload.get("retry_after"))
+    candidates.append(response.headers.get("Retry-After"))
+    candidates.append(response.headers.get("X-RateLimit-Reset-After"))
+    for raw in candidates:
+        if raw is None or isinstance(raw, bool):
+            continue
+        try:
+            seconds = float(raw)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
+    return None
+
+
+def _api_error(
+    response: httpx.Response,
+    route: str,
+    secrets: list[str],
+    *,
+    retry_after: float | None = None,
+) -> DiscordApiError:
+    message = ""
+    code: int | None = None
+    field_errors: tuple[str, ...] = ()
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict):
+        if isinstance(payload.get("message"), str):
+            message = payload["message"]
+        if isinstance(payload.get("code"), int) and not isinstance(payload.get("code"), bool):
+            code = payload["code"]
+        if isinstance(payload.get("errors"), dict):
+            field_errors = tuple(_flatten_errors(payload["errors"]))[:_MAX_FIELD_ERRORS]
+    if not message:
+        message = response.reason_phrase or "error"
+        excerpt = response.text.strip()[:_EXCERPT_CHARS] if response.content else ""
+        if excerpt:
+            message += f": {excerpt}"
+    if retry_after is not None:
+        message += f" (retry after {retry_after:g} s)"
+    return DiscordApiError(
+        response.status_code,
+        _redact(message, secrets),
+        code=code,
+        route=_redact(route, secrets),
+        field_errors=tuple(_redact(e, secrets) for e in field_errors),
+        retry_after=retry_after,
+    )
+
+
+def _flatten_errors(errors: dict[str, Any], prefix: str = "") -> list[str]:
+    """Discord's nested form errors as `options.0.description: message` lines."""
+    lines: list[str] = []
+    for key, value in errors.items():
+        if key == "_errors" and isinstance(value, list):
+            for item in value:
+                if isinstance(item, dict):
+                    text = item.get("message") or item.get("code") or "invalid"
+                    lines.append(f"{prefix or 'body'}: {text}")
+        elif isinstance(value, dict):
+            lines += _flatten_errors(value, f"{prefix}.{key}" if prefix else str(key))
+    return lines
+
+
+def _redact(text: str, secrets: list[str]) -> str:
+    # Discord never echoes tokens, but transport errors may quote the URL, which holds an
+    # interaction token: strip every credential from any text that leaves this module.
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "<redacted>")
+            text = text.replace(quote(secret, safe=""), "<redacted>")
+    return text

@@ -1,0 +1,337 @@
+"""A fake of Discord's REST API on 127.0.0.1, for tests that talk HTTP to "Discord".
+
+It serves what the bot uses, under the same paths as `https://discord.com/api/v10`:
+
+    GET|PUT  /applications/{app}/commands                  needs `Authorization: Bot <token>`
+    GET|PUT  /applications/{app}/guilds/{guild}/commands   needs `Authorization: Bot <token>`
+    PATCH    /webhooks/{app}/{token}/messages/@original    no bot token (the path holds one)
+    POST     /webhooks/{app}/{token}                       a follow-up message
+
+Commands are stored per application and guild, so GET answers what the last PUT stored,
+with the server-side fields a real answer carries (ids kept across overwrites by name
+and type, a version, defaults filled in). Every request is recorded; a test can script
+the next answers (`rate_limit_once`, `fail_once`, `script`) and wait for a request that a
+background thread makes (`wait_for`).
+
+Use the `fake_discord` fixture and point the code at `fake_discord.url` (for instance
+through `DISCORD_API_BASE`). To make the fixture visible in a test module, import it under
+its function name, which keeps ruff from reading the test parameter as a redefinition:
+
+    from tests.fake_discord import FakeDiscord, fake_discord_fixture  # noqa: F401
+
+    def test_something(fake_discord: FakeDiscord) -> None: ...
+
+(or list "tests.fake_discord" in `pytest_plugins` of tests/conftest.py). Outside pytest,
+`with FakeDiscord.running() as fake:` does the same.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import count
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+API_PREFIX = "/api/v10"
+BOT_TOKEN = "fake-bot-token.Xy9.secret-part"
+APPLICATION_ID = "500000000000000001"
+
+_COMMANDS = re.compile(r"^/applications/(\d+)(?:/guilds/(\d+))?/commands$")
+_ORIGINAL = re.compile(r"^/webhooks/(\d+)/([^/]+)/messages/@original$")
+_FOLLOWUP = re.compile(r"^/webhooks/(\d+)/([^/]+)$")
+_NAME = re.compile(r"^[-_\w]{1,32}$")
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str  # below the API prefix, URL-decoded, without the query
+    query: str
+    authorization: str | None
+    headers: dict[str, str]
+    body: Any  # parsed JSON, or the raw bytes when it was not JSON, or None
+
+
+@dataclass
+class ScriptedReply:
+    status: int
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    method: str | None = None  # only for requests with this method
+    path_contains: str | None = None  # only for requests whose path contains this
+
+
+class FakeDiscord:
+    """The server's state and the test's handle on it; `url` is the API base URL."""
+
+    def __init__(self, bot_token: str = BOT_TOKEN) -> None:
+        self.bot_token = bot_token
+        self.requests: list[RecordedRequest] = []
+        # (application id, guild id or None) -> commands as stored
+        self.commands: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+        # (application id, interaction token) -> the original response's message
+        self.messages: dict[tuple[str, str], dict[str, Any]] = {}
+        self.followups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._script: list[ScriptedReply] = []
+        self._ids = count(900000000000000001)
+        self._changed = threading.Condition()
+        self._server = _Server(self)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}{API_PREFIX}"
+
+    @classmethod
+    @contextmanager
+    def running(cls, bot_token: str = BOT_TOKEN) -> Iterator[FakeDiscord]:
+        """A started server, stopped on exit."""
+        fake = cls(bot_token).start()
+        try:
+            yield fake
+        finally:
+            fake.stop()
+
+    def start(self) -> FakeDiscord:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    # -- scripting -----------------------------------------------------------------------------
+
+    def script(
+        self,
+        status: int,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        *,
+        method: str | None = None,
+        path_contains: str | None = None,
+        times: int = 1,
+    ) -> None:
+        """Answer the next `times` matching requests with this instead of the normal answer."""
+        with self._changed:
+            for _ in range(times):
+                self._script.append(
+                    ScriptedReply(status, body, dict(headers or {}), method, path_contains)
+                )
+
+    def rate_limit_once(
+        self, retry_after: float = 0.05, *, method: str | None = None, header: bool = True
+    ) -> None:
+        """The next (matching) request gets a 429 shaped as Discord sends it."""
+        headers = {"Retry-After": str(max(1, round(retry_after)))} if header else {}
+        headers.update({"X-RateLimit-Scope": "user", "X-RateLimit-Limit": "1"})
+        self.script(
+            429,
+            {"message": "You are being rate limited.", "retry_after": retry_after, "global": False},
+            headers,
+            method=method,
+        )
+
+    def fail_once(self, status: int = 500, *, method: str | None = None) -> None:
+        self.script(status, {"message": "500: Internal Server Error", "code": 0}, method=method)
+
+    # -- inspection ----------------------------------------------------------------------------
+
+    def requests_matching(
+        self, method: str | None = None, path_contains: str | None = None
+    ) -> list[RecordedRequest]:
+        with self._changed:
+            return [
+                r
+                for r in self.requests
+                if (method is None or r.method == method)
+                and (path_contains is None or path_contains in r.path)
+            ]
+
+    def wait_for(
+        self, predicate: Callable[[RecordedRequest], bool], timeout: float = 2.0
+    ) -> RecordedRequest:
+        """The first recorded request matching `predicate`, waiting up to `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for request in self.requests:
+                    if predicate(request):
+                        return request
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    seen = [f"{r.method} {r.path}" for r in self.requests]
+                    raise AssertionError(f"no matching request within {timeout} s; saw {seen}")
+                self._changed.wait(left)
+
+    # -- request handling (called from the server's threads) -----------------------------------
+
+    def _handle(self, request: RecordedRequest) -> tuple[int, Any, dict[str, str]]:
+        with self._changed:
+            self.requests.append(request)
+            self._changed.notify_all()
+            for i, reply in enumerate(self._script):
+                if (reply.method is None or reply.method == request.method) and (
+                    reply.path_contains is None or reply.path_contains in request.path
+                ):
+                    del self._script[i]
+                    return reply.status, reply.body, reply.headers
+            return self._route(request)
+
+    def _route(self, request: RecordedRequest) -> tuple[int, Any, dict[str, str]]:
+        if match := _COMMANDS.match(request.path):
+            if request.authorization != f"Bot {self.bot_token}":
+                return 401, {"message": "401: Unauthorized", "code": 0}, {}
+            key = (match.group(1), match.group(2))
+            if request.method == "GET":
+                return 200, self.commands.get(key, []), {}
+            if request.method == "PUT":
+                return self._overwrite(key, request.body)
+            return 405, {"message": "405: Method Not Allowed", "code": 0}, {}
+        if match := _ORIGINAL.match(request.path):
+            if request.method != "PATCH":
+                return 405, {"message": "405: Method Not Allowed", "code": 0}, {}
+            message = {
+                "id": str(next(self._ids)),
+                "type": 20,
+                "application_id": match.group(1),
+                **(request.body if isinstance(request.body, dict) else {}),
+            }
+            self.messages[(match.group(1), match.group(2))] = message
+            return 200, message, {}
+        if (match := _FOLLOWUP.match(request.path)) and request.method == "POST":
+            message = {
+                "id": str(next(self._ids)),
+                "type": 0,
+                **(request.body if isinstance(request.body, dict) else {}),
+            }
+            self.followups.setdefault((match.group(1), match.group(2)), []).append(message)
+            return 200, message, {}
+        return 404, {"message": "404: Not Found", "code": 0}, {}
+
+    def _overwrite(self, key: tuple[str, str | None], body: Any) -> tuple[int, Any, dict[str, str]]:
+        if not isinstance(body, list):
+            return _invalid(
+                {"_errors": [{"code": "BASE_TYPE_ARRAY", "message": "Must be an array"}]}
+            )
+        errors: dict[str, Any] = {}
+        for i, command in enumerate(body):
+            problems: dict[str, Any] = {}
+            if not isinstance(command, dict) or not _NAME.match(str(command.get("name", ""))):
+                problems["name"] = _error("APPLICATION_COMMAND_INVALID_NAME", "Invalid name")
+            elif not 1 <= len(str(command.get("description", ""))) <= 100:
+                problems["description"] = _error(
+                    "BASE_TYPE_BAD_LENGTH", "Must be between 1 and 100 in length."
+                )
+            if problems:
+                errors[str(i)] = problems
+        if errors:
+            return _invalid(errors)
+        held = {(c["type"], c["name"]): c for c in self.commands.get(key, [])}
+        stored = []
+        for command in body:
+            kind = command.get("type") or 1
+            previous = held.get((kind, command["name"]))
+            item = {
+                "id": previous["id"] if previous else str(next(self._ids)),
+                "application_id": key[0],
+                "version": str(next(self._ids)),
+                "type": kind,
+                "default_member_permissions": None,
+                "nsfw": False,
+                **command,
+            }
+            if key[1] is None:
+                item.setdefault("integration_types", [0])
+                item.setdefault("contexts", None)
+            else:
+                item["guild_id"] = key[1]
+            if "options" in item:
+                item["options"] = [_stored_option(o) for o in item["options"]]
+            stored.append(item)
+        self.commands[key] = stored
+        return 200, stored, {}
+
+
+def _stored_option(option: dict[str, Any]) -> dict[str, Any]:
+    # Answers leave out `required` and `autocomplete` when false: the client must treat
+    # "absent" and "false" alike when it compares.
+    stored = {k: v for k, v in option.items() if not (k in ("required", "autocomplete") and not v)}
+    if "options" in stored:
+        stored["options"] = [_stored_option(o) for o in stored["options"]]
+    return stored
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"_errors": [{"code": code, "message": message}]}
+
+
+def _invalid(errors: dict[str, Any]) -> tuple[int, Any, dict[str, str]]:
+    return 400, {"code": 50035, "message": "Invalid Form Body", "errors": errors}, {}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, fake: FakeDiscord) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.fake = fake
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"  # keep-alive, as a real client pool expects
+
+    def _serve(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body: Any = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = raw
+        parts = urlsplit(self.path)
+        path = unquote(parts.path)
+        if path.startswith(API_PREFIX):
+            path = path[len(API_PREFIX) :]
+        request = RecordedRequest(
+            method=self.command,
+            path=path,
+            query=parts.query,
+            authorization=self.headers.get("Authorization"),
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=body,
+        )
+        status, payload, headers = self.server.fake._handle(request)
+        data = b"" if payload is None else json.dumps(payload).encode()
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        if data:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_PUT = do_PATCH = do_POST = do_DELETE = _serve
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # keep pytest output quiet
+
+
+@pytest.fixture(name="fake_discord")
+def fake_discord_fixture() -> Iterator[FakeDiscord]:
+    with FakeDiscord.running() as fake:
+        yield fake
