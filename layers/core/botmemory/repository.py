@@ -335,21 +335,17 @@ class MemoryRepository:
 
     def all_facts(self, scope: str, user_id: str) -> list[Fact]:
         """Every fact of a person in a scope, superseded included (staff listings, tests)."""
-        facts: list[Fact] = []
-        request: dict[str, Any] = {
-            "TableName": self.table_name,
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :fact)",
-            "ExpressionAttributeValues": {
-                ":pk": {"S": keys.user_pk(scope, user_id)},
-                ":fact": {"S": keys.FACT_PREFIX},
-            },
-        }
-        while True:
-            response = self._client.query(**request)
-            facts += [Fact.model_validate(from_item(i)) for i in response["Items"]]
-            if "LastEvaluatedKey" not in response:
-                return facts
-            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        items = self._query_all(
+            {
+                "TableName": self.table_name,
+                "KeyConditionExpression": "pk = :pk AND begins_with(sk, :fact)",
+                "ExpressionAttributeValues": {
+                    ":pk": {"S": keys.user_pk(scope, user_id)},
+                    ":fact": {"S": keys.FACT_PREFIX},
+                },
+            }
+        )
+        return [Fact.model_validate(from_item(i)) for i in items]
 
     def put_fact(self, fact: Fact) -> None:
         """Write a fact as is (manual and operator facts, seeding)."""
@@ -515,6 +511,15 @@ class MemoryRepository:
 
     # Helpers ------------------------------------------------------------------------
 
+    def _query_all(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """Every item a query matches, following its pages."""
+        while True:
+            response = self._client.query(**request)
+            yield from response["Items"]
+            if "LastEvaluatedKey" not in response:
+                return
+            request = {**request, "ExclusiveStartKey": response["LastEvaluatedKey"]}
+
     def _delete_keys(self, keys_: list[dict[str, Any]]) -> int:
         for start in range(0, len(keys_), 25):
             request: dict[str, Any] = {
@@ -566,13 +571,7 @@ class MemoryRepository:
             },
             "ConsistentRead": True,
         }
-        episodes: list[Episode] = []
-        while True:
-            response = self._client.query(**request)
-            episodes += [Episode.model_validate(from_item(i)) for i in response["Items"]]
-            if "LastEvaluatedKey" not in response:
-                return episodes
-            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return [Episode.model_validate(from_item(i)) for i in self._query_all(request)]
 
     def save_legacy_memory(
         self,
@@ -643,35 +642,23 @@ class MemoryRepository:
         )
 
     def opted_out_hashes(self) -> set[str]:
-        found: set[str] = set()
         request: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "pk = :pk",
             "ExpressionAttributeValues": {":pk": {"S": keys.OPT_OUT_PK}},
             "ProjectionExpression": "sk",
         }
-        while True:
-            response = self._client.query(**request)
-            found |= {item["sk"]["S"] for item in response["Items"]}
-            if "LastEvaluatedKey" not in response:
-                return found
-            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return {item["sk"]["S"] for item in self._query_all(request)}
 
     def keys_of_user(self, user_id: str) -> list[dict[str, Any]]:
         """The key of every item that holds this person's id (the by_user index)."""
-        found: list[dict[str, Any]] = []
         request: dict[str, Any] = {
             "TableName": self.table_name,
             "IndexName": BY_USER_INDEX,
             "KeyConditionExpression": "user_id = :user",
             "ExpressionAttributeValues": {":user": {"S": user_id}},
         }
-        while True:
-            response = self._client.query(**request)
-            found += [{"pk": i["pk"], "sk": i["sk"]} for i in response["Items"]]
-            if "LastEvaluatedKey" not in response:
-                return found
-            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return [{"pk": i["pk"], "sk": i["sk"]} for i in self._query_all(request)]
 
     def get(self, key: dict[str, Any]) -> dict[str, Any] | None:
         response = self._client.get_item(TableName=self.table_name, Key=key, ConsistentRead=True)
@@ -705,13 +692,8 @@ class MemoryRepository:
         if prefix:  # an empty string is not a valid key condition value
             request["KeyConditionExpression"] += " AND begins_with(sk, :prefix)"
             request["ExpressionAttributeValues"][":prefix"] = {"S": prefix}
-        while True:
-            response = self._client.query(**request)
-            for item in response["Items"]:
-                yield from_item(item)
-            if "LastEvaluatedKey" not in response:
-                return
-            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        for item in self._query_all(request):
+            yield from_item(item)
 
     def scope_pins(self, scope: str, limit: int) -> list[Pin]:
         response = self._client.query(
