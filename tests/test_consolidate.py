@@ -516,3 +516,19 @@ def test_no_round_starts_without_time_for_a_model_call(
     assert [o.consumed for o in backlog] == [50, 50]  # a third round would not have fitted
     assert swept == [] and pending(services) == 30
     assert [o.consumed for o in services.consolidator.sweep()] == [30]
+
+
+def test_words_of_someone_who_opted_out_meanwhile_are_dropped_unread(
+    services: MemoryServices, dynamodb: Any, model: CountingModel
+) -> None:
+    services.recorder.record(
+        [gw.message(gw.ALICE, "I love hiking in the Alps.", T0)]
+        + chat(19, start_ms=T0 + 1000, speakers=[gw.BOB])
+    )
+    services.opt_outs.opt_out(gw.ALICE)  # after ingest recorded her words
+
+    (outcome,) = services.consolidator.consolidate(gw.CHANNEL)
+
+    assert outcome.consumed == 19 and pending(services) == 0
+    assert all(o.author_id != gw.ALICE for o in model.calls[0].observations)
+    assert [i for i in scan_all(dynamodb) if gw.ALICE in str(i)] == []
