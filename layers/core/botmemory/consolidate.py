@@ -294,7 +294,9 @@ class Consolidator:
             facts = facts[:room]
             superseded = superseded[: max(0, room - len(facts))]
 
-        left_behind = sorted({o.at_ms for o in candidates if o.sk not in live})
+        # Anything still waiting (a full batch, or a row the index had not caught up on)
+        # keeps the channel on the sweep's list.
+        waiting = more or len(live) < len(candidates)
         commit = ConsolidationCommit(
             lock=lock,
             consumed=observations,
@@ -304,9 +306,7 @@ class Consolidator:
             superseded=superseded,
             episode=episode,
             dropped_episodes=dropped,
-            more_pending_since_ms=self._clock.now_ms()
-            if more
-            else (left_behind[0] if left_behind else None),
+            more_pending_since_ms=self._clock.now_ms() if waiting else None,
             now_ms=self._clock.now_ms(),
         )
         try:
