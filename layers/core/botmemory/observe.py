@@ -180,10 +180,6 @@ class ObservationRecorder:
             "MESSAGE_REACTION_REMOVE_EMOJI": self._reaction_remove_emoji,
         }
 
-    @property
-    def event_types(self) -> list[str]:
-        return list(self._parsers)
-
     def record(self, events: list[Any]) -> IngestResult:
         """Store each event that parses; skip the rest with a reason. Never raises for one event."""
         result = IngestResult()

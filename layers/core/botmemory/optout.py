@@ -51,7 +51,3 @@ class OptOuts:
         self._repository.remove_opt_out(user_hash(user_id))
         with self._lock:
             self._hashes.discard(user_hash(user_id))
-
-    def forget_cache(self) -> None:
-        with self._lock:
-            self._loaded_at = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -98,11 +98,6 @@ class CommitRejected(Exception):
     def __init__(self, reasons: list[str]) -> None:
         super().__init__(", ".join(reasons) or "transaction cancelled")
         self.reasons = reasons
-
-
-@dataclass
-class FactPage:
-    facts: list[Fact] = field(default_factory=list)
 
 
 class MemoryRepository:
