@@ -298,3 +298,22 @@ def test_model_api_key_reaches_only_the_model_callers(
 def test_parameter_defaults_match_settings(template: dict[str, Any], parameter: str) -> None:
     field = PARAMETER_DEFAULTS[parameter]
     assert int(template["Parameters"][parameter]["Default"]) == Settings.model_fields[field].default
+
+
+def test_the_layer_ships_the_projects_runtime_dependencies() -> None:
+    """sam build installs layers/core/requirements.txt; it must not drift from pyproject."""
+    import re
+    import tomllib
+
+    def names(lines: list[str]) -> set[str]:
+        return {
+            re.split(r"[\[<>=!~; ]", line.strip(), maxsplit=1)[0].lower().replace("_", "-")
+            for line in lines
+            if line.strip() and not line.strip().startswith("#")
+        }
+
+    root = Path(__file__).resolve().parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    layer = (root / "layers" / "core" / "requirements.txt").read_text().splitlines()
+    # boto3 comes with the Lambda runtime.
+    assert names(layer) == names(project) - {"boto3"}
