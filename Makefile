@@ -7,16 +7,24 @@ PY := $(VENV)/bin/python
 # Prefer python3.13 (the Lambda runtime) when it actually runs here; a shim that
 # exists but fails does not count. The code also runs on 3.11.
 BASE_PYTHON := $(shell python3.13 -c 'import sys' >/dev/null 2>&1 && echo python3.13 || echo python3)
+# Exact pins of the runtime, dev and relay groups, resolved for these interpreters by `make lock`.
+LOCK := requirements-dev.lock
+LOCK_PYTHONS := python3.11 python3.13
 
-.PHONY: venv sam-venv test lint format typecheck unit bench demo register clean
+.PHONY: venv lock sam-venv test lint format typecheck unit bench demo register clean
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	@test -x $(PY) || $(BASE_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --editable . --group dev --group relay
+	$(PY) -m pip install --quiet --requirement $(LOCK)
+	$(PY) -m pip install --quiet --no-deps --editable .
 	@touch $@
+
+# After changing dependencies in pyproject.toml: re-pin $(LOCK) with pip's resolver.
+lock:
+	$(BASE_PYTHON) scripts/lock.py --output $(LOCK) $(foreach python,$(LOCK_PYTHONS),--python $(python))
 
 sam-venv: $(SAM_VENV)/.installed
 

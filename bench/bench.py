@@ -58,12 +58,14 @@ from cold_start import bench_cold_start  # noqa: E402  (beside this script)
 from moto import mock_aws  # noqa: E402
 from moto.core.botocore_stubber import BotocoreStubber  # noqa: E402
 from moto.dynamodb import models as moto_dynamodb  # noqa: E402
+from moto.dynamodb.models.table import Table as MotoTable  # noqa: E402
 
 from botmemory import keys  # noqa: E402
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds  # noqa: E402
 from botmemory.config import Settings  # noqa: E402
 from botmemory.consolidate import Outcome, Status  # noqa: E402
-from botmemory.keys import channel_pk, episode_sk, observation_sk  # noqa: E402
+from botmemory.items import fact_values, observation_values  # noqa: E402
+from botmemory.keys import episode_sk, observation_sk  # noqa: E402
 from botmemory.memory_model.contract import ConsolidationAnswer, ModelInput  # noqa: E402
 from botmemory.memory_model.rules import RulesModel  # noqa: E402
 from botmemory.recall import FACT_WINDOW_FACTOR, RecallRequest  # noqa: E402
@@ -76,11 +78,11 @@ from botmemory.records import (  # noqa: E402
     ObservationKind,
     Pin,
 )
-from botmemory.repository import _fact_values  # noqa: E402
 from botmemory.runtime import MemoryServices, build_services  # noqa: E402
 from botmemory.schema import create_table  # noqa: E402
 from botmemory.text import content_hash, short_id  # noqa: E402
 from tests import gateway as gw  # noqa: E402
+from tests.storage import put_episode, put_items  # noqa: E402
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, the clock's start in every scenario
 SPEAKERS = [gw.ALICE, gw.BOB, gw.CAROL]
@@ -329,7 +331,7 @@ class _OneBackupPerTransaction:
         self.backups: dict[int, Any] | None = None
 
     def deepcopy(self, value: Any, *args: Any) -> Any:
-        if self.backups is None or not isinstance(value, moto_dynamodb.Table):
+        if self.backups is None or not isinstance(value, MotoTable):
             return copy.deepcopy(value, *args)
         if id(value) not in self.backups:
             self.backups[id(value)] = copy.deepcopy(value)
@@ -349,12 +351,12 @@ def one_backup_per_transaction() -> Iterator[None]:
         finally:
             shim.backups = None
 
-    moto_dynamodb.copy = shim  # type: ignore[assignment]
+    moto_dynamodb.copy = shim  # type: ignore[attr-defined,assignment]
     backend.transact_write_items = transact_write_items  # type: ignore[method-assign]
     try:
         yield
     finally:
-        moto_dynamodb.copy = copy  # type: ignore[assignment]
+        moto_dynamodb.copy = copy  # type: ignore[attr-defined]
         backend.transact_write_items = original  # type: ignore[method-assign]
 
 
@@ -395,9 +397,7 @@ def consumed_observation_item(index: int, at_ms: int, clock: ManualClock) -> dic
         content=CHAT_LINES[index % len(CHAT_LINES)],
         expires_at=epoch_seconds(clock.now_ms() + 30 * DAY_MS),
     )
-    values = observation.model_dump(mode="json")
-    values.update(pk=channel_pk(gw.CHANNEL), sk=observation.sk, user_id=author)
-    return values
+    return observation_values(observation, pending=False)
 
 
 def fact_item(user_id: str, index: int, count: int, clock: ManualClock) -> dict[str, Any]:
@@ -417,7 +417,7 @@ def fact_item(user_id: str, index: int, count: int, clock: ManualClock) -> dict[
         hits=1 + index % 4,
         expires_at=epoch_seconds(clock.now_ms() + 180 * DAY_MS),
     )
-    return _fact_values(fact)
+    return fact_values(fact)
 
 
 def seed_pins_and_episodes(world: World) -> None:
@@ -448,20 +448,26 @@ def seed_pins_and_episodes(world: World) -> None:
             created_ms=created,
             expires_at=epoch_seconds(now + 90 * DAY_MS),
         )
-        repository.put_episode(episode, gw.GUILD)
+        put_episode(repository, episode, gw.GUILD)
 
 
 def seed_history(world: World, observations: int, facts_per_user: int) -> None:
     """Consumed observations before T0, active facts for the three speakers, pins, episodes."""
     repository, clock = world.services.repository, world.clock
-    repository.batch_put(
-        consumed_observation_item(i, T0 - (observations - i) * 1000, clock)
-        for i in range(observations)
+    put_items(
+        repository,
+        (
+            consumed_observation_item(i, T0 - (observations - i) * 1000, clock)
+            for i in range(observations)
+        ),
     )
-    repository.batch_put(
-        fact_item(user, i, facts_per_user, clock)
-        for user in SPEAKERS
-        for i in range(facts_per_user)
+    put_items(
+        repository,
+        (
+            fact_item(user, i, facts_per_user, clock)
+            for user in SPEAKERS
+            for i in range(facts_per_user)
+        ),
     )
     seed_pins_and_episodes(world)
     world.clock.advance(seconds=1)
@@ -565,7 +571,7 @@ def bench_stream(lab: Lab) -> None:
         services.recorder.record([event])
         lab.meter.take()
         world.clock.advance(seconds=1)
-        trigger = services.consolidator.on_new_observations([gw.CHANNEL])
+        trigger = services.consolidator.consolidate(gw.CHANNEL)
         requests = lab.meter.take()
         outcomes += trigger
         done = any(o.status == Status.CONSOLIDATED for o in trigger)
@@ -617,7 +623,7 @@ def consolidation_input(lab: Lab, prior_observations: int, facts_per_user: int) 
     services = world.services
     services.recorder.record(chat(20, T0 + 1000))
     lab.meter.take()
-    outcomes = services.consolidator.on_new_observations([gw.CHANNEL])
+    outcomes = services.consolidator.consolidate(gw.CHANNEL)
     requests = lab.meter.take()
     model_input = world.model.last_input or ModelInput(channel_id=gw.CHANNEL, observations=[])
     return InputFigures(

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from botmemory.keys import ItemKind, kind_of
+from botmemory.records import FactStatus
 from localrun.motoserver import LocalRunError, MotoServer
 from localrun.replay import Replay, default_source, load_replay
 from localrun.stack import LocalStack
@@ -43,15 +45,15 @@ def count_items(stack: LocalStack) -> dict[str, int]:
     while True:
         page = stack.dynamodb.scan(**kwargs)
         for item in page["Items"]:
-            sk = item["sk"]["S"]
-            if sk.startswith("OBS#"):
+            kind = kind_of(item["sk"]["S"])
+            if kind == ItemKind.OBSERVATION:
                 counts["observations"] += 1
-            elif sk.startswith("FACT#"):
+            elif kind == ItemKind.FACT:
                 counts["facts"] += 1
-                counts["active facts"] += item.get("status", {}).get("S") == "active"
-            elif sk.startswith("EP#"):
+                counts["active facts"] += item.get("status", {}).get("S") == FactStatus.ACTIVE
+            elif kind == ItemKind.EPISODE:
                 counts["episodes"] += 1
-            elif sk == "STATE":
+            elif kind == ItemKind.STATE:
                 counts["consolidations"] += int(item.get("consolidations", {}).get("N", "0"))
         if "LastEvaluatedKey" not in page:
             return counts

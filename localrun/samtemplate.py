@@ -83,7 +83,8 @@ class Template:
 
     @property
     def resources(self) -> dict[str, Any]:
-        return self.body.get("Resources", {})
+        resources: dict[str, Any] = self.body.get("Resources", {})
+        return resources
 
     def parameter_defaults(self) -> dict[str, str]:
         return {

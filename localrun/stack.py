@@ -196,13 +196,12 @@ class LocalStack:
             )
             while iterator:
                 page = self.streams.get_records(ShardIterator=iterator, Limit=1000)
-                records += page["Records"]
+                # Lambda's event records: the stream's, with the ARN of their source.
+                records += [{**r, "eventSourceARN": self.stream_arn} for r in page["Records"]]
                 iterator = page.get("NextShardIterator")
                 self._shard_iterators[shard_id] = iterator
                 if not page["Records"]:
                     break
-        for record in records:
-            record["eventSourceARN"] = self.stream_arn
         return records
 
     def pump_stream(self, *, flush: bool = False) -> int:

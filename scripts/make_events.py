@@ -12,6 +12,8 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
+from botmemory.interactions import ApplicationCommandType, InteractionType, OptionType
+
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
 TEST_SEED = bytes(range(32))  # 000102…1f: for tests and samples only
@@ -177,13 +179,17 @@ def command(
     user_id: str = ALICE,
 ) -> dict[str, Any]:
     given = [
-        {"name": key, "type": 6 if key == "member" else 3, "value": value}
+        {
+            "name": key,
+            "type": OptionType.USER if key == "member" else OptionType.STRING,
+            "value": value,
+        }
         for key, value in (options or {}).items()
     ]
     return {
         "id": interaction_id,
         "application_id": BOT,
-        "type": 2,
+        "type": InteractionType.APPLICATION_COMMAND,
         "token": "sample-interaction-token",
         "version": 1,
         "guild_id": GUILD,
@@ -197,8 +203,10 @@ def command(
         "data": {
             "id": "1400000000000000001",
             "name": name,
-            "type": 1,
-            "options": [{"name": sub, "type": 1, "options": given}] if sub else given,
+            "type": ApplicationCommandType.CHAT_INPUT,
+            "options": [{"name": sub, "type": OptionType.SUB_COMMAND, "options": given}]
+            if sub
+            else given,
         },
     }
 
@@ -268,7 +276,7 @@ def main() -> None:
             {
                 "id": "1500000000000000001",
                 "application_id": BOT,
-                "type": 1,
+                "type": InteractionType.PING,
                 "token": "sample-ping-token",
                 "version": 1,
             },
@@ -291,7 +299,13 @@ def main() -> None:
         ),
     }
     bad = signed(
-        {"id": "1500000000000000004", "application_id": BOT, "type": 1, "token": "t", "version": 1},
+        {
+            "id": "1500000000000000004",
+            "application_id": BOT,
+            "type": InteractionType.PING,
+            "token": "t",
+            "version": 1,
+        },
         "sample-bad-1",
     )
     bad["headers"]["x-signature-ed25519"] = "00" * 64

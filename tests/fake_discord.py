@@ -17,12 +17,12 @@ Use the `fake_discord` fixture and point the code at `fake_discord.url` (for ins
 through `DISCORD_API_BASE`). To make the fixture visible in a test module, import it under
 its function name, which keeps ruff from reading the test parameter as a redefinition:
 
-    from tests.fake_discord import FakeDiscord, fake_discord_fixture  # noqa: F401
+    from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
 
-    def test_something(fake_discord: FakeDiscord) -> None: ...
+    def test_something(fake_discord: FakeDiscordRest) -> None: ...
 
 (or list "tests.fake_discord" in `pytest_plugins` of tests/conftest.py). Outside pytest,
-`with FakeDiscord.running() as fake:` does the same.
+`with FakeDiscordRest.running() as fake:` does the same.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class ScriptedReply:
     path_contains: str | None = None  # only for requests whose path contains this
 
 
-class FakeDiscord:
+class FakeDiscordRest:
     """The server's state and the test's handle on it; `url` is the API base URL."""
 
     def __init__(self, bot_token: str = BOT_TOKEN) -> None:
@@ -95,7 +95,7 @@ class FakeDiscord:
 
     @classmethod
     @contextmanager
-    def running(cls, bot_token: str = BOT_TOKEN) -> Iterator[FakeDiscord]:
+    def running(cls, bot_token: str = BOT_TOKEN) -> Iterator[FakeDiscordRest]:
         """A started server, stopped on exit."""
         fake = cls(bot_token).start()
         try:
@@ -103,7 +103,7 @@ class FakeDiscord:
         finally:
             fake.stop()
 
-    def start(self) -> FakeDiscord:
+    def start(self) -> FakeDiscordRest:
         self._thread.start()
         return self
 
@@ -285,7 +285,7 @@ def _invalid(errors: dict[str, Any]) -> tuple[int, Any, dict[str, str]]:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, fake: FakeDiscord) -> None:
+    def __init__(self, fake: FakeDiscordRest) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.fake = fake
 
@@ -332,6 +332,6 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(name="fake_discord")
-def fake_discord_fixture() -> Iterator[FakeDiscord]:
-    with FakeDiscord.running() as fake:
+def fake_discord_fixture() -> Iterator[FakeDiscordRest]:
+    with FakeDiscordRest.running() as fake:
         yield fake

@@ -7,29 +7,45 @@ records every request.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
 
 from botmemory.clock import DAY_MS, SystemClock, epoch_seconds
 from botmemory.config import Settings
+from botmemory.interactions import (
+    ComponentType,
+    InteractionResponseType,
+    InteractionType,
+    MessageFlag,
+    Permissions,
+)
 from botmemory.keys import episode_sk
 from botmemory.records import Episode, Fact, FactKind, FactSource, Pin
 from botmemory.runtime import MemoryServices, build_services
 from scripts.make_events import ALICE, BOB, BOT, CHANNEL, GUILD, command, signed
 from tests.conftest import TABLE
-from tests.fake_discord import FakeDiscord, fake_discord_fixture  # noqa: F401
+from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.lambda_local import LocalLambda, sample_env
+from tests.storage import put_episode
 
 OTHER_GUILD = "1100000000000000099"
-STAFF = str(1 << 5)
+STAFF = str(Permissions.MANAGE_GUILD.value)
+# The "thinking…" answer, seen only by the caller, of work that finishes through the webhook.
+DEFERRED = {
+    "type": InteractionResponseType.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE,
+    "data": {"flags": MessageFlag.EPHEMERAL},
+}
 _ids = iter(range(1_600_000_000_000_000_000, 1_700_000_000_000_000_000))
 
 
 class Discord:
     """Sends signed interactions to the handler and reads its answers."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, fake: FakeDiscord, dynamodb: Any) -> None:
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, fake: FakeDiscordRest, dynamodb: Any
+    ) -> None:
         env = sample_env()
         env["InteractionsFunction"].update(DISCORD_API_BASE=fake.url, DEFERRED_WORK="thread")
         self.local = LocalLambda(monkeypatch, env)
@@ -62,8 +78,8 @@ class Discord:
 
     def text(self, *args: Any, **kwargs: Any) -> str:
         answer = self.run(*args, **kwargs)
-        assert answer["type"] == 4, answer
-        assert answer["data"]["flags"] == 64
+        assert answer["type"] == InteractionResponseType.CHANNEL_MESSAGE_WITH_SOURCE, answer
+        assert answer["data"]["flags"] == MessageFlag.EPHEMERAL
         assert answer["data"]["allowed_mentions"] == {"parse": []}
         return str(answer["data"]["content"])
 
@@ -85,7 +101,9 @@ class Discord:
 
 
 @pytest.fixture
-def discord(monkeypatch: pytest.MonkeyPatch, fake_discord: FakeDiscord, dynamodb: Any) -> Discord:
+def discord(
+    monkeypatch: pytest.MonkeyPatch, fake_discord: FakeDiscordRest, dynamodb: Any
+) -> Discord:
     return Discord(monkeypatch, fake_discord, dynamodb)
 
 
@@ -159,7 +177,8 @@ def test_show_lists_my_facts_with_ids_and_what_in_this_channel_mentions_me(
         )
     )
     now = services.clock.now_ms()
-    services.repository.put_episode(
+    put_episode(
+        services.repository,
         Episode(
             channel_id=CHANNEL,
             episode_id="ep1",
@@ -237,14 +256,14 @@ def test_opting_out_erases_what_exists_and_stops_recording(discord: Discord) -> 
     assert facts_of(discord.services(), ALICE) == ["Likes hiking in the Alps"]
 
     answer = discord.run("memory", "optout")
-    assert answer == {"type": 5, "data": {"flags": 64}}
+    assert answer == DEFERRED
     done = discord.patched()
     assert "You are opted out" in done["content"] and "1 facts" in done["content"]
 
     ingest_and_consolidate(discord, [(ALICE, "I use Vim every day.")] + [(BOB, "nice")] * 3)
     services = discord.services()
     assert facts_of(services, ALICE) == []
-    assert services.repository.keys_of_user(ALICE) == []
+    assert services.repository.items_of_user(ALICE) == []
     assert "opted out" in discord.text("memory", "remember", {"text": "I like tea"})
 
     assert "opted in" in discord.text("memory", "optin")
@@ -278,9 +297,11 @@ def forgetme_flow(discord: Discord) -> dict[str, Any]:
     assert [b["custom_id"] for b in buttons] == ["forgetme:confirm", "forgetme:cancel"]
     click = command(str(next(_ids)), "forgetme", "")
     click.update(
-        type=3, token="token-confirm", data={"custom_id": "forgetme:confirm", "component_type": 2}
+        type=InteractionType.MESSAGE_COMPONENT,
+        token="token-confirm",
+        data={"custom_id": "forgetme:confirm", "component_type": ComponentType.BUTTON},
     )
-    assert discord.send(click) == {"type": 6}
+    assert discord.send(click) == {"type": InteractionResponseType.DEFERRED_UPDATE_MESSAGE}
     return discord.patched("token-confirm")
 
 
@@ -316,11 +337,15 @@ def test_forgetme_can_be_cancelled(discord: Discord) -> None:
     discord.services()
     seed_fact(discord.services(), ALICE, "Keeps bees")
     click = command(str(next(_ids)), "forgetme", "")
-    click.update(type=3, data={"custom_id": "forgetme:cancel", "component_type": 2})
+    click.update(
+        type=InteractionType.MESSAGE_COMPONENT,
+        data={"custom_id": "forgetme:cancel", "component_type": ComponentType.BUTTON},
+    )
 
     answer = discord.send(click)
 
-    assert answer["type"] == 7 and "nothing was erased" in answer["data"]["content"]
+    assert answer["type"] == InteractionResponseType.UPDATE_MESSAGE
+    assert "nothing was erased" in answer["data"]["content"]
     assert facts_of(discord.services(), ALICE) == ["Keeps bees"]
 
 
@@ -328,18 +353,18 @@ def test_forgetme_cut_short_by_a_fault_finishes_when_run_again(
     discord: Discord, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ingest_and_consolidate(discord, [(ALICE, "I love hiking."), (ALICE, "I use Vim."), (BOB, "ok")])
-    from botmemory.repository import MemoryRepository
+    from botmemory.repository import ItemRef, MemoryRepository
 
-    original = MemoryRepository.delete_keys
+    original = MemoryRepository.delete_items
     calls = {"n": 0}
 
-    def flaky(self: MemoryRepository, keys: list[dict[str, Any]]) -> int:
+    def flaky(self: MemoryRepository, refs: Iterable[ItemRef]) -> int:
         calls["n"] += 1
-        if calls["n"] == 2:
+        if calls["n"] == 2:  # after the channel summaries, before the person's own items
             raise RuntimeError("DynamoDB went away")
-        return original(self, keys)
+        return original(self, refs)
 
-    monkeypatch.setattr(MemoryRepository, "delete_keys", flaky)
+    monkeypatch.setattr(MemoryRepository, "delete_items", flaky)
     failed = forgetme_flow(discord)
     assert "something went wrong" in failed["content"]
     assert everything_about(discord.dynamodb, [ALICE])  # half done
@@ -386,7 +411,7 @@ def test_staff_list_a_members_facts_in_a_deferred_answer(discord: Discord) -> No
 
     answer = discord.run("memory-staff", "user", {"member": BOB}, permissions=STAFF)
 
-    assert answer == {"type": 5, "data": {"flags": 64}}
+    assert answer == DEFERRED
     listing = discord.patched()["content"]
     assert f"`{tuba.fact_id}` Plays the tuba" in listing and "far away" not in listing
 
@@ -441,10 +466,10 @@ def test_autocomplete_offers_only_my_facts_and_this_servers_pins(discord: Discor
 
     def complete(name: str, sub: str, option: str, typed: str, permissions: str = "0") -> list[str]:
         interaction = command(str(next(_ids)), name, sub, {option: typed}, permissions, ALICE)
-        interaction["type"] = 4
+        interaction["type"] = InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE
         interaction["data"]["options"][0]["options"][0]["focused"] = True
         answer = discord.send(interaction)
-        assert answer["type"] == 8
+        assert answer["type"] == InteractionResponseType.APPLICATION_COMMAND_AUTOCOMPLETE_RESULT
         return [c["value"] for c in answer["data"]["choices"]]
 
     assert complete("memory", "forget", "what", "tea") == [mine.fact_id]

@@ -24,6 +24,7 @@ from botmemory.records import FactKind, FactStatus
 from botmemory.runtime import MemoryServices, build_services
 from tests import gateway as gw
 from tests.conftest import CountingModel, ScriptedModel, scan_all
+from tests.storage import channel_state
 
 T0 = 1_767_225_600_000
 SPEAKERS = [gw.ALICE, gw.BOB, gw.CAROL]
@@ -85,13 +86,13 @@ def test_below_the_threshold_nothing_is_called_and_at_it_one_call_consumes_the_b
 ) -> None:
     events = chat(20)
     services.recorder.record(events[:19])
-    outcomes = services.consolidator.on_new_observations([gw.CHANNEL])
+    outcomes = services.consolidator.consolidate(gw.CHANNEL)
 
     assert [o.status for o in outcomes] == [Status.BELOW_THRESHOLD]
     assert model.calls == [] and pending(services) == 19
 
     services.recorder.record(events[19:])
-    outcomes = services.consolidator.on_new_observations([gw.CHANNEL])
+    outcomes = services.consolidator.consolidate(gw.CHANNEL)
 
     assert [o.status for o in outcomes] == [Status.CONSOLIDATED]
     assert len(model.calls) == 1 and len(model.calls[0].observations) == 20
@@ -103,7 +104,7 @@ def test_a_stream_of_45_messages_costs_two_model_calls(
 ) -> None:
     for event in chat(45):  # one trigger per event, the worst case for a stream
         services.recorder.record([event])
-        services.consolidator.on_new_observations([gw.CHANNEL])
+        services.consolidator.consolidate(gw.CHANNEL)
 
     assert len(model.calls) == 2
     assert pending(services) == 5
@@ -116,7 +117,7 @@ def test_a_backlog_is_consumed_in_bounded_batches_one_call_each(
     services = with_model(dynamodb, clock, model, consolidate_every=20, max_batch=50)
     services.recorder.record(chat(130))
 
-    outcomes = services.consolidator.on_new_observations([gw.CHANNEL])
+    outcomes = services.consolidator.consolidate(gw.CHANNEL)
 
     assert [o.consumed for o in outcomes] == [50, 50, 30]
     assert len(model.calls) == 3 and all(len(c.observations) <= 50 for c in model.calls)
@@ -238,7 +239,7 @@ def test_a_failing_model_leaves_every_observation_pending_and_the_next_trigger_c
     assert first.status == Status.MODEL_FAILED and first.consumed == 0
     assert pending(services) == 20
     assert episodes(dynamodb) == [] and facts(dynamodb) == []
-    assert "lock_owner" not in services.repository.channel_state(gw.CHANNEL)
+    assert "lock_owner" not in channel_state(services.repository, gw.CHANNEL)
 
     (second,) = services.consolidator.consolidate(gw.CHANNEL)
 
@@ -254,15 +255,15 @@ def test_observations_consumed_meanwhile_are_not_consumed_twice(
     (done,) = services.consolidator.consolidate(gw.CHANNEL)
     assert done.consumed == 20
 
-    from botmemory.repository import CommitRejected, ConsolidationCommit
+    from botmemory.consolidation_commit import CommitRejected, ConsolidationCommit
 
     lock = services.repository.acquire_lock(gw.CHANNEL, "late", clock.now_ms(), 60_000)
     assert lock is not None
     with pytest.raises(CommitRejected):
         services.repository.commit_consolidation(
-            ConsolidationCommit(lock=lock, consumed=observations, now_ms=clock.now_ms()), "x"
+            ConsolidationCommit(lock=lock, scope="x", consumed=observations, now_ms=clock.now_ms())
         )
-    assert len(episodes(services.repository._client)) == 1
+    assert len(episodes(services.repository.client)) == 1
 
 
 def test_an_observation_arriving_late_for_its_time_is_still_consumed(
@@ -450,7 +451,7 @@ def test_the_sweep_consolidates_a_quiet_channel(
     services: MemoryServices, clock: ManualClock, model: CountingModel
 ) -> None:
     services.recorder.record(chat(5))
-    services.consolidator.on_new_observations([gw.CHANNEL])
+    services.consolidator.consolidate(gw.CHANNEL)
 
     assert services.consolidator.sweep() == []  # not idle long enough yet
     clock.advance(seconds=31 * 60)
@@ -458,7 +459,7 @@ def test_the_sweep_consolidates_a_quiet_channel(
 
     assert [(o.status, o.consumed) for o in outcomes] == [(Status.CONSOLIDATED, 5)]
     assert len(model.calls) == 1 and pending(services) == 0
-    assert "pending_since" not in services.repository.channel_state(gw.CHANNEL)
+    assert "pending_since" not in channel_state(services.repository, gw.CHANNEL)
     clock.advance(seconds=31 * 60)
     assert services.consolidator.sweep() == []
 
@@ -498,7 +499,7 @@ def test_memory_off_consolidates_nothing(dynamodb: Any, clock: ManualClock) -> N
     on.recorder.record(chat(25))
     off = build_services(Settings(table_name="MemoryTable"), dynamodb=dynamodb, clock=clock)
 
-    assert [o.status for o in off.consolidator.on_new_observations([gw.CHANNEL])] == [Status.OFF]
+    assert [o.status for o in off.consolidator.consolidate(gw.CHANNEL)] == [Status.OFF]
     assert off.consolidator.sweep() == []
     assert pending(on) == 25 and episodes(dynamodb) == []
 

@@ -19,7 +19,8 @@ from botmemory.discord_api import (
     api_base_from_environment,
     bot_token_from_environment,
 )
-from tests.fake_discord import APPLICATION_ID, BOT_TOKEN, FakeDiscord, fake_discord_fixture  # noqa: F401
+from botmemory.interactions import ApplicationCommandType
+from tests.fake_discord import APPLICATION_ID, BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 
 INTERACTION_TOKEN = "aW50ZXJhY3Rpb246OTk5OmZha2UtdG9rZW4tdmFsdWU"
 GUILD = "100000000000000001"
@@ -39,19 +40,23 @@ def sleeps() -> SleepRecorder:
 
 
 @pytest.fixture
-def api(fake_discord: FakeDiscord, sleeps: SleepRecorder) -> Iterator[DiscordApi]:
+def api(fake_discord: FakeDiscordRest, sleeps: SleepRecorder) -> Iterator[DiscordApi]:
     with DiscordApi(BOT_TOKEN, base_url=fake_discord.url, sleep=sleeps) as client:
         yield client
 
 
-COMMAND: dict[str, Any] = {"name": "ping", "type": 1, "description": "Check the bot answers"}
+COMMAND: dict[str, Any] = {
+    "name": "ping",
+    "type": ApplicationCommandType.CHAT_INPUT,
+    "description": "Check the bot answers",
+}
 
 
 # -- application commands -------------------------------------------------------------------
 
 
 def test_bulk_overwrite_puts_to_global_path_with_bot_auth(
-    api: DiscordApi, fake_discord: FakeDiscord
+    api: DiscordApi, fake_discord: FakeDiscordRest
 ) -> None:
     answer = api.bulk_overwrite_commands(APPLICATION_ID, [COMMAND])
 
@@ -65,7 +70,7 @@ def test_bulk_overwrite_puts_to_global_path_with_bot_auth(
 
 
 def test_list_commands_reads_back_the_guild_commands(
-    api: DiscordApi, fake_discord: FakeDiscord
+    api: DiscordApi, fake_discord: FakeDiscordRest
 ) -> None:
     assert api.list_commands(APPLICATION_ID, GUILD) == []
     stored = api.bulk_overwrite_commands(APPLICATION_ID, [COMMAND], GUILD)
@@ -79,7 +84,7 @@ def test_list_commands_reads_back_the_guild_commands(
     }
 
 
-def test_bot_routes_need_a_token(fake_discord: FakeDiscord) -> None:
+def test_bot_routes_need_a_token(fake_discord: FakeDiscordRest) -> None:
     with (
         DiscordApi(None, base_url=fake_discord.url) as anonymous,
         pytest.raises(DiscordConfigError, match="bot token"),
@@ -89,7 +94,7 @@ def test_bot_routes_need_a_token(fake_discord: FakeDiscord) -> None:
 
 
 @pytest.mark.parametrize("bad", ["", "12ab", "1/../../users/@me", "123 456"])
-def test_ids_must_be_snowflakes(api: DiscordApi, fake_discord: FakeDiscord, bad: str) -> None:
+def test_ids_must_be_snowflakes(api: DiscordApi, fake_discord: FakeDiscordRest, bad: str) -> None:
     with pytest.raises(ValueError, match="snowflake"):
         api.list_commands(bad)
     with pytest.raises(ValueError, match="snowflake"):
@@ -101,7 +106,7 @@ def test_ids_must_be_snowflakes(api: DiscordApi, fake_discord: FakeDiscord, bad:
 
 
 def test_edit_original_response_patches_the_webhook_without_bot_token(
-    api: DiscordApi, fake_discord: FakeDiscord
+    api: DiscordApi, fake_discord: FakeDiscordRest
 ) -> None:
     body = {
         "content": "I remember: <@300000000000000002> likes tea @everyone",
@@ -126,7 +131,7 @@ def test_edit_original_response_patches_the_webhook_without_bot_token(
 
 
 def test_edit_original_response_adds_allowed_mentions_when_missing(
-    fake_discord: FakeDiscord,
+    fake_discord: FakeDiscordRest,
 ) -> None:
     # A client built without any bot token can still finish deferred answers.
     with DiscordApi(base_url=fake_discord.url) as webhook_only:
@@ -135,7 +140,7 @@ def test_edit_original_response_adds_allowed_mentions_when_missing(
 
 
 def test_unknown_webhook_error_never_shows_the_interaction_token(
-    api: DiscordApi, fake_discord: FakeDiscord
+    api: DiscordApi, fake_discord: FakeDiscordRest
 ) -> None:
     fake_discord.script(404, {"message": "Unknown Webhook", "code": 10015})
 
@@ -155,7 +160,7 @@ def test_unknown_webhook_error_never_shows_the_interaction_token(
 
 
 def test_429_then_success_waits_as_the_body_says(
-    api: DiscordApi, fake_discord: FakeDiscord, sleeps: SleepRecorder
+    api: DiscordApi, fake_discord: FakeDiscordRest, sleeps: SleepRecorder
 ) -> None:
     # The header says "1" (whole seconds); the body's retry_after is the precise value.
     fake_discord.rate_limit_once(retry_after=0.37)
@@ -168,7 +173,7 @@ def test_429_then_success_waits_as_the_body_says(
 
 
 def test_429_without_body_uses_the_retry_after_header(
-    api: DiscordApi, fake_discord: FakeDiscord, sleeps: SleepRecorder
+    api: DiscordApi, fake_discord: FakeDiscordRest, sleeps: SleepRecorder
 ) -> None:
     fake_discord.script(429, None, {"Retry-After": "2"})
 
@@ -179,7 +184,7 @@ def test_429_without_body_uses_the_retry_after_header(
 
 
 def test_429_asking_for_longer_than_the_cap_fails_at_once(
-    fake_discord: FakeDiscord, sleeps: SleepRecorder
+    fake_discord: FakeDiscordRest, sleeps: SleepRecorder
 ) -> None:
     fake_discord.rate_limit_once(retry_after=120.0)
 
@@ -197,7 +202,7 @@ def test_429_asking_for_longer_than_the_cap_fails_at_once(
 
 
 def test_5xx_is_retried_with_backoff(
-    api: DiscordApi, fake_discord: FakeDiscord, sleeps: SleepRecorder
+    api: DiscordApi, fake_discord: FakeDiscordRest, sleeps: SleepRecorder
 ) -> None:
     fake_discord.fail_once(500)
     fake_discord.fail_once(502)
@@ -209,7 +214,9 @@ def test_5xx_is_retried_with_backoff(
     assert 0 < sleeps.calls[0] < sleeps.calls[1] <= 8.25
 
 
-def test_5xx_gives_up_after_max_attempts(fake_discord: FakeDiscord, sleeps: SleepRecorder) -> None:
+def test_5xx_gives_up_after_max_attempts(
+    fake_discord: FakeDiscordRest, sleeps: SleepRecorder
+) -> None:
     fake_discord.script(503, {"message": "upstream connect error", "code": 0}, times=10)
 
     with (
@@ -249,7 +256,7 @@ def test_unreachable_discord_is_an_api_error_after_bounded_attempts(
 
 
 def test_403_raises_with_discords_message_and_no_token(
-    api: DiscordApi, fake_discord: FakeDiscord, sleeps: SleepRecorder
+    api: DiscordApi, fake_discord: FakeDiscordRest, sleeps: SleepRecorder
 ) -> None:
     fake_discord.script(403, {"message": "Missing Access", "code": 50001})
 
@@ -266,7 +273,7 @@ def test_403_raises_with_discords_message_and_no_token(
     assert len(fake_discord.requests) == 1
 
 
-def test_wrong_token_is_a_401_error(fake_discord: FakeDiscord) -> None:
+def test_wrong_token_is_a_401_error(fake_discord: FakeDiscordRest) -> None:
     with (
         DiscordApi("not-the-token", base_url=fake_discord.url) as api,
         pytest.raises(DiscordApiError) as caught,
@@ -277,7 +284,7 @@ def test_wrong_token_is_a_401_error(fake_discord: FakeDiscord) -> None:
 
 
 def test_invalid_form_body_lists_the_field_errors(api: DiscordApi) -> None:
-    bad = {"name": "Bad Name!", "type": 1, "description": "x"}
+    bad = {"name": "Bad Name!", "type": ApplicationCommandType.CHAT_INPUT, "description": "x"}
     with pytest.raises(DiscordApiError) as caught:
         api.bulk_overwrite_commands(APPLICATION_ID, [COMMAND, bad])
 
@@ -288,7 +295,7 @@ def test_invalid_form_body_lists_the_field_errors(api: DiscordApi) -> None:
 
 
 def test_non_json_error_body_still_reads_clearly(
-    api: DiscordApi, fake_discord: FakeDiscord
+    api: DiscordApi, fake_discord: FakeDiscordRest
 ) -> None:
     fake_discord.script(400, "plain text from a proxy")
     with pytest.raises(DiscordApiError, match="Bad Request"):

@@ -4,15 +4,79 @@ from __future__ import annotations
 
 import base64
 import json
+from enum import Enum
 from typing import Any
 
 import pytest
 from nacl.signing import SigningKey
 
+from botmemory.interactions import (
+    ApplicationCommandType,
+    ApplicationIntegrationType,
+    ButtonStyle,
+    ComponentType,
+    InteractionContextType,
+    InteractionResponseType,
+    InteractionType,
+    MessageFlag,
+    OptionType,
+    Permissions,
+    ephemeral_message,
+)
 from scripts.make_events import TEST_SEED, TIMESTAMP, command, function_url_event, signed
 from tests.lambda_local import EVENTS, LocalLambda, sample_env
 
-PING = {"id": "1500000000000000009", "application_id": "1", "type": 1, "token": "t", "version": 1}
+PING = {
+    "id": "1500000000000000009",
+    "application_id": "1",
+    "type": InteractionType.PING,
+    "token": "t",
+    "version": 1,
+}
+
+
+def test_protocol_numbers_are_discords_documented_values() -> None:
+    """The enumerations, checked once against Discord's documentation written out as numbers,
+    so the other tests may use the names."""
+    documented: list[tuple[type[Enum], dict[str, int]]] = [
+        (
+            InteractionType,
+            {
+                "PING": 1,
+                "APPLICATION_COMMAND": 2,
+                "MESSAGE_COMPONENT": 3,
+                "APPLICATION_COMMAND_AUTOCOMPLETE": 4,
+                "MODAL_SUBMIT": 5,
+            },
+        ),
+        (
+            InteractionResponseType,
+            {
+                "PONG": 1,
+                "CHANNEL_MESSAGE_WITH_SOURCE": 4,
+                "DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE": 5,
+                "DEFERRED_UPDATE_MESSAGE": 6,
+                "UPDATE_MESSAGE": 7,
+                "APPLICATION_COMMAND_AUTOCOMPLETE_RESULT": 8,
+            },
+        ),
+        (MessageFlag, {"EPHEMERAL": 64}),
+        (Permissions, {"ADMINISTRATOR": 8, "MANAGE_GUILD": 32}),
+        (ApplicationCommandType, {"CHAT_INPUT": 1}),
+        (OptionType, {"SUB_COMMAND": 1, "STRING": 3, "USER": 6}),
+        (InteractionContextType, {"GUILD": 0, "BOT_DM": 1}),
+        (ApplicationIntegrationType, {"GUILD_INSTALL": 0}),
+        (ComponentType, {"ACTION_ROW": 1, "BUTTON": 2}),
+        (ButtonStyle, {"SECONDARY": 2, "DANGER": 4}),
+    ]
+    for enumeration, values in documented:
+        assert {m.name: m.value for m in enumeration} == values, enumeration
+    # On the wire they are plain numbers.
+    assert json.loads(json.dumps(ephemeral_message("hi"))) == {
+        "type": 4,
+        "data": {"content": "hi", "flags": 64, "allowed_mentions": {"parse": []}},
+    }
+    assert json.dumps([InteractionResponseType.PONG, MessageFlag.EPHEMERAL]) == "[1, 64]"
 
 
 def invoke(monkeypatch: pytest.MonkeyPatch, event: dict[str, Any]) -> dict[str, Any]:
@@ -22,7 +86,8 @@ def invoke(monkeypatch: pytest.MonkeyPatch, event: dict[str, Any]) -> dict[str, 
 def test_a_signed_ping_gets_a_pong(dynamodb: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     response = invoke(monkeypatch, signed(PING, "r1"))
 
-    assert response["statusCode"] == 200 and json.loads(response["body"]) == {"type": 1}
+    assert response["statusCode"] == 200
+    assert json.loads(response["body"]) == {"type": InteractionResponseType.PONG}
 
 
 def test_a_base64_encoded_body_is_verified_on_its_raw_bytes(
@@ -99,7 +164,7 @@ def test_an_unknown_command_gets_a_clear_ephemeral_answer(
 
     data = json.loads(response["body"])["data"]
     assert "don't know the command `/weather today`" in data["content"]
-    assert data["flags"] == 64 and data["allowed_mentions"] == {"parse": []}
+    assert data["flags"] == MessageFlag.EPHEMERAL and data["allowed_mentions"] == {"parse": []}
 
 
 def test_memory_show_lists_the_callers_facts_with_ids(

@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from botmemory.interactions import InteractionResponseType
 from localrun.motoserver import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,7 +174,7 @@ def test_dev_serves_ingest_recall_and_interactions_and_stops_on_ctrl_c() -> None
 
         ping = json.loads((EVENTS / "interactions/ping.json").read_text())
         status, body = request(f"{base}/interactions", ping["body"].encode(), ping["headers"])
-        assert (status, json.loads(body)) == (200, {"type": 1})
+        assert (status, json.loads(body)) == (200, {"type": InteractionResponseType.PONG})
         forged = {**ping["headers"], "x-signature-ed25519": "00" * 64}
         status, _ = request(f"{base}/interactions", ping["body"].encode(), forged)
         assert status == 401

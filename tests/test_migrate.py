@@ -15,13 +15,14 @@ import pytest
 from botmemory import migrate as migrate_module
 from botmemory.clock import ManualClock
 from botmemory.config import Settings, get_settings
+from botmemory.items import from_item
 from botmemory.keys import episode_sk
 from botmemory.migrate import legacy_episode_id, load_source, main, migrate
 from botmemory.recall import RecallRequest
 from botmemory.records import Episode
-from botmemory.repository import from_item
 from botmemory.runtime import build_services
 from tests.conftest import START_MS, TABLE, scan_all
+from tests.storage import put_episode
 
 GUILD = "100000000000000001"
 CH_A = "200000000000000001"
@@ -312,7 +313,7 @@ def test_changed_text_replaces_the_old_legacy_episode(
         created_ms=START_MS - 1000,
         expires_at=(START_MS // 1000) + 86_400,
     )
-    services.repository.put_episode(ordinary, GUILD)
+    put_episode(services.repository, ordinary, GUILD)
     assert run(write_json(tmp_path, {CH_A: "Version one."}))[0] == 0
     clock.advance(seconds=60)
 

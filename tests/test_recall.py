@@ -11,10 +11,10 @@ from botmemory.config import Settings
 from botmemory.keys import episode_sk
 from botmemory.recall import BLOCK_HEADER, RecallError, RecallRequest, RecallResult, parse_request
 from botmemory.records import Episode, Fact, FactKind, FactSource, FactStatus, Pin
-from botmemory.repository import _fact_values
 from botmemory.runtime import MemoryServices, build_services
 from tests import gateway as gw
 from tests.conftest import RequestCounter
+from tests.storage import put_episode, put_facts
 
 T0 = 1_767_225_600_000
 
@@ -51,7 +51,8 @@ def seed_episode(
     services: MemoryServices, summary: str, at_ms: int, *, expires_in_days: float = 10
 ) -> None:
     episode_id = f"e{at_ms}"
-    services.repository.put_episode(
+    put_episode(
+        services.repository,
         Episode(
             channel_id=gw.CHANNEL,
             episode_id=episode_id,
@@ -242,8 +243,9 @@ def test_budgets_hold_with_1000_facts_per_user_and_10000_observations(
     )
     services = build_services(settings, dynamodb=dynamodb, clock=clock)
     people = [gw.ALICE, gw.BOB, gw.CAROL]
-    services.repository.batch_put(
-        _fact_values(
+    put_facts(
+        services.repository,
+        (
             Fact(
                 fact_id=f"{person[-1]}{i:05d}",
                 scope=gw.GUILD,
@@ -255,9 +257,9 @@ def test_budgets_hold_with_1000_facts_per_user_and_10000_observations(
                 updated_ms=T0 + i,
                 expires_at=epoch_seconds(T0 + 100 * DAY_MS),
             )
-        )
-        for person in people
-        for i in range(1000)
+            for person in people
+            for i in range(1000)
+        ),
     )
     services.recorder.record(
         [gw.message(people[i % 3], f"message {i} " + "x" * 80, T0 + i) for i in range(10_000)]

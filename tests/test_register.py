@@ -16,7 +16,7 @@ from botmemory import command_specs as specs
 from botmemory.command_specs import command_definitions
 from botmemory.discord_api import DiscordApi
 from botmemory.register import diff_commands, main
-from tests.fake_discord import APPLICATION_ID, BOT_TOKEN, FakeDiscord, fake_discord_fixture  # noqa: F401
+from tests.fake_discord import APPLICATION_ID, BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 
 GUILD = "100000000000000001"
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,10 +50,7 @@ def check_options(options: list[dict[str, Any]], where: str, problems: list[str]
     seen_optional = False
     for option in options:
         label = f"{where} {option.get('name')}"
-        if not valid_name(str(option.get("name", ""))):
-            problems.append(f"{label}: bad name")
-        if not 1 <= len(option.get("description", "")) <= 100:
-            problems.append(f"{label}: description must be 1-100 characters")
+        check_option_text(option, label, problems)
         if option["type"] in (1, 2):
             check_options(option.get("options", []), label, problems)
             continue
@@ -62,16 +59,29 @@ def check_options(options: list[dict[str, Any]], where: str, problems: list[str]
                 problems.append(f"{label}: required option after an optional one")
         else:
             seen_optional = True
-        choices = option.get("choices", [])
-        if len(choices) > 25:
-            problems.append(f"{label}: more than 25 choices")
-        if choices and option.get("autocomplete"):
-            problems.append(f"{label}: autocomplete and choices exclude each other")
-        for choice in choices:
-            if not 1 <= len(choice["name"]) <= 100:
-                problems.append(f"{label}: choice name must be 1-100 characters")
-        if "max_length" in option and not 1 <= option["max_length"] <= 6000:
-            problems.append(f"{label}: max_length out of 1-6000")
+        check_option_values(option, label, problems)
+
+
+def check_option_text(option: dict[str, Any], label: str, problems: list[str]) -> None:
+    """Any option's name and description."""
+    if not valid_name(str(option.get("name", ""))):
+        problems.append(f"{label}: bad name")
+    if not 1 <= len(option.get("description", "")) <= 100:
+        problems.append(f"{label}: description must be 1-100 characters")
+
+
+def check_option_values(option: dict[str, Any], label: str, problems: list[str]) -> None:
+    """A value option's choices and length limit."""
+    choices = option.get("choices", [])
+    if len(choices) > 25:
+        problems.append(f"{label}: more than 25 choices")
+    if choices and option.get("autocomplete"):
+        problems.append(f"{label}: autocomplete and choices exclude each other")
+    for choice in choices:
+        if not 1 <= len(choice["name"]) <= 100:
+            problems.append(f"{label}: choice name must be 1-100 characters")
+    if "max_length" in option and not 1 <= option["max_length"] <= 6000:
+        problems.append(f"{label}: max_length out of 1-6000")
 
 
 def text_size(item: dict[str, Any]) -> int:
@@ -223,7 +233,7 @@ def test_diff_matches_by_name_and_type() -> None:
 # -- registration against the fake Discord --------------------------------------------------
 
 
-def run(fake: FakeDiscord, *argv: str, **env: str) -> tuple[int, str, str]:
+def run(fake: FakeDiscordRest, *argv: str, **env: str) -> tuple[int, str, str]:
     environ = {
         "DISCORD_APPLICATION_ID": APPLICATION_ID,
         "DISCORD_BOT_TOKEN": BOT_TOKEN,
@@ -239,7 +249,7 @@ def report_lines(out: str) -> list[str]:
     return [" ".join(line.split()) for line in out.splitlines() if line.startswith("  ")]
 
 
-def test_first_global_registration_adds_everything(fake_discord: FakeDiscord) -> None:
+def test_first_global_registration_adds_everything(fake_discord: FakeDiscordRest) -> None:
     code, out, err = run(fake_discord)
 
     assert (code, err) == (0, "")
@@ -256,7 +266,7 @@ def test_first_global_registration_adds_everything(fake_discord: FakeDiscord) ->
     assert stored["memory-staff"]["default_member_permissions"] == "32"
 
 
-def test_second_run_reports_everything_unchanged(fake_discord: FakeDiscord) -> None:
+def test_second_run_reports_everything_unchanged(fake_discord: FakeDiscordRest) -> None:
     assert run(fake_discord)[0] == 0
     ids = {c["name"]: c["id"] for c in fake_discord.commands[(APPLICATION_ID, None)]}
 
@@ -274,7 +284,7 @@ def test_second_run_reports_everything_unchanged(fake_discord: FakeDiscord) -> N
     assert {c["name"]: c["id"] for c in fake_discord.commands[(APPLICATION_ID, None)]} == ids
 
 
-def test_guild_registration_uses_the_guild_path(fake_discord: FakeDiscord) -> None:
+def test_guild_registration_uses_the_guild_path(fake_discord: FakeDiscordRest) -> None:
     code, out, _ = run(fake_discord, "--guild", GUILD)
 
     assert code == 0
@@ -291,7 +301,7 @@ def test_guild_registration_uses_the_guild_path(fake_discord: FakeDiscord) -> No
     assert "3 unchanged" in again
 
 
-def test_report_names_added_updated_removed_unchanged(fake_discord: FakeDiscord) -> None:
+def test_report_names_added_updated_removed_unchanged(fake_discord: FakeDiscordRest) -> None:
     memory, _staff, forgetme = command_definitions()
     older_memory = {**memory, "description": "An older description"}
     obsolete = {"name": "remember-me", "type": 1, "description": "A command since dropped"}
@@ -316,7 +326,7 @@ def test_report_names_added_updated_removed_unchanged(fake_discord: FakeDiscord)
     ]
 
 
-def test_dry_run_sends_no_put(fake_discord: FakeDiscord) -> None:
+def test_dry_run_sends_no_put(fake_discord: FakeDiscordRest) -> None:
     code, out, _ = run(fake_discord, "--dry-run", "--guild", GUILD)
 
     assert code == 0
@@ -329,14 +339,14 @@ def test_dry_run_sends_no_put(fake_discord: FakeDiscord) -> None:
 # -- failures -------------------------------------------------------------------------------
 
 
-def test_missing_application_id_exits_2(fake_discord: FakeDiscord) -> None:
+def test_missing_application_id_exits_2(fake_discord: FakeDiscordRest) -> None:
     code, _, err = run(fake_discord, DISCORD_APPLICATION_ID="")
     assert code == 2
     assert "DISCORD_APPLICATION_ID" in err
     assert fake_discord.requests == []
 
 
-def test_missing_token_exits_2(fake_discord: FakeDiscord) -> None:
+def test_missing_token_exits_2(fake_discord: FakeDiscordRest) -> None:
     code, _, err = run(fake_discord, DISCORD_BOT_TOKEN="")
     assert code == 2
     assert "DISCORD_BOT_TOKEN" in err and "DISCORD_BOT_TOKEN_SECRET" in err
@@ -348,7 +358,7 @@ def test_missing_token_exits_2(fake_discord: FakeDiscord) -> None:
     [((), {"DISCORD_APPLICATION_ID": "my-app"}), (("--guild", "general"), {})],
 )
 def test_ids_that_are_not_snowflakes_exit_2(
-    fake_discord: FakeDiscord, argv: tuple[str, ...], env: dict[str, str]
+    fake_discord: FakeDiscordRest, argv: tuple[str, ...], env: dict[str, str]
 ) -> None:
     code, _, err = run(fake_discord, *argv, **env)
     assert code == 2
@@ -356,7 +366,7 @@ def test_ids_that_are_not_snowflakes_exit_2(
     assert fake_discord.requests == []
 
 
-def test_discord_refusing_exits_1_without_the_token(fake_discord: FakeDiscord) -> None:
+def test_discord_refusing_exits_1_without_the_token(fake_discord: FakeDiscordRest) -> None:
     fake_discord.script(403, {"message": "Missing Access", "code": 50001}, method="PUT")
 
     code, _, err = run(fake_discord, "--guild", GUILD)
@@ -366,14 +376,14 @@ def test_discord_refusing_exits_1_without_the_token(fake_discord: FakeDiscord) -
     assert BOT_TOKEN not in err
 
 
-def test_wrong_token_exits_1(fake_discord: FakeDiscord) -> None:
+def test_wrong_token_exits_1(fake_discord: FakeDiscordRest) -> None:
     code, _, err = run(fake_discord, DISCORD_BOT_TOKEN="some-other-token")
     assert code == 1
     assert "401" in err
     assert "some-other-token" not in err
 
 
-def test_module_runs_as_a_script(fake_discord: FakeDiscord) -> None:
+def test_module_runs_as_a_script(fake_discord: FakeDiscordRest) -> None:
     """`python -m botmemory.register` end to end, with DISCORD_API_BASE pointing at the fake."""
     env = {
         key: value for key, value in os.environ.items() if not key.startswith(("DISCORD_", "AWS_"))

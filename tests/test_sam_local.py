@@ -10,6 +10,7 @@ from typing import Any
 import boto3
 import pytest
 
+from botmemory.interactions import InteractionResponseType, MessageFlag
 from localrun.samtemplate import passes_filters
 from tests import gateway as gw
 from tests.lambda_local import EVENTS, TABLE, LocalLambda, sample_env
@@ -51,19 +52,20 @@ def check_sweep(r: Any) -> None:
 
 def check_ping(r: Any) -> None:
     assert r["statusCode"] == 200
-    assert http_json(r) == {"type": 1}
+    assert http_json(r) == {"type": InteractionResponseType.PONG}
 
 
 def check_show(r: Any) -> None:
     assert r["statusCode"] == 200
     data = http_json(r)["data"]
-    assert data["flags"] == 64 and data["allowed_mentions"] == {"parse": []}
+    assert data["flags"] == MessageFlag.EPHEMERAL and data["allowed_mentions"] == {"parse": []}
 
 
 def check_remember(r: Any) -> None:
     assert r["statusCode"] == 200
     data = http_json(r)["data"]
-    assert data["content"].startswith("Remembered as `") and data["flags"] == 64
+    assert data["content"].startswith("Remembered as `")
+    assert data["flags"] == MessageFlag.EPHEMERAL
 
 
 def check_unknown(r: Any) -> None:

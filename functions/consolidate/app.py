@@ -17,10 +17,12 @@ from aws_lambda_powertools.utilities.batch import (
     EventType,
     process_partial_response,
 )
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from botmemory.consolidate import Outcome, outcome_metrics
+from botmemory.keys import channel_id_of
 from botmemory.runtime import services_from_environment
 
 logger = Logger()
@@ -30,11 +32,12 @@ processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 
 
 def channel_of(record: DynamoDBRecord) -> str:
-    keys = record.dynamodb.keys if record.dynamodb else None
-    pk = (keys or {}).get("pk")
-    if not isinstance(pk, str) or not pk.startswith("CH#") or len(pk) <= 3:
+    item_keys = record.dynamodb.keys if record.dynamodb else None
+    pk = (item_keys or {}).get("pk")
+    channel_id = channel_id_of(pk) if isinstance(pk, str) else None
+    if channel_id is None:
         raise ValueError(f"stream record {record.event_id} is not a channel observation")
-    return pk[3:]
+    return channel_id
 
 
 def record_metrics(outcomes: list[Outcome]) -> None:
@@ -45,7 +48,7 @@ def record_metrics(outcomes: list[Outcome]) -> None:
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     consolidator = services_from_environment().consolidator
     # One consolidation per channel per batch; its result (or error) answers every record of it.
     done: dict[str, Exception | None] = {}

@@ -3,8 +3,9 @@
 Every request's Ed25519 signature is checked first (401 on any failure: Discord probes
 with bad signatures). PING is answered from this module alone: the memory core, pydantic
 and boto3 load only when a command arrives, so a cold PING stays far inside Discord's
-3 seconds. No Tracer here for the same reason (it loads the X-Ray SDK); Lambda's active
-tracing still records the invocation.
+3 seconds (tests/test_interactions_cold_start.py checks it in a fresh interpreter). No
+Tracer here for the same reason (it loads the X-Ray SDK); Lambda's active tracing still
+records the invocation.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Response, content_types
@@ -22,14 +24,16 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from botmemory.interactions import (
-    APPLICATION_COMMAND,
-    APPLICATION_COMMAND_AUTOCOMPLETE,
-    MESSAGE_COMPONENT,
-    PING,
-    PONG,
+    InteractionResponseType,
+    InteractionType,
     SignatureVerifier,
     ephemeral_message,
 )
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
+
+    from botmemory.commands import Commands
 
 logger = Logger()
 metrics = Metrics()
@@ -46,14 +50,14 @@ def raw_body(event: dict[str, Any]) -> bytes:
     return base64.b64decode(body) if event.get("isBase64Encoded") else body.encode("utf-8")
 
 
-def as_json(status: int, body: dict[str, Any]) -> Response:
+def as_json(status: int, body: dict[str, Any]) -> Response[str]:
     return Response(
         status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
     )
 
 
 @lru_cache(maxsize=1)
-def command_runner() -> tuple[Any, Any, Any]:
+def command_runner() -> tuple[Commands, Callable[..., dict[str, Any]], IdempotencyConfig]:
     """The commands, a replay-safe way to run the ones that change something (keyed on the
     interaction id, so a replayed request does its work once), and its idempotency config."""
     from aws_lambda_powertools.utilities.idempotency import (
@@ -83,17 +87,18 @@ def command_runner() -> tuple[Any, Any, Any]:
     )
     config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=3600)
 
-    @idempotent_function(
-        data_keyword_argument="interaction", persistence_store=persistence, config=config
-    )
     def run_once(interaction: dict[str, Any]) -> dict[str, Any]:
         return commands.handle(interaction)
 
-    return commands, run_once, config
+    # What the decorator would do; idempotent_function is typed as returning Any.
+    replay_safe: Callable[..., dict[str, Any]] = idempotent_function(
+        data_keyword_argument="interaction", persistence_store=persistence, config=config
+    )(run_once)
+    return commands, replay_safe, config
 
 
 @app.post("/")
-def interaction() -> Response:
+def interaction() -> Response[str]:
     metrics.add_metric(name="Interactions", unit=MetricUnit.Count, value=1)
     event = app.current_event.raw_event
     headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
@@ -114,12 +119,12 @@ def interaction() -> Response:
     except (ValueError, TypeError, KeyError):
         metrics.add_metric(name="InteractionsMalformed", unit=MetricUnit.Count, value=1)
         return as_json(400, {"error": "malformed interaction"})
-    if kind == PING:
-        return as_json(200, {"type": PONG})
+    if kind == InteractionType.PING:
+        return as_json(200, {"type": InteractionResponseType.PONG})
     if kind in (
-        APPLICATION_COMMAND,
-        MESSAGE_COMPONENT,
-        APPLICATION_COMMAND_AUTOCOMPLETE,
+        InteractionType.APPLICATION_COMMAND,
+        InteractionType.MESSAGE_COMPONENT,
+        InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE,
     ) and isinstance(payload, dict):
         metrics.add_metric(name="Commands", unit=MetricUnit.Count, value=1)
         return as_json(200, run_command(payload))

@@ -35,7 +35,7 @@ def recall(payload: Any) -> tuple[int, dict[str, Any]]:
 
 
 @app.post("/")
-def recall_over_http() -> Response:
+def recall_over_http() -> Response[str]:
     try:
         payload = json.loads(app.current_event.decoded_body or "")
     except ValueError:

@@ -20,5 +20,5 @@ class Backoff:
     random: Callable[[], float] = field(default=random.random)
 
     def delay(self, attempt: int) -> float:
-        ceiling = min(self.cap, self.base * (2 ** min(attempt, 32)))
+        ceiling: float = min(self.cap, self.base * (2 ** min(attempt, 32)))
         return ceiling / 2 + self.random() * ceiling / 2

@@ -53,7 +53,9 @@ def _json(data: dict[str, Any]) -> web.Response:
     return web.Response(body=json.dumps(data).encode(), content_type="application/json")
 
 
-class FakeDiscord:
+class FakeGateway:
+    """Discord's gateway (and the few REST routes discord.py calls before connecting to it)."""
+
     def __init__(self, *, script: str = "reconnect", session_starts_remaining: int = 999) -> None:
         self.script = script
         self.remaining = session_starts_remaining

@@ -26,7 +26,7 @@ from relay.forwarder import Forwarder
 from relay.gateway import GatewayRunner, RelayClient, relay_intents
 from relay.identify import IdentifyLedger
 from tests import gateway as gw
-from tests.relay.fake_discord import FakeDiscord
+from tests.relay.fake_discord import FakeGateway
 from tests.relay.helpers import Clock, RecordingSink, make_forwarder
 
 TOKEN = "fake.bot.token"
@@ -44,7 +44,7 @@ def no_heartbeat_thread_outlives_its_test() -> Iterator[None]:
 
 
 class Session:
-    def __init__(self, tmp_path: Path, fake: FakeDiscord, identify_bound: int = 10) -> None:
+    def __init__(self, tmp_path: Path, fake: FakeGateway, identify_bound: int = 10) -> None:
         self.fake = fake
         self.sink = RecordingSink()
         self.forwarder: Forwarder = make_forwarder(self.sink, tmp_path / "spool", Clock())
@@ -71,7 +71,7 @@ async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
 
 def run_against_fake(
     monkeypatch: pytest.MonkeyPatch,
-    fake: FakeDiscord,
+    fake: FakeGateway,
     scenario: Callable[[], Awaitable[Any]],
 ) -> Any:
     async def main() -> Any:
@@ -89,7 +89,7 @@ def run_against_fake(
 def test_a_session_identifies_once_resumes_on_reconnect_and_forwards_raw_events(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake = FakeDiscord(script="reconnect")
+    fake = FakeGateway(script="reconnect")
     session = Session(tmp_path, fake)
 
     async def scenario() -> int:
@@ -131,7 +131,7 @@ def test_a_session_identifies_once_resumes_on_reconnect_and_forwards_raw_events(
 def test_an_invalidated_session_identifies_again_and_the_ledger_counts_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake = FakeDiscord(script="invalidate")
+    fake = FakeGateway(script="invalidate")
     session = Session(tmp_path, fake)
 
     async def scenario() -> int:
@@ -152,7 +152,7 @@ def test_an_invalidated_session_identifies_again_and_the_ledger_counts_it(
 def test_a_second_identify_beyond_the_bound_is_deferred_not_sent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake = FakeDiscord(script="invalidate")
+    fake = FakeGateway(script="invalidate")
     session = Session(tmp_path, fake, identify_bound=1)
 
     async def scenario() -> int:
@@ -171,7 +171,7 @@ def test_a_second_identify_beyond_the_bound_is_deferred_not_sent(
 def test_a_full_ledger_keeps_the_relay_from_connecting_at_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake = FakeDiscord()
+    fake = FakeGateway()
     session = Session(tmp_path, fake, identify_bound=2)
     session.ledger.record()
     session.ledger.record()
@@ -191,7 +191,7 @@ def test_a_full_ledger_keeps_the_relay_from_connecting_at_all(
 def test_low_session_starts_at_discord_defer_the_identify(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake = FakeDiscord(session_starts_remaining=40)
+    fake = FakeGateway(session_starts_remaining=40)
     session = Session(tmp_path, fake)
 
     async def scenario() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Protocol
 
 
@@ -43,3 +44,8 @@ DAY_MS = 86_400_000
 def epoch_seconds(ms: int) -> int:
     """DynamoDB TTL wants whole epoch seconds."""
     return ms // 1000
+
+
+def day(ms: int) -> str:
+    """The UTC calendar day of an epoch-milliseconds time, as YYYY-MM-DD."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d")

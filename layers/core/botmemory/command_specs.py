@@ -9,14 +9,18 @@ Layout, and why there are two `/memory...` commands:
 
 Discord attaches permissions to a top-level command only. `default_member_permissions`
 is a field of the application command object; the option object (which is what a
-subcommand is, option type 1) has no permission field, and the per-guild overwrites
-staff edit under Server Settings > Integrations also target a whole command. So there is
-no way to let every member run `/memory show` while only staff see `/memory pin`. The
-staff subcommands therefore live under a second top-level command, `memory-staff`,
-registered with `default_member_permissions` = MANAGE_GUILD ("32"): Discord hides it
-from members without Manage Server, and server admins can still widen or narrow it per
-role. The interactions handler re-checks `member.permissions` server-side anyway,
-because admins can override the default and a request's own claims decide nothing.
+subcommand is, option type SUB_COMMAND) has no permission field, and the per-guild
+overwrites staff edit under Server Settings > Integrations also target a whole command.
+So there is no way to let every member run `/memory show` while only staff see
+`/memory pin`. The staff subcommands therefore live under a second top-level command,
+`memory-staff`, registered with `default_member_permissions` = MANAGE_GUILD ("32"):
+Discord hides it from members without Manage Server, and server admins can still widen
+or narrow it per role. The interactions handler re-checks `member.permissions`
+server-side anyway, because admins can override the default and a request's own claims
+decide nothing.
+
+Discord's numbers (command, option, context and integration types, permission bits) are
+the enumerations of `botmemory.interactions`.
 
 Member commands work in servers and in a DM with the bot (scope `dm`); the staff command
 only in servers. `contexts` and `integration_types` apply to global commands only, so
@@ -29,6 +33,14 @@ rename happens in one place.
 from __future__ import annotations
 
 from typing import Any
+
+from botmemory.interactions import (
+    ApplicationCommandType,
+    ApplicationIntegrationType,
+    InteractionContextType,
+    OptionType,
+    Permissions,
+)
 
 # Top-level command names, as `data.name` arrives in an interaction.
 MEMBER_COMMAND = "memory"
@@ -62,16 +74,6 @@ WHERE_CHANNEL = "channel"
 # A fact or pin typed by hand: long enough for a sentence, short enough for the prompt budget.
 MAX_TEXT_LENGTH = 240
 
-# Discord's enumerations, by their documented values.
-CHAT_INPUT = 1  # application command type
-SUB_COMMAND = 1  # option types
-STRING = 3
-USER_OPTION = 6
-CONTEXT_GUILD = 0  # interaction context types
-CONTEXT_BOT_DM = 1
-GUILD_INSTALL = 0  # application integration type
-MANAGE_GUILD = 1 << 5  # permission bit "Manage Server"
-
 # Fields Discord honours only on global commands.
 GLOBAL_ONLY_FIELDS = ("contexts", "integration_types")
 
@@ -92,12 +94,12 @@ def command_definitions(*, guild_scoped: bool = False) -> list[dict[str, Any]]:
 def _memory_command() -> dict[str, Any]:
     return {
         "name": MEMBER_COMMAND,
-        "type": CHAT_INPUT,
+        "type": ApplicationCommandType.CHAT_INPUT,
         "description": "See and control what the bot remembers about you",
         # null, sent explicitly: it also lifts a restriction an earlier registration set.
         "default_member_permissions": None,
-        "contexts": [CONTEXT_GUILD, CONTEXT_BOT_DM],
-        "integration_types": [GUILD_INSTALL],
+        "contexts": [InteractionContextType.GUILD, InteractionContextType.BOT_DM],
+        "integration_types": [ApplicationIntegrationType.GUILD_INSTALL],
         "options": [
             _subcommand(SHOW, "Show what the bot remembers about you here, with ids"),
             _subcommand(
@@ -125,19 +127,19 @@ def _memory_command() -> dict[str, Any]:
 def _staff_command() -> dict[str, Any]:
     return {
         "name": STAFF_COMMAND,
-        "type": CHAT_INPUT,
+        "type": ApplicationCommandType.CHAT_INPUT,
         "description": "Staff: review and correct what the bot remembers in this server",
         # Discord's permission strings are decimal bit sets.
-        "default_member_permissions": str(MANAGE_GUILD),
-        "contexts": [CONTEXT_GUILD],
-        "integration_types": [GUILD_INSTALL],
+        "default_member_permissions": str(Permissions.MANAGE_GUILD.value),
+        "contexts": [InteractionContextType.GUILD],
+        "integration_types": [ApplicationIntegrationType.GUILD_INSTALL],
         "options": [
             _subcommand(
                 USER,
                 "Show everything the bot keeps about a member",
                 [
                     {
-                        "type": USER_OPTION,
+                        "type": OptionType.USER,
                         "name": OPTION_MEMBER,
                         "description": "The member to review",
                         "required": True,
@@ -185,18 +187,18 @@ def _staff_command() -> dict[str, Any]:
 def _forgetme_command() -> dict[str, Any]:
     return {
         "name": FORGETME_COMMAND,
-        "type": CHAT_INPUT,
+        "type": ApplicationCommandType.CHAT_INPUT,
         "description": "Erase everything the bot keeps about you (asks you to confirm first)",
         "default_member_permissions": None,
-        "contexts": [CONTEXT_GUILD, CONTEXT_BOT_DM],
-        "integration_types": [GUILD_INSTALL],
+        "contexts": [InteractionContextType.GUILD, InteractionContextType.BOT_DM],
+        "integration_types": [ApplicationIntegrationType.GUILD_INSTALL],
     }
 
 
 def _subcommand(
     name: str, description: str, options: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    sub: dict[str, Any] = {"type": SUB_COMMAND, "name": name, "description": description}
+    sub: dict[str, Any] = {"type": OptionType.SUB_COMMAND, "name": name, "description": description}
     if options:
         sub["options"] = options
     return sub
@@ -206,7 +208,7 @@ def _string(
     name: str, description: str, *, max_length: int | None = None, autocomplete: bool = False
 ) -> dict[str, Any]:
     option: dict[str, Any] = {
-        "type": STRING,
+        "type": OptionType.STRING,
         "name": name,
         "description": description,
         "required": True,

@@ -12,20 +12,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from botmemory import command_specs as spec
-from botmemory import keys
-from botmemory.clock import DAY_MS, epoch_seconds
+from botmemory.clock import DAY_MS, day, epoch_seconds
 from botmemory.erasure import Eraser, names_pattern
 from botmemory.interactions import (
-    APPLICATION_COMMAND,
-    APPLICATION_COMMAND_AUTOCOMPLETE,
-    APPLICATION_COMMAND_AUTOCOMPLETE_RESULT,
-    DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE,
-    EPHEMERAL,
-    MESSAGE_COMPONENT,
+    ButtonStyle,
+    ComponentType,
+    InteractionResponseType,
+    InteractionType,
+    MessageFlag,
+    OptionType,
+    Permissions,
     ephemeral_message,
     invoking_user,
 )
@@ -34,9 +33,6 @@ from botmemory.repository import ttl_alive
 from botmemory.runtime import MemoryServices
 from botmemory.text import clip, content_hash, normalized, scrub, short_id
 
-ADMINISTRATOR = 1 << 3
-DEFERRED_UPDATE_MESSAGE = 6
-UPDATE_MESSAGE = 7
 MAX_LISTED = 25
 MAX_PINS_PER_SCOPE = 50
 CONFIRM_ERASE = "forgetme:confirm"
@@ -75,7 +71,7 @@ class Invocation:
     @property
     def is_staff(self) -> bool:
         return self.guild_id is not None and bool(
-            self.permissions & (spec.MANAGE_GUILD | ADMINISTRATOR)
+            self.permissions & (Permissions.MANAGE_GUILD | Permissions.ADMINISTRATOR)
         )
 
     def text(self, name: str) -> str:
@@ -124,7 +120,11 @@ def parse_invocation(interaction: dict[str, Any]) -> Invocation:
         custom_id=str(data.get("custom_id", "")),
     )
     options = data.get("options") or []
-    if options and isinstance(options[0], dict) and options[0].get("type") == spec.SUB_COMMAND:
+    if (
+        options
+        and isinstance(options[0], dict)
+        and options[0].get("type") == OptionType.SUB_COMMAND
+    ):
         invocation.subcommand = str(options[0].get("name", ""))
         options = options[0].get("options") or []
     for option in options:
@@ -135,26 +135,26 @@ def parse_invocation(interaction: dict[str, Any]) -> Invocation:
     return invocation
 
 
-def message(content: str, *, components: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def ephemeral_reply(
+    content: str, *, components: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """An immediate answer to the interaction that only the caller sees, scrubbed."""
     response = ephemeral_message(scrub(content, keep_newlines=True))
     if components is not None:
         response["data"]["components"] = components
     return response
 
 
-def body(content: str, *, components: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A message body for the interaction webhook (editing the original answer)."""
-    data = message(content, components=components)["data"]
+def webhook_edit(content: str, *, components: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The new content of the original answer, for the interaction webhook (which edits
+    a deferred answer) or an UPDATE_MESSAGE response."""
+    data: dict[str, Any] = ephemeral_reply(content, components=components)["data"]
     data.pop("flags", None)  # flags are fixed when the answer was first sent
     return data
 
 
-def _day(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d")
-
-
 def _fact_line(fact: Fact) -> str:
-    return f"`{fact.fact_id}` {scrub(fact.text)} ({fact.kind.value}, {fact.source.value}, {_day(fact.updated_ms)})"
+    return f"`{fact.fact_id}` {scrub(fact.text)} ({fact.kind.value}, {fact.source.value}, {day(fact.updated_ms)})"
 
 
 def _listing(header: str, lines: list[str]) -> str:
@@ -182,15 +182,15 @@ class Commands:
         """The immediate answer to a command, a button or an autocomplete request."""
         try:
             invocation = parse_invocation(interaction)
-            if invocation.kind == APPLICATION_COMMAND_AUTOCOMPLETE:
+            if invocation.kind == InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE:
                 return self._autocomplete(invocation)
-            if invocation.kind == MESSAGE_COMPONENT:
+            if invocation.kind == InteractionType.MESSAGE_COMPONENT:
                 return self._component(invocation)
-            if invocation.kind == APPLICATION_COMMAND:
+            if invocation.kind == InteractionType.APPLICATION_COMMAND:
                 return self._command(invocation)
-            return message("This kind of interaction is not supported.")
+            return ephemeral_reply("This kind of interaction is not supported.")
         except CommandError as refusal:
-            return message(str(refusal))
+            return ephemeral_reply(str(refusal))
 
     def changes_nothing(self, interaction: dict[str, Any]) -> bool:
         """Reads (show, listings, autocomplete) need no replay protection, and their answers,
@@ -199,9 +199,9 @@ class Commands:
             invocation = parse_invocation(interaction)
         except CommandError:
             return True
-        if invocation.kind == APPLICATION_COMMAND_AUTOCOMPLETE:
+        if invocation.kind == InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE:
             return True
-        return invocation.kind == APPLICATION_COMMAND and (
+        return invocation.kind == InteractionType.APPLICATION_COMMAND and (
             invocation.command,
             invocation.subcommand,
         ) in (
@@ -215,20 +215,20 @@ class Commands:
         work = job.get("work")
         if work == "erase":
             report = self._eraser.erase(invocation.user_id, [invocation.user_name])
-            return body(
+            return webhook_edit(
                 f"Done. I erased everything I kept about you: {report.summary()}.", components=[]
             )
         if work == "optout":
             report = self._eraser.erase(invocation.user_id, [invocation.user_name])
-            return body(
+            return webhook_edit(
                 "You are opted out: from now on nothing is recorded about you, and I erased "
                 f"what I had: {report.summary()}. Use `/memory optin` to change your mind."
             )
         if work == "staff_user":
-            return body(
+            return webhook_edit(
                 self.user_listing(invocation.scope, invocation.snowflake(spec.OPTION_MEMBER))
             )
-        return body("Sorry, I lost track of that request.")
+        return webhook_edit("Sorry, I lost track of that request.")
 
     # Commands -----------------------------------------------------------------------
 
@@ -248,14 +248,16 @@ class Commands:
         route = routes.get((invocation.command, invocation.subcommand))
         if route is None:
             label = scrub(f"/{invocation.command} {invocation.subcommand}".strip())
-            return message(f"Sorry, I don't know the command `{clip(label, 60)}`.")
+            return ephemeral_reply(f"Sorry, I don't know the command `{clip(label, 60)}`.")
         if invocation.command == spec.STAFF_COMMAND and not invocation.is_staff:
-            return message("Only members with the Manage Server permission can use this command.")
+            return ephemeral_reply(
+                "Only members with the Manage Server permission can use this command."
+            )
         if (
             invocation.command != spec.FORGETME_COMMAND
             and not self._services.settings.memory_enabled
         ):
-            return message("Memory is off on this bot: nothing is kept about anyone.")
+            return ephemeral_reply("Memory is off on this bot: nothing is kept about anyone.")
         return route(invocation)
 
     def _my_facts(self, invocation: Invocation) -> list[Fact]:
@@ -271,7 +273,7 @@ class Commands:
         lines = [_fact_line(f) for f in facts]
         mentions = self._mentions_here(invocation)
         if not lines and not mentions:
-            return message("I don't remember anything about you here yet.")
+            return ephemeral_reply("I don't remember anything about you here yet.")
         text = (
             _listing("What I remember about you here:", lines)
             if lines
@@ -279,7 +281,7 @@ class Commands:
         )
         if mentions:
             text = _listing(text + "\n\nIn this channel, mentioning you:", mentions)
-        return message(text)
+        return ephemeral_reply(text)
 
     def _mentions_here(self, invocation: Invocation) -> list[str]:
         """Pins and episodes of this channel that name the caller or include them."""
@@ -301,7 +303,7 @@ class Commands:
                 pattern and pattern.search(episode.summary)
             ):
                 lines.append(
-                    f"summary of {_day(episode.end_ms)}: {clip(scrub(episode.summary), 300)}"
+                    f"summary of {day(episode.end_ms)}: {clip(scrub(episode.summary), 300)}"
                 )
         return lines
 
@@ -341,7 +343,7 @@ class Commands:
             expires_at=epoch_seconds(now + self._services.settings.fact_retention_days * DAY_MS),
         )
         self._services.repository.put_fact(fact)
-        return message(f"Remembered as `{fact.fact_id}`: {text}")
+        return ephemeral_reply(f"Remembered as `{fact.fact_id}`: {text}")
 
     def _forget(self, invocation: Invocation) -> dict[str, Any]:
         what = scrub(invocation.text(spec.OPTION_WHAT))
@@ -350,11 +352,13 @@ class Commands:
         if not matching and len(normalized(what)) >= 3:
             matching = [f for f in facts if normalized(what) in normalized(f.text)]
         if not matching:
-            return message(
+            return ephemeral_reply(
                 "None of your facts here matches that. `/memory show` lists them with their ids."
             )
         self._services.repository.delete_facts(matching)
-        return message(_listing("Forgotten:", [f"`{f.fact_id}` {scrub(f.text)}" for f in matching]))
+        return ephemeral_reply(
+            _listing("Forgotten:", [f"`{f.fact_id}` {scrub(f.text)}" for f in matching])
+        )
 
     def _optout(self, invocation: Invocation) -> dict[str, Any]:
         self._services.opt_outs.opt_out(invocation.user_id)
@@ -362,24 +366,29 @@ class Commands:
 
     def _optin(self, invocation: Invocation) -> dict[str, Any]:
         self._services.opt_outs.opt_in(invocation.user_id)
-        return message("You are opted in: I may remember what you tell me again.")
+        return ephemeral_reply("You are opted in: I may remember what you tell me again.")
 
     def _forgetme(self, invocation: Invocation) -> dict[str, Any]:
         buttons = [
             {
-                "type": 1,
+                "type": ComponentType.ACTION_ROW,
                 "components": [
                     {
-                        "type": 2,
-                        "style": 4,
+                        "type": ComponentType.BUTTON,
+                        "style": ButtonStyle.DANGER,
                         "label": "Erase everything",
                         "custom_id": CONFIRM_ERASE,
                     },
-                    {"type": 2, "style": 2, "label": "Cancel", "custom_id": CANCEL_ERASE},
+                    {
+                        "type": ComponentType.BUTTON,
+                        "style": ButtonStyle.SECONDARY,
+                        "label": "Cancel",
+                        "custom_id": CANCEL_ERASE,
+                    },
                 ],
             }
         ]
-        return message(
+        return ephemeral_reply(
             "This erases everything I keep about you, in every server and in DMs: facts, your "
             "recorded messages and reactions, the channel summaries you appear in, and pins made "
             "in your name. It cannot be undone.",
@@ -389,13 +398,13 @@ class Commands:
     def _component(self, invocation: Invocation) -> dict[str, Any]:
         if invocation.custom_id == CANCEL_ERASE:
             return {
-                "type": UPDATE_MESSAGE,
-                "data": body("Cancelled: nothing was erased.", components=[]),
+                "type": InteractionResponseType.UPDATE_MESSAGE,
+                "data": webhook_edit("Cancelled: nothing was erased.", components=[]),
             }
         if invocation.custom_id == CONFIRM_ERASE:
-            self._defer({"work": "erase", "interaction": _minimal(invocation)})
-            return {"type": DEFERRED_UPDATE_MESSAGE}
-        return message("That button has expired.")
+            self._defer({"work": "erase", "interaction": deferred_interaction(invocation)})
+            return {"type": InteractionResponseType.DEFERRED_UPDATE_MESSAGE}
+        return ephemeral_reply("That button has expired.")
 
     # Staff --------------------------------------------------------------------------
 
@@ -420,24 +429,24 @@ class Commands:
         ]
         return _listing(f"Facts about <@{member}> ({len(facts)}):", lines)
 
-    def _owned_item(
-        self, invocation: Invocation, item_id: str, prefix: str
-    ) -> dict[str, Any] | None:
-        """A fact or pin by id, only when it belongs to this server."""
-        item = self._services.repository.item_by_id(item_id.strip().lower())
-        if item is None or not item.get("sk", "").startswith(prefix):
-            return None
-        if item.get("scope") != invocation.scope:
-            return None
-        return item
+    def _fact_here(self, invocation: Invocation, fact_id: str) -> Fact | None:
+        """A fact by id, only when it belongs to this server."""
+        fact = self._services.repository.fact_by_id(fact_id.strip().lower())
+        return fact if fact is not None and fact.scope == invocation.scope else None
+
+    def _pin_here(self, invocation: Invocation, pin_id: str) -> Pin | None:
+        """A pin by id, only when it belongs to this server."""
+        pin = self._services.repository.pin_by_id(pin_id.strip().lower())
+        return pin if pin is not None and pin.scope == invocation.scope else None
 
     def _staff_forget_fact(self, invocation: Invocation) -> dict[str, Any]:
-        item = self._owned_item(invocation, invocation.text(spec.OPTION_ID), keys.FACT_PREFIX)
-        if item is None:
-            return message("There is no fact with that id in this server.")
-        fact = Fact.model_validate(item)
+        fact = self._fact_here(invocation, invocation.text(spec.OPTION_ID))
+        if fact is None:
+            return ephemeral_reply("There is no fact with that id in this server.")
         self._services.repository.delete_facts([fact])
-        return message(f"Deleted `{fact.fact_id}` about <@{fact.user_id}>: {scrub(fact.text)}")
+        return ephemeral_reply(
+            f"Deleted `{fact.fact_id}` about <@{fact.user_id}>: {scrub(fact.text)}"
+        )
 
     def _staff_pin(self, invocation: Invocation) -> dict[str, Any]:
         where = invocation.text(spec.OPTION_WHERE)
@@ -463,14 +472,14 @@ class Commands:
         )
         self._services.repository.put_pin(pin)
         place = "everywhere in this server" if target == "global" else "in this channel"
-        return message(f"Pinned `{pin.pin_id}` {place}: {text}")
+        return ephemeral_reply(f"Pinned `{pin.pin_id}` {place}: {text}")
 
     def _staff_unpin(self, invocation: Invocation) -> dict[str, Any]:
-        item = self._owned_item(invocation, invocation.text(spec.OPTION_ID), keys.PIN_PREFIX)
-        if item is None:
-            return message("There is no pin with that id in this server.")
-        self._services.repository.delete_keys([{"pk": {"S": item["pk"]}, "sk": {"S": item["sk"]}}])
-        return message(f"Unpinned `{item['pin_id']}`: {scrub(str(item.get('text', '')))}")
+        pin = self._pin_here(invocation, invocation.text(spec.OPTION_ID))
+        if pin is None:
+            return ephemeral_reply("There is no pin with that id in this server.")
+        self._services.repository.delete_pin(pin)
+        return ephemeral_reply(f"Unpinned `{pin.pin_id}`: {scrub(pin.text)}")
 
     # Autocomplete and deferral ------------------------------------------------------
 
@@ -488,24 +497,27 @@ class Commands:
                     )
                 ]
             elif invocation.subcommand == spec.FORGET_FACT and typed:
-                item = self._owned_item(invocation, typed, keys.FACT_PREFIX)
-                choices = [(item["fact_id"], str(item["text"]))] if item else []
+                fact = self._fact_here(invocation, typed)
+                choices = [(fact.fact_id, fact.text)] if fact else []
         matches = [
             {"name": clip(f"{item_id}: {scrub(text)}", 100), "value": item_id}
             for item_id, text in choices
             if not typed or item_id.startswith(typed) or typed in text.lower()
         ]
         return {
-            "type": APPLICATION_COMMAND_AUTOCOMPLETE_RESULT,
+            "type": InteractionResponseType.APPLICATION_COMMAND_AUTOCOMPLETE_RESULT,
             "data": {"choices": matches[:MAX_LISTED]},
         }
 
     def _deferred(self, invocation: Invocation, work: str) -> dict[str, Any]:
-        self._defer({"work": work, "interaction": _minimal(invocation)})
-        return {"type": DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE, "data": {"flags": EPHEMERAL}}
+        self._defer({"work": work, "interaction": deferred_interaction(invocation)})
+        return {
+            "type": InteractionResponseType.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE,
+            "data": {"flags": MessageFlag.EPHEMERAL},
+        }
 
 
-def _minimal(invocation: Invocation) -> dict[str, Any]:
+def deferred_interaction(invocation: Invocation) -> dict[str, Any]:
     """What deferred work needs of the interaction, in the interaction's own shape."""
     options = [{"name": k, "value": v} for k, v in invocation.options.items()]
     return {
@@ -522,7 +534,7 @@ def _minimal(invocation: Invocation) -> dict[str, Any]:
         "data": {
             "name": invocation.command,
             "options": [
-                {"name": invocation.subcommand, "type": spec.SUB_COMMAND, "options": options}
+                {"name": invocation.subcommand, "type": OptionType.SUB_COMMAND, "options": options}
             ]
             if invocation.subcommand
             else options,

@@ -17,8 +17,10 @@ from enum import StrEnum
 
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.config import Settings
+from botmemory.consolidation_commit import CommitRejected, ConsolidationCommit, Lock
 from botmemory.keys import episode_sk
 from botmemory.memory_model.contract import (
+    ConsolidationAnswer,
     KnownFact,
     MemoryModel,
     ModelInput,
@@ -34,14 +36,7 @@ from botmemory.records import (
     Observation,
     ObservationKind,
 )
-from botmemory.repository import (
-    MAX_TRANSACTION_ACTIONS,
-    CommitRejected,
-    ConsolidationCommit,
-    Lock,
-    MemoryRepository,
-    ttl_alive,
-)
+from botmemory.repository import MemoryRepository, ttl_alive
 from botmemory.text import clean, content_hash, normalized, short_id
 
 log = logging.getLogger(__name__)
@@ -49,8 +44,9 @@ log = logging.getLogger(__name__)
 # Observation kinds whose text is a person's own words, and so may be a fact's evidence.
 WORDS = {ObservationKind.MESSAGE, ObservationKind.EDIT}
 MAX_ROUNDS_PER_TRIGGER = 4
-# Room kept in the commit for the channel state, the episode, dropped episodes and facts.
-TRANSACTION_RESERVE = 25
+# Room a batch leaves in its commit for what the model's answer adds: the episode, the
+# episodes it pushes beyond the cap, and facts.
+ROOM_FOR_ANSWER = 24
 # Time a round may need (a model call with retries); no round starts with less left.
 ROUND_RESERVE_MS = 90_000
 
@@ -100,27 +96,44 @@ class Outcome:
 
 @dataclass
 class _Batch:
-    """The consumed observations and what the model is shown of them."""
+    """The observations a round consumes, and what the model is shown of them."""
 
     observations: list[Observation]
+    opted_out: list[Observation]  # words of people who opted out: deleted unread
     numbered: list[NumberedObservation]
     by_number: dict[int, Observation]
     authors: dict[str, str]  # people who spoke (not bots): id -> name
     scope: str
+    more: bool  # a backlog waits behind this batch
+    waiting: bool  # anything is left pending (a backlog, or rows the index lagged on)
+
+
+@dataclass
+class _Judgement:
+    """What the model's answer comes to once judged: facts kept, facts superseded, episode."""
+
+    facts: list[Fact] = field(default_factory=list)
+    superseded: list[Fact] = field(default_factory=list)
+    episode: Episode | None = None
 
 
 def _fit_one_transaction(
-    observations: list[Observation], discarded: int
+    lock: Lock, observations: list[Observation], opted_out: list[Observation]
 ) -> tuple[list[Observation], bool]:
-    """Trim the batch so that consuming it, profiles of its people, the episode, dropped
-    episodes and a fair number of facts fit one transaction. True when it was trimmed."""
+    """Trim the batch so that consuming it, the profiles of its people and what the answer
+    adds fit one transaction. True when it was trimmed."""
     trimmed = False
     while observations:
-        people = {o.author_id for o in observations if o.author_id}
-        if (
-            len(observations) + discarded + len(people) + TRANSACTION_RESERVE
-            <= MAX_TRANSACTION_ACTIONS
-        ):
+        people = {o.author_id: "" for o in observations if o.author_id}
+        consuming = ConsolidationCommit(
+            lock=lock,
+            scope="",
+            consumed=observations,
+            discarded=opted_out,
+            people=list(people.items()),
+            now_ms=0,
+        )
+        if consuming.room_left() >= ROOM_FOR_ANSWER:
             break
         observations = observations[:-1]
         trimmed = True
@@ -160,13 +173,6 @@ class Consolidator:
 
     # Entry points -------------------------------------------------------------------
 
-    def on_new_observations(self, channel_ids: Iterable[str]) -> list[Outcome]:
-        """Stream trigger: consolidate each channel that reached the threshold."""
-        outcomes = []
-        for channel_id in dict.fromkeys(channel_ids):
-            outcomes += self.consolidate(channel_id)
-        return outcomes
-
     def sweep(self, limit: int = 50, time_left_ms: TimeLeft = _unbounded) -> list[Outcome]:
         """Schedule trigger: consolidate quiet channels whose observations have waited too long."""
         if not self._enabled:
@@ -182,7 +188,9 @@ class Consolidator:
     def consolidate(
         self, channel_id: str, *, force: bool = False, time_left_ms: TimeLeft = _unbounded
     ) -> list[Outcome]:
-        """Run rounds while a full batch keeps waiting (a backlog), each round one model call."""
+        """Consolidate one channel (the stream trigger; the sweep forces it below the
+        threshold). Rounds go on while a full batch keeps waiting (a backlog), each round
+        one model call."""
         outcomes = [self._round(channel_id, force=force)]
         while (
             outcomes[-1].status == Status.CONSOLIDATED
@@ -230,40 +238,18 @@ class Consolidator:
             raise
 
     def _locked_round(self, lock: Lock) -> Outcome:
+        """Read the batch, ask the model, judge its answer, and commit: one round."""
         channel_id = lock.channel_id
-        settings = self._settings
-        candidates, more = self._repository.pending_observations(channel_id, settings.max_batch)
-        live = self._repository.still_pending(channel_id, (o.sk for o in candidates))
-        observations = [o for o in candidates if o.sk in live]
-        if not observations:
+        batch = self._read_batch(lock)
+        if batch is None:
             self._repository.release_lock(lock)
             return Outcome(channel_id, Status.NOTHING_PENDING)
-        # Someone who opted out after their words were recorded: drop them unread.
-        opted_out = [o for o in observations if self._opt_outs.is_opted_out(o.author_id)]
-        observations = [o for o in observations if o not in opted_out]
-        observations, trimmed = _fit_one_transaction(observations, len(opted_out))
-        more = more or trimmed
-
-        batch = self._prepare(observations, scope=(observations or opted_out)[0].scope)
         outcome = Outcome(channel_id, Status.CONSOLIDATED)
-        facts: list[Fact] = []
-        superseded: list[Fact] = []
-        episode: Episode | None = None
+        judgement = _Judgement()
         if batch.numbered:  # a batch of reactions and deletions alone needs no model
             known = self._known_facts(batch)
-            model_input = ModelInput(
-                channel_id=channel_id,
-                observations=batch.numbered,
-                facts=[
-                    KnownFact(fact_id=f.fact_id, user_id=f.user_id, kind=f.kind.value, text=f.text)
-                    for f in known.values()
-                ],
-                pins=self._pin_texts(batch.scope, channel_id),
-            )
-            outcome.model_input_chars = len(render_batch(model_input))
-            outcome.model_calls = 1
             try:
-                answer = self._model.consolidate(model_input)  # type: ignore[union-attr]
+                answer = self._ask_model(batch, known, outcome)
             except Exception as exc:  # any failure of the model leaves the batch pending
                 log.warning(
                     "memory model failed", extra={"channel_id": channel_id, "error": str(exc)[:300]}
@@ -272,20 +258,86 @@ class Consolidator:
                 outcome.status = Status.MODEL_FAILED
                 outcome.detail = str(exc)[:300]
                 return outcome
-            facts, superseded = self._accept_facts(answer.facts, batch, known, outcome)
-            episode = self._episode(
-                channel_id, batch, answer.episode.summary, answer.episode.participants
-            )
+            judgement = self._judge(answer, batch, known, outcome)
+        commit = self._build_commit(lock, batch, judgement, outcome)
+        return self._commit(commit, batch, outcome)
 
-        dropped = self._episodes_beyond_cap(channel_id) if episode else []
-        room = (
-            MAX_TRANSACTION_ACTIONS
-            - len(observations)
-            - len(opted_out)
-            - len(batch.authors)
-            - len(dropped)
-            - 2
+    def _read_batch(self, lock: Lock) -> _Batch | None:
+        """The oldest pending observations that are still pending, trimmed to one
+        transaction; None when nothing is left."""
+        channel_id = lock.channel_id
+        candidates, more = self._repository.pending_observations(
+            channel_id, self._settings.max_batch
         )
+        live = self._repository.still_pending(channel_id, (o.sk for o in candidates))
+        observations = [o for o in candidates if o.sk in live]
+        if not observations:
+            return None
+        # Someone who opted out after their words were recorded: drop them unread.
+        opted_out = [o for o in observations if self._opt_outs.is_opted_out(o.author_id)]
+        observations = [o for o in observations if o not in opted_out]
+        observations, trimmed = _fit_one_transaction(lock, observations, opted_out)
+        more = more or trimmed
+        return self._prepare(
+            observations,
+            opted_out,
+            scope=(observations or opted_out)[0].scope,
+            more=more,
+            # Anything still waiting (a full batch, or a row the index had not caught up on)
+            # keeps the channel on the sweep's list.
+            waiting=more or len(live) < len(candidates),
+        )
+
+    def _ask_model(
+        self, batch: _Batch, known: dict[str, Fact], outcome: Outcome
+    ) -> ConsolidationAnswer:
+        """One model call over the batch, the participants' current facts and the pins."""
+        assert self._model is not None  # rounds run only when memory is enabled
+        model_input = ModelInput(
+            channel_id=outcome.channel_id,
+            observations=batch.numbered,
+            facts=[
+                KnownFact(fact_id=f.fact_id, user_id=f.user_id, kind=f.kind.value, text=f.text)
+                for f in known.values()
+            ],
+            pins=self._pin_texts(batch.scope, outcome.channel_id),
+        )
+        outcome.model_input_chars = len(render_batch(model_input))
+        outcome.model_calls = 1
+        return self._model.consolidate(model_input)
+
+    def _judge(
+        self,
+        answer: ConsolidationAnswer,
+        batch: _Batch,
+        known: dict[str, Fact],
+        outcome: Outcome,
+    ) -> _Judgement:
+        facts, superseded = self._accept_facts(answer.facts, batch, known, outcome)
+        episode = self._episode(
+            outcome.channel_id, batch, answer.episode.summary, answer.episode.participants
+        )
+        return _Judgement(facts, superseded, episode)
+
+    def _build_commit(
+        self, lock: Lock, batch: _Batch, judgement: _Judgement, outcome: Outcome
+    ) -> ConsolidationCommit:
+        """Everything the round writes; facts beyond what one transaction holds are dropped."""
+        now = self._clock.now_ms()
+        episode = judgement.episode
+        commit = ConsolidationCommit(
+            lock=lock,
+            scope=batch.scope,
+            consumed=batch.observations,
+            discarded=batch.opted_out,
+            people=list(batch.authors.items()),
+            episode=episode,
+            dropped_episodes=self._episodes_beyond_cap(lock.channel_id) if episode else [],
+            more_pending_since_ms=now if batch.waiting else None,
+            now_ms=now,
+        )
+        room = commit.room_left()
+        facts, superseded = judgement.facts, judgement.superseded
         if len(facts) + len(superseded) > room:
             for fact in facts[room:]:
                 self._discard(
@@ -293,44 +345,32 @@ class Consolidator:
                 )
             facts = facts[:room]
             superseded = superseded[: max(0, room - len(facts))]
+        commit.facts, commit.superseded = facts, superseded
+        return commit
 
-        # Anything still waiting (a full batch, or a row the index had not caught up on)
-        # keeps the channel on the sweep's list.
-        waiting = more or len(live) < len(candidates)
-        commit = ConsolidationCommit(
-            lock=lock,
-            consumed=observations,
-            discarded=opted_out,
-            people=list(batch.authors.items()),
-            facts=facts,
-            superseded=superseded,
-            episode=episode,
-            dropped_episodes=dropped,
-            more_pending_since_ms=self._clock.now_ms() if waiting else None,
-            now_ms=self._clock.now_ms(),
-        )
+    def _commit(self, commit: ConsolidationCommit, batch: _Batch, outcome: Outcome) -> Outcome:
         try:
-            self._repository.commit_consolidation(commit, batch.scope)
+            self._repository.commit_consolidation(commit)
         except CommitRejected as rejected:
             log.warning(
                 "consolidation commit rejected; nothing consumed",
-                extra={"channel_id": channel_id, "reasons": rejected.reasons},
+                extra={"channel_id": outcome.channel_id, "reasons": rejected.reasons},
             )
-            self._repository.release_lock(lock)
+            self._repository.release_lock(commit.lock)
             outcome.status = Status.REJECTED
             outcome.detail = str(rejected)
             return outcome
 
-        outcome.consumed = len(observations)
-        outcome.more_pending = more
-        outcome.facts_written = len(facts)
-        outcome.superseded = len(superseded)
-        outcome.episode_id = episode.episode_id if episode else None
+        outcome.consumed = len(commit.consumed)
+        outcome.more_pending = batch.more
+        outcome.facts_written = len(commit.facts)
+        outcome.superseded = len(commit.superseded)
+        outcome.episode_id = commit.episode.episode_id if commit.episode else None
         outcome.purged = self._purge_expired(batch)
         log.info(
             "consolidated",
             extra={
-                "channel_id": channel_id,
+                "channel_id": outcome.channel_id,
                 "consumed": outcome.consumed,
                 "facts": outcome.facts_written,
                 "superseded": outcome.superseded,
@@ -341,7 +381,15 @@ class Consolidator:
 
     # Building the model's view ------------------------------------------------------
 
-    def _prepare(self, observations: list[Observation], scope: str) -> _Batch:
+    def _prepare(
+        self,
+        observations: list[Observation],
+        opted_out: list[Observation],
+        *,
+        scope: str,
+        more: bool,
+        waiting: bool,
+    ) -> _Batch:
         deleted: set[str] = set()
         for obs in observations:
             if obs.kind == ObservationKind.DELETE and obs.message_id:
@@ -372,7 +420,9 @@ class Consolidator:
                 number_of_message[obs.message_id] = number
             if not obs.author_is_bot and obs.kind != ObservationKind.ANSWER:
                 authors.setdefault(obs.author_id, obs.author_name or obs.author_id)
-        return _Batch(observations, numbered, by_number, authors, scope)
+        return _Batch(
+            observations, opted_out, numbered, by_number, authors, scope, more=more, waiting=waiting
+        )
 
     @staticmethod
     def _describe(

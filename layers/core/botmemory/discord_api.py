@@ -224,29 +224,42 @@ class DiscordApi:
             status = response.status_code
             if status < 300:
                 return _json_or_none(response)
-            if status == 429:
-                wait_or_none = _retry_after(response)
-                wait = _backoff(attempt) if wait_or_none is None else wait_or_none
-                if is_last or wait > self._max_retry_wait:
-                    raise _api_error(response, route, secrets, retry_after=wait)
-                logger.warning("Discord rate-limited %s; retrying in %.2f s", route, wait)
-                self._sleep(wait)
-                continue
             if status >= 500:
                 last_problem = f"HTTP {status}"
-                if is_last:
-                    raise _api_error(response, route, secrets)
-                wait = _backoff(attempt)
-                logger.warning("Discord answered %s to %s; retrying in %.2f s", status, route, wait)
-                self._sleep(wait)
-                continue
-            # Any other 4xx: the request itself is wrong (auth, permissions, body).
-            raise _api_error(response, route, secrets)
+            self._sleep(self._retry_wait(response, route, secrets, attempt, is_last=is_last))
         raise DiscordApiError(
             None,
             f"no answer after {self._max_attempts} attempts ({last_problem})",
             route=route,
         )
+
+    def _retry_wait(
+        self,
+        response: httpx.Response,
+        route: str,
+        secrets: list[str],
+        attempt: int,
+        *,
+        is_last: bool,
+    ) -> float:
+        """Seconds to wait before retrying an unsuccessful answer; raises the answer's error
+        when it is not worth retrying."""
+        status = response.status_code
+        if status == 429:
+            wait_or_none = _retry_after(response)
+            wait = _backoff(attempt) if wait_or_none is None else wait_or_none
+            if is_last or wait > self._max_retry_wait:
+                raise _api_error(response, route, secrets, retry_after=wait)
+            logger.warning("Discord rate-limited %s; retrying in %.2f s", route, wait)
+            return wait
+        if status >= 500:
+            if is_last:
+                raise _api_error(response, route, secrets)
+            wait = _backoff(attempt)
+            logger.warning("Discord answered %s to %s; retrying in %.2f s", status, route, wait)
+            return wait
+        # Any other 4xx: the request itself is wrong (auth, permissions, body).
+        raise _api_error(response, route, secrets)
 
 
 def api_base_from_environment(environ: Mapping[str, str] | None = None) -> str:
@@ -333,9 +346,9 @@ def _json_or_none(response: httpx.Response) -> Any:
 
 def _backoff(attempt: int) -> float:
     # Jitter keeps concurrent Lambdas from retrying in lockstep.
-    return min(_BACKOFF_BASE_SECONDS * 2**attempt, _BACKOFF_CAP_SECONDS) + random.uniform(
-        0, _JITTER_SECONDS
-    )
+    # An int power is typed Any (a negative exponent makes it a float).
+    backoff: float = min(_BACKOFF_BASE_SECONDS * 2**attempt, _BACKOFF_CAP_SECONDS)
+    return backoff + random.uniform(0, _JITTER_SECONDS)
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -12,14 +12,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-from botmemory import keys
-from botmemory.repository import MemoryRepository
+from botmemory.keys import ItemKind
+from botmemory.repository import ItemRef, MemoryRepository
 
 # Names shorter than this are too likely to match ordinary words.
 MIN_NAME_CHARS = 3
 REDACTED = "[someone]"
+# A sample of a person's messages is enough to learn the names they went by.
+NAME_SAMPLE = 50
+# Command answers quoting a fact shorter than this are not looked for by its text.
+MIN_QUOTED_FACT_CHARS = 8
 
 
 @dataclass
@@ -40,19 +43,6 @@ class ErasureReport:
         )
 
 
-def _kind_of(key: dict[str, Any]) -> str:
-    sk = key["sk"]["S"]
-    for prefix, kind in (
-        (keys.OBS_PREFIX, "observation"),
-        (keys.FACT_PREFIX, "fact"),
-        (keys.PIN_PREFIX, "pin"),
-        (keys.PROFILE_SK, "profile"),
-    ):
-        if sk.startswith(prefix):
-            return kind
-    return "other"
-
-
 def names_pattern(names: Iterable[str]) -> re.Pattern[str] | None:
     usable = sorted(
         {n.strip() for n in names if len(n.strip()) >= MIN_NAME_CHARS}, key=len, reverse=True
@@ -71,39 +61,44 @@ class Eraser:
     def erase(self, user_id: str, extra_names: Iterable[str] = ()) -> ErasureReport:
         repository = self._repository
         report = ErasureReport()
-        found = repository.keys_of_user(user_id)
-        by_kind: dict[str, list[dict[str, Any]]] = {}
-        for key in found:
-            by_kind.setdefault(_kind_of(key), []).append(key)
+        found: dict[ItemKind, list[ItemRef]] = {}
+        for ref in repository.items_of_user(user_id):
+            found.setdefault(ref.kind, []).append(ref)
+        profiles = found.pop(ItemKind.PROFILE, [])
+        observations = found.pop(ItemKind.OBSERVATION, [])
+        facts = found.pop(ItemKind.FACT, [])
+        pins = found.pop(ItemKind.PIN, [])
+        others = [ref for refs in found.values() for ref in refs]
 
         # Channels and names first: the profiles and observations hold them.
         channels: set[str] = set()
         names: set[str] = {n for n in extra_names if n}
-        for key in by_kind.get("profile", []):
-            profile = repository.get(key) or {}
-            channels.update(profile.get("channels", []))
-            names.add(str(profile.get("display_name", "")))
-        for key in by_kind.get("observation", []):
-            channels.add(key["pk"]["S"].removeprefix("CH#"))
-        for key in by_kind.get("observation", [])[:50]:  # a sample is enough to learn names
-            observation = repository.get(key) or {}
-            names.add(str(observation.get("author_name", "")))
+        for ref in profiles:
+            profile = repository.profile_at(ref)
+            if profile:
+                channels.update(profile.channels)
+                names.add(profile.display_name)
+        channels.update(ref.channel_id for ref in observations if ref.channel_id)
+        for ref in observations[:NAME_SAMPLE]:
+            observation = repository.observation_at(ref)
+            if observation and observation.author_name:
+                names.add(observation.author_name)
         pattern = names_pattern(names)
         report.channels = sorted(channels)
-        fact_texts = [
-            str((repository.get(key) or {}).get("text", "")) for key in by_kind.get("fact", [])
-        ]
-        self._purge_replay_records(user_id, pattern, [t for t in fact_texts if len(t) >= 8])
+        fact_texts = [fact.text for fact in map(repository.fact_at, facts) if fact]
+        self._purge_replay_records(
+            user_id, pattern, [t for t in fact_texts if len(t) >= MIN_QUOTED_FACT_CHARS]
+        )
 
         for channel_id in sorted(channels):
             report.episodes += self._erase_episodes(channel_id, user_id, pattern)
             report.mentions_redacted += self._redact_mentions(channel_id, user_id, pattern)
 
-        report.observations = repository.delete_keys(by_kind.get("observation", []))
-        report.facts = repository.delete_keys(by_kind.get("fact", []))
-        report.pins = repository.delete_keys(by_kind.get("pin", []))
-        repository.delete_keys(by_kind.get("other", []))
-        report.profiles = repository.delete_keys(by_kind.get("profile", []))
+        report.observations = repository.delete_items(observations)
+        report.facts = repository.delete_items(facts)
+        report.pins = repository.delete_items(pins)
+        repository.delete_items(others)
+        report.profiles = repository.delete_items(profiles)
         return report
 
     def _purge_replay_records(
@@ -111,46 +106,40 @@ class Eraser:
     ) -> None:
         """Replay-protection records keep a command's answer for an hour; drop those that
         quote this person."""
-        doomed = []
-        for record in self._repository.items_under(keys.IDEMPOTENCY_PK):
-            data = str(record.get("data", ""))
-            if (
-                user_id in data
-                or (pattern and pattern.search(data))
-                or any(t in data for t in texts)
-            ):
-                doomed.append({"pk": {"S": keys.IDEMPOTENCY_PK}, "sk": {"S": str(record["sk"])}})
-        self._repository.delete_keys(doomed)
+        doomed = [
+            record.ref
+            for record in self._repository.replay_records()
+            if user_id in record.data
+            or (pattern and pattern.search(record.data))
+            or any(t in record.data for t in texts)
+        ]
+        self._repository.delete_items(doomed)
 
     def _erase_episodes(
         self, channel_id: str, user_id: str, pattern: re.Pattern[str] | None
     ) -> int:
-        doomed = []
-        for episode in self._repository.channel_items(channel_id, keys.EPISODE_PREFIX):
-            named = pattern is not None and pattern.search(str(episode.get("summary", "")))
-            if (
-                user_id in episode.get("participant_ids", [])
-                or named
-                or user_id in str(episode.get("summary", ""))
-            ):
-                doomed.append(
-                    {"pk": {"S": keys.channel_pk(channel_id)}, "sk": {"S": episode["sk"]}}
-                )
-        return self._repository.delete_keys(doomed)
+        doomed = [
+            episode
+            for episode in self._repository.channel_episodes(channel_id)
+            if user_id in episode.participant_ids
+            or (pattern is not None and pattern.search(episode.summary))
+            or user_id in episode.summary
+        ]
+        return self._repository.delete_episodes(doomed)
 
     def _redact_mentions(
         self, channel_id: str, user_id: str, pattern: re.Pattern[str] | None
     ) -> int:
         """Other people's recorded messages keep their words, minus this person's name and id."""
         redacted = 0
-        for observation in self._repository.channel_items(channel_id, keys.OBS_PREFIX):
-            if observation.get("author_id") == user_id:
+        for observation in self._repository.channel_observations(channel_id):
+            if observation.author_id == user_id:
                 continue  # deleted whole below
-            content = str(observation.get("content", ""))
+            content = observation.content
             cleaned = re.sub(rf"<@!?{re.escape(user_id)}>|{re.escape(user_id)}", REDACTED, content)
             if pattern is not None:
                 cleaned = pattern.sub(REDACTED, cleaned)
             if cleaned != content:
-                self._repository.redact_observation(channel_id, str(observation["sk"]), cleaned)
+                self._repository.redact_observation(observation, cleaned)
                 redacted += 1
         return redacted

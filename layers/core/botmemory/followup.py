@@ -32,7 +32,7 @@ def finish_and_reply(
     interaction = job["interaction"]
     api = DiscordApi(base_url=api_base_from_environment())
     try:
-        body = finish(job)
+        edit = finish(job)  # what replaces the "thinking…" answer (commands.webhook_edit)
     except Exception:
         log.exception("deferred work failed", extra={"work": job.get("work")})
         api.edit_original_response(
@@ -41,7 +41,7 @@ def finish_and_reply(
             {"content": FAILED, "components": []},
         )
         raise
-    api.edit_original_response(interaction["application_id"], interaction["token"], body)
+    api.edit_original_response(interaction["application_id"], interaction["token"], edit)
 
 
 def deferrer(

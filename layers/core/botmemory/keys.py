@@ -1,7 +1,15 @@
-"""Key builders: the only place that knows how items are addressed."""
+"""Key builders and readers: the only place that knows how items are addressed.
+
+Everything else passes ids and records; only the repository turns them into keys,
+through these functions, and reads them back with `channel_id_of` and `kind_of`.
+"""
 
 from __future__ import annotations
 
+from enum import StrEnum
+
+CHANNEL_PREFIX = "CH#"
+SCOPE_PREFIX = "SC#"
 STATE_SK = "STATE"
 PROFILE_SK = "PROFILE"
 OBS_PREFIX = "OBS#"
@@ -14,16 +22,50 @@ OPT_OUT_PK = "OPTOUT"
 IDEMPOTENCY_PK = "IDEMPOTENCY#interactions"
 
 
+class ItemKind(StrEnum):
+    """What an item is, as its sort key tells."""
+
+    OBSERVATION = "observation"
+    EPISODE = "episode"
+    FACT = "fact"
+    PIN = "pin"
+    PROFILE = "profile"
+    STATE = "state"
+    OTHER = "other"
+
+
 def channel_pk(channel_id: str) -> str:
-    return f"CH#{channel_id}"
+    return f"{CHANNEL_PREFIX}{channel_id}"
+
+
+def channel_id_of(pk: str) -> str | None:
+    """The channel a channel partition key names; None for any other partition."""
+    channel_id = pk.removeprefix(CHANNEL_PREFIX)
+    return channel_id if channel_id != pk and channel_id else None
 
 
 def scope_pk(scope: str) -> str:
-    return f"SC#{scope}"
+    return f"{SCOPE_PREFIX}{scope}"
 
 
 def user_pk(scope: str, user_id: str) -> str:
-    return f"SC#{scope}#U#{user_id}"
+    return f"{SCOPE_PREFIX}{scope}#U#{user_id}"
+
+
+def kind_of(sk: str) -> ItemKind:
+    if sk == STATE_SK:
+        return ItemKind.STATE
+    if sk == PROFILE_SK:
+        return ItemKind.PROFILE
+    for prefix, kind in (
+        (OBS_PREFIX, ItemKind.OBSERVATION),
+        (EPISODE_PREFIX, ItemKind.EPISODE),
+        (FACT_PREFIX, ItemKind.FACT),
+        (PIN_PREFIX, ItemKind.PIN),
+    ):
+        if sk.startswith(prefix):
+            return kind
+    return ItemKind.OTHER
 
 
 def observation_sk(at_ms: int, kind: str, *ids: str) -> str:
@@ -42,5 +84,10 @@ def fact_rank(updated_ms: int, fact_id: str) -> str:
     return f"{updated_ms:013d}#{fact_id}"
 
 
+def pin_target_prefix(target: str) -> str:
+    """The sort key prefix of every pin of one target (`global` or a channel id)."""
+    return f"{PIN_PREFIX}{target}#"
+
+
 def pin_sk(target: str, pin_id: str) -> str:
-    return f"{PIN_PREFIX}{target}#{pin_id}"
+    return f"{pin_target_prefix(target)}{pin_id}"

@@ -20,6 +20,7 @@ from botmemory.keys import observation_sk
 from botmemory.optout import OptOuts
 from botmemory.records import Observation, ObservationKind, scope_of
 from botmemory.repository import MemoryRepository
+from botmemory.snowflake import Snowflake
 from botmemory.text import clean, content_hash
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,6 @@ DISCORD_EPOCH_MS = 1_420_070_400_000
 # Discord caps content at 4,000 characters; anything far beyond is not a real message.
 MAX_CONTENT_CHARS = 16_000
 
-Snowflake = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,20}$")]
 Name = Annotated[str, StringConstraints(max_length=200)]
 
 
@@ -140,7 +140,8 @@ def events_from(envelope: Any) -> list[Any]:
     """The events of an ingest request `{"events": [...]}`; ValueError when it has none."""
     if not isinstance(envelope, dict) or not isinstance(envelope.get("events"), list):
         raise ValueError('expected a JSON object {"events": [...]}')
-    return envelope["events"]
+    events: list[Any] = envelope["events"]
+    return events
 
 
 class Ignored(Exception):

@@ -8,18 +8,16 @@ Every read is bounded by a Limit, so the cost does not grow with history.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from botmemory.clock import Clock
+from botmemory.clock import Clock, day
 from botmemory.config import Settings
-from botmemory.records import Episode, Fact, FactStatus, Pin, scope_of
+from botmemory.records import Episode, Fact, FactStatus, ObservationKind, Pin, scope_of
 from botmemory.repository import MemoryRepository, ttl_alive
+from botmemory.snowflake import Snowflake
 from botmemory.text import clip, scrub
-
-Snowflake = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,20}$")]
 
 MEMORY_PLACEHOLDER = "{memory}"
 BLOCK_HEADER = (
@@ -160,7 +158,7 @@ class Recaller:
             tail = self._repository.recent_observations(request.channel_id, PARTICIPANT_TAIL)
             others = []
             for obs in tail:
-                if obs.author_id and not obs.author_is_bot and obs.kind.value != "answer":
+                if obs.author_id and not obs.author_is_bot and obs.kind != ObservationKind.ANSWER:
                     others.append(obs.author_id)
                     if obs.author_name:
                         names.setdefault(obs.author_id, obs.author_name)
@@ -228,7 +226,7 @@ class Recaller:
                 end_ms=e.end_ms,
             )
             for e in episodes
-            if episode_section.add(f"- {_day(e.end_ms)}: {_line(e.summary)}")
+            if episode_section.add(f"- {day(e.end_ms)}: {_line(e.summary)}")
         ]
 
         sections = [s.text() for s in (pin_section, fact_section, episode_section) if s.lines]
@@ -281,10 +279,6 @@ class _Section:
 
 def _line(text: str) -> str:
     return scrub(text)
-
-
-def _day(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d")
 
 
 def _fill(template: str | None, memory: str) -> str | None:

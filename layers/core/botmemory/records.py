@@ -99,6 +99,17 @@ class Pin(Record):
     expires_at: int | None = None
 
 
+class Profile(Record):
+    """A person as seen in one scope: the name they go by and the channels they spoke in."""
+
+    scope: str
+    user_id: str
+    display_name: str = ""
+    channels: list[str] = []
+    first_seen_ms: int | None = None
+    last_seen_ms: int | None = None
+
+
 def scope_of(guild_id: str | None) -> str:
     """Facts and pins live per guild; direct messages share the `dm` scope."""
     return guild_id if guild_id else "dm"

@@ -29,6 +29,7 @@ from botmemory.discord_api import (
     api_base_from_environment,
     bot_token_from_environment,
 )
+from botmemory.interactions import ApplicationCommandType
 
 APPLICATION_ID_ENV = "DISCORD_APPLICATION_ID"
 _SNOWFLAKE = re.compile(r"^[0-9]{15,21}$")
@@ -36,7 +37,7 @@ _SNOWFLAKE = re.compile(r"^[0-9]{15,21}$")
 # What Discord assumes for a field left out, so "left out" and "sent as the default" compare
 # equal. Fields outside these tables (ids, versions, localizations) are Discord's own.
 _COMMAND_DEFAULTS: dict[str, Any] = {
-    "type": 1,
+    "type": ApplicationCommandType.CHAT_INPUT,
     "description": "",
     "options": [],
     "default_member_permissions": None,
@@ -91,7 +92,8 @@ def diff_commands(current: list[dict[str, Any]], desired: list[dict[str, Any]]) 
 
 
 def _identity(command: dict[str, Any]) -> tuple[int, str]:
-    return int(command.get("type") or 1), str(command.get("name", ""))
+    kind = command.get("type") or ApplicationCommandType.CHAT_INPUT  # Discord's default
+    return int(kind), str(command.get("name", ""))
 
 
 def _comparable(command: dict[str, Any], sent: dict[str, Any]) -> dict[str, Any]:

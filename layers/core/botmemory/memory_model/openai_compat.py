@@ -135,7 +135,7 @@ class OpenAICompatibleModel:
     @staticmethod
     def _backoff(attempt: int) -> float:
         # Jitter keeps concurrent consolidations from retrying in lockstep.
-        base = min(_BACKOFF_BASE_SECONDS * 2**attempt, _BACKOFF_CAP_SECONDS)
+        base: float = min(_BACKOFF_BASE_SECONDS * 2**attempt, _BACKOFF_CAP_SECONDS)
         return base + random.uniform(0, _JITTER_SECONDS)
 
     @staticmethod

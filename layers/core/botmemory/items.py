@@ -1,0 +1,119 @@
+"""How records become DynamoDB items and back: attribute values, and each record's keys.
+
+The repository and the consolidation commit both write items; they shape them here, so
+an item written one way is read back the same way everywhere.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+from botmemory import keys
+from botmemory.records import Episode, Fact, FactStatus, Observation, Pin
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def attribute(value: Any) -> dict[str, Any]:
+    """One value as a DynamoDB attribute value."""
+    return dict(_serializer.serialize(value))
+
+
+def to_item(values: dict[str, Any]) -> dict[str, Any]:
+    """Plain values as an item; None and empty lists are left out (DynamoDB refuses empty sets)."""
+    return {k: attribute(v) for k, v in values.items() if v is not None and v != []}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, set):
+        return sorted(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def from_item(item: dict[str, Any]) -> dict[str, Any]:
+    """An item as plain values: whole numbers as int, sets as sorted lists."""
+    return {k: _plain(_deserializer.deserialize(v)) for k, v in item.items()}
+
+
+def key(pk: str, sk: str) -> dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+
+def observation_key(channel_id: str, sk: str) -> dict[str, Any]:
+    return key(keys.channel_pk(channel_id), sk)
+
+
+def state_key(channel_id: str) -> dict[str, Any]:
+    return key(keys.channel_pk(channel_id), keys.STATE_SK)
+
+
+def fact_key(fact: Fact) -> dict[str, Any]:
+    return key(keys.user_pk(fact.scope, fact.user_id), keys.fact_sk(fact.fact_id))
+
+
+def episode_key(episode: Episode) -> dict[str, Any]:
+    return key(keys.channel_pk(episode.channel_id), episode.sk)
+
+
+def pin_key(pin: Pin) -> dict[str, Any]:
+    return key(keys.scope_pk(pin.scope), keys.pin_sk(pin.target, pin.pin_id))
+
+
+def profile_key(scope: str, user_id: str) -> dict[str, Any]:
+    return key(keys.user_pk(scope, user_id), keys.PROFILE_SK)
+
+
+def observation_values(observation: Observation, *, pending: bool = True) -> dict[str, Any]:
+    """An observation as stored: waiting in the pending index unless told otherwise, and in
+    the by_user index under its author."""
+    values = observation.model_dump(mode="json")
+    values.update(
+        pk=keys.channel_pk(observation.channel_id),
+        sk=observation.sk,
+        user_id=observation.author_id,
+    )
+    if pending:
+        values["pending_sk"] = observation.sk
+    return values
+
+
+def fact_values(fact: Fact) -> dict[str, Any]:
+    """A fact as stored; only an active fact is in the active_facts index."""
+    values = fact.model_dump(mode="json")
+    values.update(
+        pk=keys.user_pk(fact.scope, fact.user_id),
+        sk=keys.fact_sk(fact.fact_id),
+        item_id=fact.fact_id,
+    )
+    if fact.status == FactStatus.ACTIVE:
+        values["fact_rank"] = keys.fact_rank(fact.updated_ms, fact.fact_id)
+    return values
+
+
+def pin_values(pin: Pin) -> dict[str, Any]:
+    """A pin as stored; `user_id` puts it in the by_user index, so erasure finds the pins
+    made in a person's name."""
+    values = pin.model_dump(mode="json")
+    values.update(
+        pk=keys.scope_pk(pin.scope),
+        sk=keys.pin_sk(pin.target, pin.pin_id),
+        item_id=pin.pin_id,
+        user_id=pin.author_id,
+    )
+    return values
+
+
+def episode_values(episode: Episode, scope: str) -> dict[str, Any]:
+    values = episode.model_dump(mode="json")
+    values.update(pk=keys.channel_pk(episode.channel_id), sk=episode.sk, scope=scope)
+    return values

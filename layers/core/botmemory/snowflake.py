@@ -1,0 +1,14 @@
+"""Discord ids ("snowflakes") as the validated payload models take them.
+
+A snowflake is an unsigned 64-bit integer that Discord writes as a decimal string, so it
+has at most 20 digits. (discord_api.py, register.py and migrate.py check ids with plain
+regular expressions of their own, because they must not load pydantic.)
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import StringConstraints
+
+Snowflake = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,20}$")]

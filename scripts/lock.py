@@ -1,0 +1,135 @@
+"""Regenerate requirements-dev.lock: exact pins of the runtime, dev and relay groups.
+
+Resolved by pip's own resolver (`pip install --dry-run --report`) in a throwaway virtualenv,
+once per interpreter given (by default python3.11, the oldest supported, and python3.13, the
+Lambda runtime), because pip evaluates dependency markers against the interpreter it runs on.
+A pin that only some of them need gets a `python_version` marker. The project itself is left
+out: `make venv` installs it with `--no-deps --editable .` after the lock.
+
+    python scripts/lock.py [--python python3.11 --python python3.13] [--output FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GROUPS = ("dev", "relay")
+DEFAULT_PYTHONS = ("python3.11", "python3.13")
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def python_version(python: str) -> tuple[int, int]:
+    try:
+        out = subprocess.run(
+            [python, "-c", "import sys; print(*sys.version_info[:2])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as error:
+        message = (
+            f"{python} does not run here ({error}); name the interpreters to resolve with: "
+            "`make lock LOCK_PYTHONS=...` or --python"
+        )
+        raise SystemExit(message) from error
+    major, minor = out.split()
+    return int(major), int(minor)
+
+
+def resolve(python: str, project: str) -> dict[str, str]:
+    """{canonical name: version} of everything `pip install -e . --group ...` would install."""
+    with tempfile.TemporaryDirectory(prefix="lock-") as tmp:
+        venv = Path(tmp) / "venv"
+        subprocess.run([python, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "python"), "-m", "pip"]
+        subprocess.run([*pip, "install", "--quiet", "--upgrade", "pip"], check=True)
+        report = Path(tmp) / "report.json"
+        groups = [arg for group in GROUPS for arg in ("--group", group)]
+        subprocess.run(
+            [
+                *pip,
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "--quiet",
+                "--report",
+                str(report),
+                "--editable",
+                ".",
+                *groups,
+            ],
+            check=True,
+            cwd=ROOT,
+        )
+        installs = json.loads(report.read_text())["install"]
+    pins = {canonical(item["metadata"]["name"]): item["metadata"]["version"] for item in installs}
+    pins.pop(project, None)
+    return pins
+
+
+def marker(present: list[bool], versions: list[tuple[int, int]]) -> str:
+    """The python_version marker of the versions where `present` holds; each version stands
+    for itself and everything up to the next one."""
+    if all(present):
+        return ""
+    ranges = []
+    for i, here in enumerate(present):
+        if not here or (i and present[i - 1]):
+            continue
+        end = i
+        while end + 1 < len(present) and present[end + 1]:
+            end += 1
+        bounds = []
+        if i > 0:
+            bounds.append(f'python_version >= "{versions[i][0]}.{versions[i][1]}"')
+        if end + 1 < len(versions):
+            upper = versions[end + 1]
+            bounds.append(f'python_version < "{upper[0]}.{upper[1]}"')
+        ranges.append(" and ".join(bounds))
+    if len(ranges) == 1:
+        return f" ; {ranges[0]}"
+    return " ; " + " or ".join(f"({r})" for r in ranges)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--python", action="append", help="an interpreter to resolve with")
+    parser.add_argument("--output", type=Path, default=ROOT / "requirements-dev.lock")
+    args = parser.parse_args()
+    pythons = args.python or list(DEFAULT_PYTHONS)
+    project = canonical(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"])
+
+    by_version = sorted((python_version(python), python) for python in pythons)
+    versions = [version for version, _ in by_version]
+    if len(set(versions)) != len(versions):
+        raise SystemExit(f"two interpreters of the same version: {pythons}")
+    resolutions = [resolve(python, project) for _, python in by_version]
+
+    lines = []
+    for name in sorted(set().union(*resolutions)):
+        for version in sorted({r[name] for r in resolutions if name in r}):
+            present = [r.get(name) == version for r in resolutions]
+            lines.append(f"{name}=={version}{marker(present, versions)}")
+    names = ", ".join(f"{major}.{minor}" for major, minor in versions)
+    header = [
+        "# Exact pins of the runtime, dev and relay dependency groups of pyproject.toml, for",
+        f"# Python {names} on Linux. Generated by `make lock` (scripts/lock.py); do not edit.",
+        "# `make venv` installs this file, then the project with --no-deps --editable .",
+    ]
+    args.output.write_text("\n".join([*header, *lines]) + "\n")
+    print(f"{args.output.name}: {len(lines)} pins for Python {names}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Writing and reading the table directly, for tests and the bench.
+
+Production never seeds items in bulk or reads a channel's raw state, so these live here,
+beside the tests, not in the repository. They shape items with `botmemory.items`, the
+same code the repository writes with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from botmemory.items import episode_values, fact_values, from_item, state_key, to_item
+from botmemory.records import Episode, Fact
+from botmemory.repository import BATCH_WRITE_LIMIT, MemoryRepository
+
+
+def put_items(repository: MemoryRepository, items: Iterable[dict[str, Any]]) -> None:
+    """Batched plain writes of already-shaped items (plain values, keys included)."""
+    pending = [{"PutRequest": {"Item": to_item(i)}} for i in items]
+    for start in range(0, len(pending), BATCH_WRITE_LIMIT):
+        request: dict[str, Any] = {
+            repository.table_name: pending[start : start + BATCH_WRITE_LIMIT]
+        }
+        while request:
+            response = repository.client.batch_write_item(RequestItems=request)
+            request = response.get("UnprocessedItems") or {}
+
+
+def put_facts(repository: MemoryRepository, facts: Iterable[Fact]) -> None:
+    put_items(repository, (fact_values(f) for f in facts))
+
+
+def put_episode(repository: MemoryRepository, episode: Episode, scope: str) -> None:
+    repository.client.put_item(
+        TableName=repository.table_name, Item=to_item(episode_values(episode, scope))
+    )
+
+
+def channel_state(repository: MemoryRepository, channel_id: str) -> dict[str, Any]:
+    """The channel's STATE item as plain values (lock, sweep marker, counters)."""
+    response = repository.client.get_item(
+        TableName=repository.table_name, Key=state_key(channel_id), ConsistentRead=True
+    )
+    return from_item(response.get("Item", {}))
