@@ -348,6 +348,6 @@ def test_unreadable_secret_is_a_config_error_naming_the_secret(secrets: Any) -> 
 
 
 def test_empty_secret_is_a_config_error(secrets: Any) -> None:
-    secrets.create_secret(Name="discord-memory/empty", SecretString='{"other": "x"}')
+    secrets.create_secret(Name="discord-memory/empty", SecretString="  \n")
     with pytest.raises(DiscordConfigError, match="holds no bot token"):
         bot_token_from_environment({"DISCORD_BOT_TOKEN_SECRET": "discord-memory/empty"})

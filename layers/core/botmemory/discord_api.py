@@ -269,13 +269,21 @@ def api_base_from_environment(environ: Mapping[str, str] | None = None) -> str:
 
 
 def bot_token_from_environment(environ: Mapping[str, str] | None = None) -> str:
-    """The bot token: `DISCORD_BOT_TOKEN`, else the Secrets Manager secret named by
-    `DISCORD_BOT_TOKEN_SECRET` (its plain value, or a JSON object's `token` field)."""
+    """The bot token, by the one rule the relay follows too (relay/relay/credentials.py;
+    tests/test_bot_token_rule.py holds both to it):
+
+    - exactly one of `DISCORD_BOT_TOKEN` (the token) and `DISCORD_BOT_TOKEN_SECRET` (the
+      name or ARN of a Secrets Manager secret holding it) is set; both or neither is an error;
+    - the secret is the token as a plain string, or a JSON object with a `token` string;
+      anything else (empty, JSON without `token`, broken JSON) is an error.
+    """
     env = os.environ if environ is None else environ
     direct = env.get(BOT_TOKEN_ENV, "").strip()
+    secret_name = env.get(BOT_TOKEN_SECRET_ENV, "").strip()
+    if direct and secret_name:
+        raise DiscordConfigError(f"set {BOT_TOKEN_ENV} or {BOT_TOKEN_SECRET_ENV}, not both")
     if direct:
         return direct
-    secret_name = env.get(BOT_TOKEN_SECRET_ENV, "").strip()
     if not secret_name:
         raise DiscordConfigError(
             f"no bot token: set {BOT_TOKEN_ENV}, or {BOT_TOKEN_SECRET_ENV} to the name of "
@@ -291,27 +299,25 @@ def bot_token_from_environment(environ: Mapping[str, str] | None = None) -> str:
         raise DiscordConfigError(
             f"could not read the bot token from secret {secret_name!r}: {type(exc).__name__}"
         ) from exc
-    token = _token_from_secret(value)
-    if not token:
-        raise DiscordConfigError(f"secret {secret_name!r} holds no bot token")
-    return token
-
-
-def _token_from_secret(value: Any) -> str:
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
-    if isinstance(value, dict):
-        found = value.get("token") or value.get(BOT_TOKEN_ENV)
-        return found.strip() if isinstance(found, str) else ""
-    if not isinstance(value, str):
-        return ""
+    return _token_from_secret(str(value), secret_name)
+
+
+def _token_from_secret(value: str, secret_name: str) -> str:
+    """A plain-string secret is the token; a JSON object holds it under "token"."""
     text = value.strip()
     if text.startswith("{"):
         try:
-            parsed = json.loads(text)
+            data = json.loads(text)
         except ValueError:
-            return text
-        return _token_from_secret(parsed) if isinstance(parsed, dict) else ""
+            data = None
+        token = data.get("token") if isinstance(data, dict) else None
+        if not isinstance(token, str):
+            raise DiscordConfigError(f'secret {secret_name!r} is JSON without a "token" string')
+        text = token.strip()
+    if not text:
+        raise DiscordConfigError(f"secret {secret_name!r} holds no bot token")
     return text
 
 

@@ -2,8 +2,8 @@
 
     python -m botmemory.register [--guild GUILD_ID] [--dry-run]
 
-Reads `DISCORD_APPLICATION_ID`, the bot token (`DISCORD_BOT_TOKEN`, else the Secrets
-Manager secret named by `DISCORD_BOT_TOKEN_SECRET`) and optionally `DISCORD_API_BASE`.
+Reads `DISCORD_APPLICATION_ID`, the bot token (`DISCORD_BOT_TOKEN`, or the Secrets
+Manager secret named by `DISCORD_BOT_TOKEN_SECRET`, not both) and optionally `DISCORD_API_BASE`.
 Global registration by default; `--guild` registers in one server, which is instant and
 handy while developing. `--dry-run` fetches what Discord holds and prints what would
 change, without sending anything.
