@@ -411,7 +411,7 @@ def fact_item(user_id: str, index: int, count: int, clock: ManualClock) -> dict[
         text=text,
         kind=list(FactKind)[index % len(FactKind)],
         source=FactSource.SELF,
-        provenance=[f"OBS#{updated:013d}#msg#{index}"],
+        provenance=[observation_sk(updated, ObservationKind.MESSAGE, str(index))],
         created_ms=updated,
         updated_ms=updated,
         hits=1 + index % 4,
