@@ -31,14 +31,12 @@ from botmemory.interactions import (
 from botmemory.records import Fact, FactKind, FactSource, FactStatus, Pin, scope_of
 from botmemory.repository import ttl_alive
 from botmemory.runtime import MemoryServices
-from botmemory.text import clip, content_hash, normalized, scrub, short_id
+from botmemory.text import clip, content_hash, has_pings, normalized, scrub, short_id
 
 MAX_LISTED = 25
 MAX_PINS_PER_SCOPE = 50
 CONFIRM_ERASE = "forgetme:confirm"
 CANCEL_ERASE = "forgetme:cancel"
-# Text that could ping people or impersonate a mention if it were ever shown outside an answer.
-_PINGS = re.compile(r"@(everyone|here)\b|<@[!&]?\d+>|<#\d+>", re.IGNORECASE)
 
 
 class CommandError(Exception):
@@ -315,7 +313,7 @@ class Commands:
             raise CommandError(
                 f"Please keep it to {spec.MAX_TEXT_LENGTH} characters (yours has {len(text)})."
             )
-        if _PINGS.search(text):
+        if has_pings(text):
             raise CommandError(
                 "Please leave out mentions and @everyone/@here: I never store text that could ping people."
             )

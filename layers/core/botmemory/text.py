@@ -32,6 +32,15 @@ def scrub(text: str, *, keep_newlines: bool = False) -> str:
     return text.strip()
 
 
+# Text that would ping people, or pass for a mention, wherever it is shown or quoted.
+_PINGS_RE = re.compile(r"@(everyone|here)\b|<@[!&]?\d+>|<#\d+>", re.IGNORECASE)
+
+
+def has_pings(text: str) -> bool:
+    """Whether the text holds @everyone/@here or a user, role or channel mention."""
+    return _PINGS_RE.search(text) is not None
+
+
 def clip(text: str, limit: int) -> str:
     """Cut to at most `limit` characters, marking the cut with an ellipsis."""
     if len(text) <= limit:
