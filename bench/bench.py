@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import os
 import sys
@@ -66,7 +67,11 @@ from botmemory.config import Settings  # noqa: E402
 from botmemory.consolidate import Outcome, Status  # noqa: E402
 from botmemory.items import fact_values, observation_values  # noqa: E402
 from botmemory.keys import episode_sk, observation_sk  # noqa: E402
-from botmemory.memory_model.contract import ConsolidationAnswer, ModelInput  # noqa: E402
+from botmemory.memory_model.contract import (  # noqa: E402
+    ConsolidationAnswer,
+    MemoryModelError,
+    ModelInput,
+)
 from botmemory.memory_model.rules import RulesModel  # noqa: E402
 from botmemory.recall import FACT_WINDOW_FACTOR, RecallRequest  # noqa: E402
 from botmemory.records import (  # noqa: E402
@@ -260,6 +265,24 @@ class CountingModel:
         return self.inner.consolidate(batch)
 
 
+class FailingModel(CountingModel):
+    """The counted rules model, except that every call for the given channels fails, the way
+    a real model fails deterministically (a truncated answer)."""
+
+    name = "rules (counted, failing for some channels)"
+
+    def __init__(self, failing: set[str]) -> None:
+        super().__init__()
+        self.failing = failing
+
+    def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
+        if batch.channel_id in self.failing:
+            self.calls += 1
+            self.last_input = batch
+            raise MemoryModelError("answer truncated (simulated)")
+        return super().consolidate(batch)
+
+
 @dataclass
 class World:
     """One fresh table with its services, model and clock."""
@@ -280,7 +303,7 @@ class Lab:
         self.meter = DynamoMeter(client)
         self._tables = 0
 
-    def world(self) -> World:
+    def world(self, model: CountingModel | None = None) -> World:
         if self._tables:
             self.client.delete_table(TableName=f"Bench{self._tables}")
         self._tables += 1
@@ -292,7 +315,7 @@ class Lab:
             bot_user_id=gw.BOT,
             consolidate_every=20,  # MEMORY_CONSOLIDATE_EVERY=20
         )
-        model, clock = CountingModel(), ManualClock(T0)
+        model, clock = model or CountingModel(), ManualClock(T0)
         services = build_services(settings, dynamodb=self.client, clock=clock, model=model)
         self.meter.take()
         return World(services, model, clock)
@@ -669,6 +692,129 @@ def bench_model_input(lab: Lab) -> None:
     )
 
 
+# 2c. A hostile load: channels whose every batch fails ----------------------------------
+
+SWEEP_EVERY_MS = 5 * 60_000  # template.yaml: SweepFunction runs rate(5 minutes)
+SWEEP_BUDGET_MS = 300_000  # the sweep function's timeout
+MODEL_CALL_MS = 20_000  # what a slow model call takes out of that budget, in the second run
+
+
+def failing_channel_day(lab: Lab) -> dict[str, object]:
+    """A live channel whose every model call fails, for two days: a message, a stream
+    trigger and a sweep every 5 minutes; then the model heals."""
+    model = FailingModel({gw.CHANNEL})
+    world = lab.world(model)
+    services, clock = world.services, world.clock
+    services.recorder.record(chat(25, T0 - 60_000))
+    calls_by_day, statuses = [0, 0], Counter[Status]()
+    for step in range(2 * DAY_MS // SWEEP_EVERY_MS):
+        clock.advance(ms=SWEEP_EVERY_MS)
+        before = model.calls
+        services.recorder.record(chat(1, clock.now_ms() - 1000))
+        outcomes = services.consolidator.consolidate(gw.CHANNEL)
+        outcomes += services.consolidator.sweep()
+        calls_by_day[step * SWEEP_EVERY_MS // DAY_MS] += model.calls - before
+        statuses.update(o.status for o in outcomes)
+        lab.meter.take()
+    model.failing.clear()  # the model works again
+    healed_at, minutes = clock.now_ms(), 0
+    while services.repository.count_pending(gw.CHANNEL, 1) and minutes < 24 * 60:
+        clock.advance(ms=SWEEP_EVERY_MS)
+        minutes += 5
+        services.consolidator.consolidate(gw.CHANNEL)
+        services.consolidator.sweep()
+        lab.meter.take()
+    return {
+        "day 1": calls_by_day[0],
+        "day 2": calls_by_day[1],
+        "deferred": statuses[Status.DEFERRED],
+        "quarantined": statuses[Status.QUARANTINED],
+        "recovered minutes": (clock.now_ms() - healed_at) // 60_000,
+    }
+
+
+def sweep_reach(lab: Lab, model_call_ms: int | None) -> list[int]:
+    """50 stuck channels (every call fails) and 10 healthy quiet ones that spoke a minute
+    later: healthy channels consolidated by each sweep until all are done."""
+    stuck = {f"21000000000000{i:04d}" for i in range(50)}
+    healthy = [f"22000000000000{i:04d}" for i in range(10)]
+    model = FailingModel(stuck)
+    world = lab.world(model)
+    services, clock = world.services, world.clock
+    for channel in sorted(stuck):
+        services.recorder.record([gw.message(SPEAKERS[0], CHAT_LINES[0], T0, channel=channel)])
+        services.consolidator.consolidate(channel)
+    clock.advance(ms=60_000)
+    for channel in healthy:
+        services.recorder.record([gw.message(SPEAKERS[1], CHAT_LINES[1], T0, channel=channel)])
+        services.consolidator.consolidate(channel)
+    clock.advance(ms=31 * 60_000)
+    per_sweep: list[int] = []
+    while sum(per_sweep) < len(healthy) and len(per_sweep) < 50:
+        first = model.calls
+
+        def time_left(first: int = first) -> int:
+            if model_call_ms is None:
+                return SWEEP_BUDGET_MS
+            return SWEEP_BUDGET_MS - model_call_ms * (model.calls - first)
+
+        outcomes = services.consolidator.sweep(time_left_ms=time_left)
+        per_sweep.append(
+            sum(o.channel_id in healthy and o.status == Status.CONSOLIDATED for o in outcomes)
+        )
+        clock.advance(ms=SWEEP_EVERY_MS)
+        lab.meter.take()
+    return per_sweep
+
+
+def bench_hostile(lab: Lab) -> None:
+    # Every failure is logged as a warning; the table says how many there were.
+    logger = logging.getLogger("botmemory.consolidate")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        day = failing_channel_day(lab)
+        fast = sweep_reach(lab, None)
+        slow = sweep_reach(lab, MODEL_CALL_MS)
+    finally:
+        logger.setLevel(level)
+    attempts = Settings().batch_max_attempts
+    backoff = (Settings().retry_backoff_minutes, Settings().retry_backoff_max_minutes)
+    print_table(
+        "2c. Hostile load: a channel whose every model call fails, and 50 stuck channels",
+        ["figure", "value"],
+        [
+            ("model calls, permanently failing channel, day 1", day["day 1"]),
+            ("model calls, permanently failing channel, day 2", day["day 2"]),
+            ("  stream triggers deferred by its back-off (no model call)", day["deferred"]),
+            ("  observations quarantined in the two days", day["quarantined"]),
+            (
+                "  minutes until all pending is consumed once the model heals",
+                day["recovered minutes"],
+            ),
+            ("healthy channels (of 10) consolidated per sweep, 50 stuck present", _counts(fast)),
+            (
+                f"  same, each model call taking {MODEL_CALL_MS // 1000} s of a 300 s sweep",
+                _counts(slow),
+            ),
+        ],
+        [
+            "A message, a stream trigger and a sweep every 5 minutes (rate(5 minutes) in",
+            f"template.yaml). A batch is retried {attempts} times from its head, then bisected down to",
+            "one observation; what fails alone is quarantined (consumed without facts). Each failure",
+            f"backs the channel off {backoff[0]} minutes, doubling to {backoff[1]}; without it every",
+            "trigger at the threshold and every sweep called the model again (288+ calls a day).",
+            "Sweep reach: the sweep pages past its first 50 channels and a failed channel moves",
+            "back on the list to its next try, so the stuck ones each take one round, then wait.",
+        ],
+    )
+
+
+def _counts(per_sweep: list[int]) -> str:
+    shown = ", ".join(str(n) for n in per_sweep[:8]) + (", ..." if len(per_sweep) > 8 else "")
+    return f"{shown} (all after {len(per_sweep)} sweep{'s' if len(per_sweep) > 1 else ''})"
+
+
 # 3. Recall -----------------------------------------------------------------------------
 
 
@@ -777,6 +923,7 @@ def main() -> int:
         bench_ingest(lab)
         bench_stream(lab)
         bench_model_input(lab)
+        bench_hostile(lab)
         bench_recall(lab)
     bench_cold_start()
     print(f"(bench finished in {time.perf_counter() - started:.1f} s)")

@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from localrun.motoserver import LocalRunError, MotoServer, port_is_free
@@ -28,6 +29,8 @@ from localrun.stack import LocalStack
 
 # The public half of the documented test key (events/README.md): used when no real key is set.
 TEST_PUBLIC_KEY = "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8"
+SAMPLE_ENV = Path(__file__).resolve().parent.parent / "events" / "env.json"
+TOLERANCE_ENV = "DISCORD_TIMESTAMP_TOLERANCE_SECONDS"
 MAX_BODY = 1_000_000
 
 
@@ -150,6 +153,13 @@ def background(stack: LocalStack, stop: threading.Event) -> list[threading.Threa
     return threads
 
 
+def sample_signing_environment() -> dict[str, str]:
+    """With the test key, the signed samples must pass as under `sam local invoke --env-vars
+    events/env.json`: their timestamps are fixed, so take the tolerance that file sets."""
+    sample: dict[str, str] = json.loads(SAMPLE_ENV.read_text())["InteractionsFunction"]
+    return {TOLERANCE_ENV: sample[TOLERANCE_ENV]}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not port_is_free(args.http_port):
@@ -174,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                     "DISCORD_APPLICATION_ID", "1399999999999999999"
                 ),
             },
+            environment=sample_signing_environment() if public_key == TEST_PUBLIC_KEY else {},
             echo=True,
         ).start()
         Endpoints.stack = stack

@@ -14,12 +14,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from botmemory.snowflake import DISCORD_EPOCH_MS
 from localrun.motoserver import LocalRunError
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_SAMPLE = Path(__file__).resolve().parent / "sample_conversation.json"
 SHARED_DATASET = ROOT.parent / "shared" / "datasets" / "locomo"
-DISCORD_EPOCH_MS = 1_420_070_400_000
 GUILD_ID = "1100000000000000042"
 CHANNEL_ID = "1200000000000000042"
 TURN_GAP_MS = 30_000

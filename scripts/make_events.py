@@ -13,18 +13,23 @@ from typing import Any
 from nacl.signing import SigningKey
 
 from botmemory.interactions import ApplicationCommandType, InteractionType, OptionType
+from botmemory.snowflake import DISCORD_EPOCH_MS
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
 TEST_SEED = bytes(range(32))  # 000102…1f: for tests and samples only
 TIMESTAMP = "1767225600"
+# The samples are signed at that fixed moment, and the interactions function refuses a signed
+# timestamp more than DISCORD_TIMESTAMP_TOLERANCE_SECONDS (default 300) from now: env.json
+# widens it to a century so the samples keep working. Only with the TEST key, which anyone
+# can sign with anyway; never in a deployment.
+SAMPLE_TIMESTAMP_TOLERANCE_SECONDS = str(100 * 365 * 86_400)
 GUILD = "1100000000000000001"
 CHANNEL = "1200000000000000001"
 ALICE = "1300000000000000001"
 BOB = "1300000000000000002"
 BOT = "1399999999999999999"
 BASE_MS = 1_767_225_600_000
-DISCORD_EPOCH_MS = 1_420_070_400_000
 
 
 def snowflake(at_ms: int, n: int) -> str:
@@ -321,6 +326,7 @@ def main() -> None:
                 "InteractionsFunction": {
                     "DISCORD_PUBLIC_KEY": public_key,
                     "DISCORD_APPLICATION_ID": BOT,
+                    "DISCORD_TIMESTAMP_TOLERANCE_SECONDS": SAMPLE_TIMESTAMP_TOLERANCE_SECONDS,
                 }
             },
             indent=2,

@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 from itertools import count
 from typing import Any
 
-DISCORD_EPOCH_MS = 1_420_070_400_000
+from botmemory.snowflake import DISCORD_EPOCH_MS
+
 GUILD = "100000000000000001"
 OTHER_GUILD = "100000000000000002"
 CHANNEL = "200000000000000001"

@@ -23,6 +23,25 @@ def test_defaults_are_the_documented_ones_and_memory_is_off() -> None:
     assert build_memory_model(settings) is None
 
 
+def test_a_failing_batch_is_split_after_three_attempts_and_backs_off_15_to_120_minutes() -> None:
+    settings = settings_from({})
+
+    assert (
+        settings.batch_max_attempts,
+        settings.retry_backoff_minutes,
+        settings.retry_backoff_max_minutes,
+    ) == (3, 15, 120)
+    tuned = settings_from(
+        {
+            "MEMORY_BATCH_MAX_ATTEMPTS": "2",
+            "MEMORY_RETRY_BACKOFF_MINUTES": "5",
+            "MEMORY_RETRY_BACKOFF_MAX_MINUTES": "60",
+        }
+    )
+    assert (tuned.batch_max_attempts, tuned.retry_backoff_minutes) == (2, 5)
+    assert tuned.retry_backoff_max_minutes == 60
+
+
 def test_every_variable_is_read() -> None:
     values = {
         "TABLE_NAME": "T",
@@ -55,6 +74,11 @@ def test_every_variable_is_read() -> None:
         ({"MEMORY_CONSOLIDATE_EVERY": "many"}, "MEMORY_CONSOLIDATE_EVERY"),
         ({"MEMORY_MAX_BATCH": "500"}, "MEMORY_MAX_BATCH"),
         ({"MEMORY_CONSOLIDATE_EVERY": "40", "MEMORY_MAX_BATCH": "30"}, "must not exceed"),
+        ({"MEMORY_BATCH_MAX_ATTEMPTS": "0"}, "MEMORY_BATCH_MAX_ATTEMPTS"),
+        (
+            {"MEMORY_RETRY_BACKOFF_MINUTES": "60", "MEMORY_RETRY_BACKOFF_MAX_MINUTES": "30"},
+            "must not be below",
+        ),
     ],
 )
 def test_a_bad_value_is_a_config_error_naming_the_variable(

@@ -241,6 +241,10 @@ def test_a_failing_model_leaves_every_observation_pending_and_the_next_trigger_c
     assert episodes(dynamodb) == [] and facts(dynamodb) == []
     assert "lock_owner" not in channel_state(services.repository, gw.CHANNEL)
 
+    # The channel backs off: a trigger before its next try calls no model.
+    (early,) = services.consolidator.consolidate(gw.CHANNEL)
+    assert early.status == Status.DEFERRED and len(model.calls) == 1
+    clock.advance(seconds=15 * 60)
     (second,) = services.consolidator.consolidate(gw.CHANNEL)
 
     assert second.status == Status.CONSOLIDATED and second.consumed == 20
@@ -440,7 +444,7 @@ def test_facts_past_retention_are_purged_for_the_participants_touched(
     assert [f["text"]["S"] for f in facts(dynamodb)] == ["Likes kayaking"]
 
     clock.advance(days=181)
-    services.recorder.record(chat(20, start_ms=T0 + 200 * DAY_MS))
+    services.recorder.record(chat(20, start_ms=T0 + 181 * DAY_MS))
     (outcome,) = services.consolidator.consolidate(gw.CHANNEL)
 
     assert outcome.purged == 1

@@ -437,7 +437,8 @@ def test_memory_off_recall_returns_the_legacy_string(
     result = services.recaller.recall(RecallRequest(guild_id=GUILD, channel_id=CH_A, user_id=USER))
 
     assert result.enabled is False
-    assert LEGACY[CH_A] in result.memory
+    # One quoted note per line of the legacy string.
+    assert all(f'- "{line}"' in result.memory for line in LEGACY[CH_A].splitlines())
     assert result.episodes == []
 
 

@@ -106,7 +106,7 @@ def test_participants_are_derived_from_the_channels_latest_observations(
     result = recall(services)
 
     assert set(result.facts) == {gw.BOB}  # Carol spoke too long ago to be in the conversation
-    assert "Bob (user" in result.memory  # names come from the observations
+    assert '"Bob" (user' in result.memory  # names come from the observations
 
 
 def test_another_guilds_facts_never_appear(services: MemoryServices) -> None:
@@ -320,6 +320,7 @@ def test_memory_off_returns_the_legacy_string_read_only(dynamodb: Any, clock: Ma
         ({"channel_id": 5, "user_id": "1"}, ["channel_id"]),
         ({"channel_id": "1", "user_id": "2", "participants": "3"}, ["participants"]),
         ({"channel_id": "1", "user_id": "2", "template": "no placeholder"}, ["template"]),
+        ({"channel_id": "1", "user_id": "2", "template": "{memory}{memory}"}, ["template"]),
         ({"channel_id": "1", "user_id": "2", "colour": "blue"}, ["colour"]),
         ([1, 2], []),
     ],

@@ -60,6 +60,7 @@ OTHER_ENVIRONMENT = {
     "DISCORD_PUBLIC_KEY",
     "DISCORD_APPLICATION_ID",
     "DISCORD_BOT_TOKEN_SECRET",
+    "DISCORD_TIMESTAMP_TOLERANCE_SECONDS",
     "POWERTOOLS_SERVICE_NAME",
     "POWERTOOLS_METRICS_NAMESPACE",
     "POWERTOOLS_LOG_LEVEL",
@@ -266,6 +267,31 @@ def test_consolidating_functions_time_out_before_the_lock_lease(
     assert timeout < int(lease["Default"])
     assert timeout < int(lease["MinValue"])
     assert timeout < Settings.model_fields["lock_lease_seconds"].default
+
+
+# --- the quarantine alarm watches the metric consolidation emits --------------------
+
+
+def test_quarantined_batches_raise_an_alarm(
+    template: dict[str, Any], resources: dict[str, Any]
+) -> None:
+    from botmemory.consolidate import Outcome, Status, outcome_metrics
+
+    emitted = dict(outcome_metrics([Outcome("c", Status.QUARANTINED, consumed=1)]))
+    alarm = resources["BatchesQuarantinedAlarm"]
+    assert alarm["Type"] == "AWS::CloudWatch::Alarm"
+    properties = alarm["Properties"]
+    assert emitted[properties["MetricName"]] == 1
+    # Powertools emits in its namespace, with the service name as the one dimension.
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
+    assert properties["Namespace"] == variables["POWERTOOLS_METRICS_NAMESPACE"]
+    assert properties["Dimensions"] == [
+        {"Name": "service", "Value": variables["POWERTOOLS_SERVICE_NAME"]}
+    ]
+    assert properties["ComparisonOperator"] == "GreaterThanThreshold"
+    assert properties["Threshold"] == 0
+    assert properties["TreatMissingData"] == "notBreaching"
+    assert properties["AlarmActions"] == [{"Ref": "AlarmTopic"}]
 
 
 # --- environment and parameters agree with botmemory.config ------------------------

@@ -10,6 +10,12 @@ def test_scrub_removes_invisible_and_control_characters() -> None:
     assert scrub("lone \ud800 surrogate") == "lone surrogate"
 
 
+def test_line_and_paragraph_separators_are_line_breaks() -> None:
+    # Each starts a line wherever text is split into lines (str.splitlines, many renderers).
+    assert scrub("one\u2028# two\u2029three") == "one # two three"
+    assert scrub("one\u2028two", keep_newlines=True) == "one\ntwo"
+
+
 def test_clip_marks_the_cut() -> None:
     assert clip("abcdef", 10) == "abcdef"
     assert clip("abcdef", 4) == "abc…" and len(clip("abcdef", 4)) == 4

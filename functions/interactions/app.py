@@ -1,11 +1,14 @@
 """InteractionsFunction: Discord slash commands over a Function URL.
 
 Every request's Ed25519 signature is checked first (401 on any failure: Discord probes
-with bad signatures). PING is answered from this module alone: the memory core, pydantic
-and boto3 load only when a command arrives, so a cold PING stays far inside Discord's
-3 seconds (tests/test_interactions_cold_start.py checks it in a fresh interpreter). No
-Tracer here for the same reason (it loads the X-Ray SDK); Lambda's active tracing still
-records the invocation.
+with bad signatures), and so is its signed timestamp: one further than
+DISCORD_TIMESTAMP_TOLERANCE_SECONDS from this function's clock gets 401 too, so a captured
+request replayed later does nothing. A signed body that is not a JSON object with an
+integer `type` gets 400, whatever it holds. PING is answered from this module alone: the
+memory core, pydantic and boto3 load only when a command arrives, so a cold PING stays far
+inside Discord's 3 seconds (tests/test_interactions_cold_start.py checks it in a fresh
+interpreter). No Tracer here for the same reason (it loads the X-Ray SDK); Lambda's active
+tracing still records the invocation.
 """
 
 from __future__ import annotations
@@ -23,11 +26,15 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from botmemory.clock import Clock, SystemClock
 from botmemory.interactions import (
+    DEFAULT_TIMESTAMP_TOLERANCE_SECONDS,
     InteractionResponseType,
     InteractionType,
+    Refusal,
     SignatureVerifier,
     ephemeral_message,
+    parse_interaction,
 )
 
 if TYPE_CHECKING:
@@ -38,11 +45,26 @@ if TYPE_CHECKING:
 logger = Logger()
 metrics = Metrics()
 app = LambdaFunctionUrlResolver()
+# The function's clock: signed timestamps are judged against it (tests set a ManualClock).
+clock: Clock = SystemClock()
+TOLERANCE_ENV = "DISCORD_TIMESTAMP_TOLERANCE_SECONDS"
+
+
+def timestamp_tolerance_seconds() -> int:
+    """DISCORD_TIMESTAMP_TOLERANCE_SECONDS, a whole number of seconds; blank counts as unset."""
+    value = os.environ.get(TOLERANCE_ENV, "").strip()
+    if not value:
+        return DEFAULT_TIMESTAMP_TOLERANCE_SECONDS
+    if not (value.isascii() and value.isdigit()):
+        raise ValueError(f"{TOLERANCE_ENV} must be a whole number of seconds, not {value[:40]!r}")
+    return int(value)
 
 
 @lru_cache(maxsize=1)
 def verifier() -> SignatureVerifier:
-    return SignatureVerifier(os.environ["DISCORD_PUBLIC_KEY"])
+    return SignatureVerifier(
+        os.environ["DISCORD_PUBLIC_KEY"], clock, tolerance_seconds=timestamp_tolerance_seconds()
+    )
 
 
 def raw_body(event: dict[str, Any]) -> bytes:
@@ -106,26 +128,28 @@ def interaction() -> Response[str]:
         body = raw_body(event)
     except ValueError:
         body = b""
-    if not verifier().verify(
+    refusal = verifier().refusal(
         headers.get("x-signature-ed25519"), headers.get("x-signature-timestamp"), body
-    ):
+    )
+    if refusal is not None:
         metrics.add_metric(name="InteractionsUnauthorized", unit=MetricUnit.Count, value=1)
+        if refusal is Refusal.TIMESTAMP:  # Discord's signature on an old request: a replay
+            metrics.add_metric(name="InteractionsStale", unit=MetricUnit.Count, value=1)
         return Response(
             status_code=401, content_type=content_types.TEXT_PLAIN, body="invalid request signature"
         )
-    try:
-        payload = json.loads(body)
-        kind = payload["type"]
-    except (ValueError, TypeError, KeyError):
+    parsed = parse_interaction(body)
+    if parsed is None:
         metrics.add_metric(name="InteractionsMalformed", unit=MetricUnit.Count, value=1)
         return as_json(400, {"error": "malformed interaction"})
+    payload, kind = parsed
     if kind == InteractionType.PING:
         return as_json(200, {"type": InteractionResponseType.PONG})
     if kind in (
         InteractionType.APPLICATION_COMMAND,
         InteractionType.MESSAGE_COMPONENT,
         InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE,
-    ) and isinstance(payload, dict):
+    ):
         metrics.add_metric(name="Commands", unit=MetricUnit.Count, value=1)
         return as_json(200, run_command(payload))
     return as_json(200, ephemeral_message("This kind of interaction is not supported."))

@@ -217,10 +217,10 @@ def test_success_sends_the_contract_and_parses_the_answer(server: ScriptServer) 
     system, user = body["messages"]
     assert system == {"role": "system", "content": INSTRUCTIONS}
     assert user["role"] == "user"
-    assert '#1 [msg] Ada (user_id 111): "I now prefer Rust for embedded work"' in user["content"]
-    assert '#2 [msg] Bob (user_id 222): "nice"' in user["content"]
-    assert "- f-old (user_id 111, preference): Ada likes C." in user["content"]
-    assert "- Be kind." in user["content"]
+    assert '#1 [msg] "Ada" (user_id 111): "I now prefer Rust for embedded work"' in user["content"]
+    assert '#2 [msg] "Bob" (user_id 222): "nice"' in user["content"]
+    assert '- f-old (user_id 111, preference): "Ada likes C."' in user["content"]
+    assert '- "Be kind."' in user["content"]
 
 
 def test_no_authorization_header_without_a_key(server: ScriptServer) -> None:
@@ -346,12 +346,24 @@ def test_content_null_is_not_retried(server: ScriptServer) -> None:
 
 def test_content_failing_the_contract_is_not_retried(server: ScriptServer) -> None:
     bad = json.loads(json.dumps(GOOD_ANSWER))
-    bad["facts"][0]["kind"] = "gossip"
+    del bad["episode"]  # no usable shape: a model failure
     server.script.append(Scripted(200, completion(json.dumps(bad))))
 
     with pytest.raises(MemoryModelError, match="contract"):
         make_model(server, SleepRecorder()).consolidate(batch())
 
+    assert len(server.requests) == 1
+
+
+def test_a_fact_failing_the_contract_is_dropped_alone(server: ScriptServer) -> None:
+    bad = json.loads(json.dumps(GOOD_ANSWER))
+    bad["facts"].append({**bad["facts"][0], "kind": "gossip"})
+    server.script.append(Scripted(200, completion(json.dumps(bad))))
+
+    answer = make_model(server, SleepRecorder()).consolidate(batch())
+
+    assert [f.kind.value for f in answer.facts] == ["preference"]
+    assert [r.reason.split(":")[0] for r in answer.rejected] == ["malformed fact"]
     assert len(server.requests) == 1
 
 

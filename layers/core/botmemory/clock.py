@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 
@@ -46,6 +46,18 @@ def epoch_seconds(ms: int) -> int:
     return ms // 1000
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+UNKNOWN_DAY = "unknown date"
+
+
 def day(ms: int) -> str:
-    """The UTC calendar day of an epoch-milliseconds time, as YYYY-MM-DD."""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d")
+    """The UTC calendar day of an epoch-milliseconds time, as YYYY-MM-DD.
+
+    Total: a time outside the years 1 to 9999 (stored times come from Discord payloads and
+    may be anything) is "unknown date", never an error that takes a recall or a listing down.
+    """
+    try:
+        at = _EPOCH + timedelta(milliseconds=ms)
+    except (OverflowError, ValueError, TypeError):
+        return UNKNOWN_DAY
+    return f"{at.year:04d}-{at.month:02d}-{at.day:02d}"

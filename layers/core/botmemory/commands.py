@@ -1,10 +1,11 @@
 """Slash commands: members see and control what is kept about them; staff review and steer it.
 
 Every answer is ephemeral, scrubbed, and sent with `allowed_mentions: {"parse": []}`, so
-stored text never pings anyone. Staff rights are checked here from `member.permissions`
-on every call, whatever the command's registration says. Work that may outlast Discord's
-3 seconds (erasure, long listings) answers "thinking…" at once and finishes through the
-interaction webhook (see `Deferrer`).
+stored text never pings anyone; stored text is shown through `as_discord_text`, so what one
+member wrote reaches others as text, never as formatting, masked links or mentions. Staff
+rights are checked here from `member.permissions` on every call, whatever the command's
+registration says. Work that may outlast Discord's 3 seconds (erasure, long listings)
+answers "thinking…" at once and finishes through the interaction webhook (see `Deferrer`).
 """
 
 from __future__ import annotations
@@ -28,10 +29,20 @@ from botmemory.interactions import (
     ephemeral_message,
     invoking_user,
 )
+from botmemory.recall import SECTION_HEADINGS
 from botmemory.records import Fact, FactKind, FactSource, FactStatus, Pin, scope_of
 from botmemory.repository import ttl_alive
 from botmemory.runtime import MemoryServices
-from botmemory.text import clip, content_hash, has_pings, normalized, scrub, short_id
+from botmemory.text import (
+    as_discord_text,
+    clip,
+    content_hash,
+    has_pings,
+    markup_in,
+    normalized,
+    scrub,
+    short_id,
+)
 
 MAX_LISTED = 25
 MAX_PINS_PER_SCOPE = 50
@@ -151,8 +162,13 @@ def webhook_edit(content: str, *, components: list[dict[str, Any]] | None = None
     return data
 
 
+def _shown(text: str) -> str:
+    """A stored string as a Discord message shows it: one line, markup and mentions defused."""
+    return as_discord_text(scrub(text))
+
+
 def _fact_line(fact: Fact) -> str:
-    return f"`{fact.fact_id}` {scrub(fact.text)} ({fact.kind.value}, {fact.source.value}, {day(fact.updated_ms)})"
+    return f"`{fact.fact_id}` {_shown(fact.text)} ({fact.kind.value}, {fact.source.value}, {day(fact.updated_ms)})"
 
 
 def _listing(header: str, lines: list[str]) -> str:
@@ -291,7 +307,7 @@ class Commands:
             invocation.scope, invocation.channel_id, 20
         ):
             if pin.author_id == invocation.user_id or (pattern and pattern.search(pin.text)):
-                lines.append(f"pin `{pin.pin_id}`: {scrub(pin.text)}")
+                lines.append(f"pin `{pin.pin_id}`: {_shown(pin.text)}")
         for episode in repository.recent_episodes(
             invocation.channel_id, self._services.settings.episodes_per_channel
         ):
@@ -301,7 +317,7 @@ class Commands:
                 pattern and pattern.search(episode.summary)
             ):
                 lines.append(
-                    f"summary of {day(episode.end_ms)}: {clip(scrub(episode.summary), 300)}"
+                    f"summary of {day(episode.end_ms)}: {_shown(clip(scrub(episode.summary), 300))}"
                 )
         return lines
 
@@ -316,6 +332,12 @@ class Commands:
         if has_pings(text):
             raise CommandError(
                 "Please leave out mentions and @everyone/@here: I never store text that could ping people."
+            )
+        markup = markup_in(text, SECTION_HEADINGS)
+        if markup is not None:
+            raise CommandError(
+                f"Please leave out {markup}: I store plain text, without markup such as "
+                "<tags>, links, code blocks or headings."
             )
         return text
 
@@ -341,7 +363,7 @@ class Commands:
             expires_at=epoch_seconds(now + self._services.settings.fact_retention_days * DAY_MS),
         )
         self._services.repository.put_fact(fact)
-        return ephemeral_reply(f"Remembered as `{fact.fact_id}`: {text}")
+        return ephemeral_reply(f"Remembered as `{fact.fact_id}`: {_shown(text)}")
 
     def _forget(self, invocation: Invocation) -> dict[str, Any]:
         what = scrub(invocation.text(spec.OPTION_WHAT))
@@ -355,7 +377,7 @@ class Commands:
             )
         self._services.repository.delete_facts(matching)
         return ephemeral_reply(
-            _listing("Forgotten:", [f"`{f.fact_id}` {scrub(f.text)}" for f in matching])
+            _listing("Forgotten:", [f"`{f.fact_id}` {_shown(f.text)}" for f in matching])
         )
 
     def _optout(self, invocation: Invocation) -> dict[str, Any]:
@@ -443,7 +465,7 @@ class Commands:
             return ephemeral_reply("There is no fact with that id in this server.")
         self._services.repository.delete_facts([fact])
         return ephemeral_reply(
-            f"Deleted `{fact.fact_id}` about <@{fact.user_id}>: {scrub(fact.text)}"
+            f"Deleted `{fact.fact_id}` about <@{fact.user_id}>: {_shown(fact.text)}"
         )
 
     def _staff_pin(self, invocation: Invocation) -> dict[str, Any]:
@@ -470,14 +492,14 @@ class Commands:
         )
         self._services.repository.put_pin(pin)
         place = "everywhere in this server" if target == "global" else "in this channel"
-        return ephemeral_reply(f"Pinned `{pin.pin_id}` {place}: {text}")
+        return ephemeral_reply(f"Pinned `{pin.pin_id}` {place}: {_shown(text)}")
 
     def _staff_unpin(self, invocation: Invocation) -> dict[str, Any]:
         pin = self._pin_here(invocation, invocation.text(spec.OPTION_ID))
         if pin is None:
             return ephemeral_reply("There is no pin with that id in this server.")
         self._services.repository.delete_pin(pin)
-        return ephemeral_reply(f"Unpinned `{pin.pin_id}`: {scrub(pin.text)}")
+        return ephemeral_reply(f"Unpinned `{pin.pin_id}`: {_shown(pin.text)}")
 
     # Autocomplete and deferral ------------------------------------------------------
 
@@ -498,7 +520,11 @@ class Commands:
                 fact = self._fact_here(invocation, typed)
                 choices = [(fact.fact_id, fact.text)] if fact else []
         matches = [
-            {"name": clip(f"{item_id}: {scrub(text)}", 100), "value": item_id}
+            # Choice names are plain text to Discord: only mentions need defusing.
+            {
+                "name": clip(f"{item_id}: {as_discord_text(scrub(text), markdown=False)}", 100),
+                "value": item_id,
+            }
             for item_id, text in choices
             if not typed or item_id.startswith(typed) or typed in text.lower()
         ]

@@ -43,6 +43,10 @@ class Settings(BaseModel):
     observation_chars: int = Field(default=500, ge=20, le=4000)
     fact_chars: int = Field(default=240, ge=20, le=1000)
     episode_chars: int = Field(default=600, ge=50, le=4000)
+    # A batch that keeps failing: attempts before it is split, and the back-off between tries.
+    batch_max_attempts: int = Field(default=3, ge=1, le=5)
+    retry_backoff_minutes: int = Field(default=15, ge=1, le=1440)
+    retry_backoff_max_minutes: int = Field(default=120, ge=1, le=10080)
 
     # Recall budgets (characters per section) and caps.
     recall_pin_chars: int = Field(default=800, ge=0)
@@ -68,6 +72,15 @@ class Settings(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _backoff_cap_holds_first_backoff(self) -> Settings:
+        if self.retry_backoff_max_minutes < self.retry_backoff_minutes:
+            raise ValueError(
+                f"MEMORY_RETRY_BACKOFF_MAX_MINUTES ({self.retry_backoff_max_minutes}) must not be "
+                f"below MEMORY_RETRY_BACKOFF_MINUTES ({self.retry_backoff_minutes})"
+            )
+        return self
+
 
 # Environment variable -> Settings field. Kept as one table so the README can mirror it.
 ENVIRONMENT: dict[str, str] = {
@@ -90,6 +103,9 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_OBSERVATION_CHARS": "observation_chars",
     "MEMORY_FACT_CHARS": "fact_chars",
     "MEMORY_EPISODE_CHARS": "episode_chars",
+    "MEMORY_BATCH_MAX_ATTEMPTS": "batch_max_attempts",
+    "MEMORY_RETRY_BACKOFF_MINUTES": "retry_backoff_minutes",
+    "MEMORY_RETRY_BACKOFF_MAX_MINUTES": "retry_backoff_max_minutes",
     "MEMORY_RECALL_PIN_CHARS": "recall_pin_chars",
     "MEMORY_RECALL_FACT_CHARS": "recall_fact_chars",
     "MEMORY_RECALL_EPISODE_CHARS": "recall_episode_chars",

@@ -4,22 +4,33 @@ Per channel: count what waits; at the threshold take the channel lock (lease and
 fencing token), read the batch, call the memory model once, keep only facts that a
 person stated about themselves, and commit facts, episode, consumption and lock
 release in one transaction. Any failure before that transaction leaves every
-observation pending for the next trigger.
+observation pending; the failure is counted against the batch's head, the channel backs
+off, and a batch that keeps failing is split and at worst quarantined (botmemory.attempts),
+so no single member can stop a channel's memory.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from botmemory import keys
+from botmemory.attempts import MINUTE_MS, Attempts, RetryPolicy
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.config import Settings
-from botmemory.consolidation_commit import CommitRejected, ConsolidationCommit, Lock
+from botmemory.consolidation_commit import (
+    CommitRejected,
+    ConsolidationCommit,
+    Lock,
+    LockRefused,
+)
 from botmemory.keys import episode_sk
 from botmemory.memory_model.contract import (
+    MAX_FACTS,
     ConsolidationAnswer,
     KnownFact,
     MemoryModel,
@@ -35,9 +46,11 @@ from botmemory.records import (
     FactSource,
     Observation,
     ObservationKind,
+    Quarantine,
+    scope_of,
 )
 from botmemory.repository import MemoryRepository, ttl_alive
-from botmemory.text import clean, content_hash, normalized, short_id
+from botmemory.text import clean, content_hash, has_pings, normalized, short_id
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +82,8 @@ class Status(StrEnum):
     CONSOLIDATED = "consolidated"
     MODEL_FAILED = "model_failed"
     REJECTED = "commit_rejected"  # lock lost or inputs consumed meanwhile
+    QUARANTINED = "quarantined"  # a batch that kept failing, even alone: consumed without facts
+    DEFERRED = "deferred"  # the channel backs off after a failure: no model call before its time
 
 
 @dataclass
@@ -90,8 +105,11 @@ class Outcome:
     model_calls: int = 0
     model_input_chars: int = 0
     purged: int = 0
+    retired: int = 0  # facts that lost their last evidence to a deleted message
     more_pending: bool = False  # the batch was full: a backlog waits behind it
     detail: str = ""
+    retry_at_ms: int | None = None  # after a failure, or when deferred: the channel's next try
+    splitting: bool = False  # a failing batch is being split: the next round goes on at once
 
 
 @dataclass
@@ -124,13 +142,13 @@ def _fit_one_transaction(
     adds fit one transaction. True when it was trimmed."""
     trimmed = False
     while observations:
-        people = {o.author_id: "" for o in observations if o.author_id}
+        people = {(o.scope, o.author_id, "") for o in observations if o.author_id}
         consuming = ConsolidationCommit(
             lock=lock,
             scope="",
             consumed=observations,
             discarded=opted_out,
-            people=list(people.items()),
+            people=list(people),
             now_ms=0,
         )
         if consuming.room_left() >= ROOM_FOR_ANSWER:
@@ -138,6 +156,24 @@ def _fit_one_transaction(
         observations = observations[:-1]
         trimmed = True
     return observations, trimmed
+
+
+def _deleted_in(observations: Iterable[Observation]) -> set[str]:
+    """The message ids these observations delete."""
+    deleted: set[str] = set()
+    for obs in observations:
+        if obs.kind == ObservationKind.DELETE and obs.message_id:
+            deleted.add(obs.message_id)
+        deleted.update(obs.message_ids)
+    return deleted
+
+
+def _message_of(observation_sk: str) -> str | None:
+    """The message whose words an observation holds (a message or its edit), from its key."""
+    parts = keys.observation_parts(observation_sk)
+    if parts is None or parts[1] not in WORDS or not parts[2]:
+        return None
+    return parts[2][0]
 
 
 def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
@@ -153,7 +189,27 @@ def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
                 ("FactsSuperseded", outcome.superseded),
                 ("FactsDiscarded", len(outcome.discarded)),
             ]
+        if outcome.status == Status.QUARANTINED:
+            figures += [("BatchesQuarantined", 1), ("ObservationsQuarantined", outcome.consumed)]
     return figures
+
+
+def _channel_scope(observations: Iterable[Observation]) -> str:
+    """The scope of the channel a batch comes from: a channel is in one guild or is a direct
+    message, so an event that arrived without its guild id does not make it a DM."""
+    dm = scope_of(None)
+    guilds = Counter(o.scope for o in observations if o.scope != dm)
+    return guilds.most_common(1)[0][0] if guilds else dm
+
+
+def _speakers(batch: _Batch) -> dict[tuple[str, str], str]:
+    """The people who spoke in the batch, each in the scope of their own observations:
+    (scope, user id) -> name."""
+    return {
+        (obs.scope, obs.author_id): batch.authors[obs.author_id]
+        for obs in batch.by_number.values()
+        if obs.author_id in batch.authors
+    }
 
 
 class Consolidator:
@@ -170,19 +226,37 @@ class Consolidator:
         self._model = model
         self._clock = clock
         self._opt_outs = opt_outs
+        self._retry = RetryPolicy(
+            max_attempts=settings.batch_max_attempts,
+            backoff_ms=settings.retry_backoff_minutes * MINUTE_MS,
+            backoff_max_ms=settings.retry_backoff_max_minutes * MINUTE_MS,
+        )
 
     # Entry points -------------------------------------------------------------------
 
     def sweep(self, limit: int = 50, time_left_ms: TimeLeft = _unbounded) -> list[Outcome]:
-        """Schedule trigger: consolidate quiet channels whose observations have waited too long."""
+        """Schedule trigger: consolidate quiet channels whose observations have waited too long.
+
+        Channels come longest waiting first, `limit` at a time, page after page while time is
+        left; each is visited once. A channel that fails backs off: its place on the list
+        moves to its next try, so channels that keep failing never starve the others.
+        """
         if not self._enabled:
             return []
-        before = self._clock.now_ms() - self._settings.idle_flush_minutes * 60_000
-        outcomes = []
-        for channel_id in self._repository.channels_pending_before(before, limit):
+        before = self._clock.now_ms() - self._idle_ms
+        outcomes: list[Outcome] = []
+        visited: set[str] = set()
+        for channel_id in self._repository.channels_due(before, limit):
+            if channel_id in visited:
+                continue  # moved on the list while this sweep ran
             if time_left_ms() < ROUND_RESERVE_MS:
                 break  # the next sweep takes the rest
-            outcomes += self.consolidate(channel_id, force=True, time_left_ms=time_left_ms)
+            visited.add(channel_id)
+            rounds = self.consolidate(channel_id, force=True, time_left_ms=time_left_ms)
+            outcomes += rounds
+            deferred_to = rounds[-1].retry_at_ms
+            if rounds[-1].status == Status.DEFERRED and deferred_to is not None:
+                self._repository.reschedule_sweep(channel_id, deferred_to - self._idle_ms)
         return outcomes
 
     def consolidate(
@@ -197,15 +271,22 @@ class Consolidator:
             and outcomes[-1].more_pending
             and time_left_ms() >= ROUND_RESERVE_MS
             and len(outcomes) < MAX_ROUNDS_PER_TRIGGER
-            and self._repository.count_pending(channel_id, self._settings.consolidate_every)
-            >= self._settings.consolidate_every
+            and (
+                outcomes[-1].splitting  # a split batch goes on below the threshold
+                or self._repository.count_pending(channel_id, self._settings.consolidate_every)
+                >= self._settings.consolidate_every
+            )
         ):
-            outcomes.append(self._round(channel_id, force=False))
+            outcomes.append(self._round(channel_id, force=outcomes[-1].splitting))
         return outcomes
 
     @property
     def _enabled(self) -> bool:
         return self._settings.memory_enabled and self._model is not None
+
+    @property
+    def _idle_ms(self) -> int:
+        return self._settings.idle_flush_minutes * MINUTE_MS
 
     # One round ----------------------------------------------------------------------
 
@@ -228,8 +309,10 @@ class Consolidator:
             now_ms=self._clock.now_ms(),
             lease_ms=settings.lock_lease_seconds * 1000,
         )
-        if lock is None:
-            return Outcome(channel_id, Status.BUSY)
+        if isinstance(lock, LockRefused):
+            if lock.retry_at_ms is None:
+                return Outcome(channel_id, Status.BUSY)
+            return Outcome(channel_id, Status.DEFERRED, retry_at_ms=lock.retry_at_ms)
         try:
             return self._locked_round(lock)
         except BaseException:
@@ -250,15 +333,11 @@ class Consolidator:
             known = self._known_facts(batch)
             try:
                 answer = self._ask_model(batch, known, outcome)
-            except Exception as exc:  # any failure of the model leaves the batch pending
-                log.warning(
-                    "memory model failed", extra={"channel_id": channel_id, "error": str(exc)[:300]}
-                )
-                self._repository.release_lock(lock)
-                outcome.status = Status.MODEL_FAILED
-                outcome.detail = str(exc)[:300]
-                return outcome
+            except Exception as exc:  # counted, retried later, split, at worst quarantined
+                return self._failed(lock, batch, outcome, str(exc)[:300])
             judgement = self._judge(answer, batch, known, outcome)
+        # Before the commit, so that a failed commit leaves the deletes pending to retry.
+        outcome.retired = self._retire_deleted(batch)
         commit = self._build_commit(lock, batch, judgement, outcome)
         return self._commit(commit, batch, outcome)
 
@@ -266,9 +345,10 @@ class Consolidator:
         """The oldest pending observations that are still pending, trimmed to one
         transaction; None when nothing is left."""
         channel_id = lock.channel_id
-        candidates, more = self._repository.pending_observations(
-            channel_id, self._settings.max_batch
-        )
+        limit = self._settings.max_batch
+        if lock.attempts and lock.attempts.split_size:  # a failing batch is being split
+            limit = min(limit, lock.attempts.split_size)
+        candidates, more = self._repository.pending_observations(channel_id, limit)
         live = self._repository.still_pending(channel_id, (o.sk for o in candidates))
         observations = [o for o in candidates if o.sk in live]
         if not observations:
@@ -281,7 +361,7 @@ class Consolidator:
         return self._prepare(
             observations,
             opted_out,
-            scope=(observations or opted_out)[0].scope,
+            scope=_channel_scope(observations or opted_out),
             more=more,
             # Anything still waiting (a full batch, or a row the index had not caught up on)
             # keeps the channel on the sweep's list.
@@ -313,7 +393,14 @@ class Consolidator:
         known: dict[str, Fact],
         outcome: Outcome,
     ) -> _Judgement:
-        facts, superseded = self._accept_facts(answer.facts, batch, known, outcome)
+        for rejected in answer.rejected:
+            self._discard(outcome, rejected.user_id, rejected.text, rejected.reason)
+        for extra in answer.facts[MAX_FACTS:]:
+            self._discard(
+                outcome, extra.user_id, extra.text, f"beyond the answer's cap of {MAX_FACTS} facts"
+            )
+        proposed = answer.facts[:MAX_FACTS]
+        facts, superseded = self._accept_facts(proposed, batch, known, outcome)
         episode = self._episode(
             outcome.channel_id, batch, answer.episode.summary, answer.episode.participants
         )
@@ -330,11 +417,14 @@ class Consolidator:
             scope=batch.scope,
             consumed=batch.observations,
             discarded=batch.opted_out,
-            people=list(batch.authors.items()),
+            people=[(scope, user_id, name) for (scope, user_id), name in _speakers(batch).items()],
             episode=episode,
             dropped_episodes=self._episodes_beyond_cap(lock.channel_id) if episode else [],
             more_pending_since_ms=now if batch.waiting else None,
             now_ms=now,
+            attempts=self._retry.after_success(
+                lock.attempts, [o.sk for o in batch.observations], outcome.model_calls > 0
+            ),
         )
         room = commit.room_left()
         facts, superseded = judgement.facts, judgement.superseded
@@ -363,6 +453,7 @@ class Consolidator:
 
         outcome.consumed = len(commit.consumed)
         outcome.more_pending = batch.more
+        outcome.splitting = commit.attempts is not None and commit.attempts.splitting
         outcome.facts_written = len(commit.facts)
         outcome.superseded = len(commit.superseded)
         outcome.episode_id = commit.episode.episode_id if commit.episode else None
@@ -379,6 +470,71 @@ class Consolidator:
         )
         return outcome
 
+    # A round that failed --------------------------------------------------------------
+
+    def _failed(self, lock: Lock, batch: _Batch, outcome: Outcome, error: str) -> Outcome:
+        """Count the failure against the batch's head and back off; a batch that keeps
+        failing is split, and what fails alone is quarantined."""
+        log.warning("memory model failed", extra={"channel_id": lock.channel_id, "error": error})
+        now = self._clock.now_ms()
+        attempts, quarantine = self._retry.after_failure(
+            lock.attempts, [o.sk for o in batch.observations], error, now
+        )
+        outcome.detail = error
+        if quarantine:
+            return self._quarantine(lock, batch, outcome, attempts)
+        retry_at = attempts.retry_at_ms or now
+        self._repository.record_failure(lock, attempts, sweep_since_ms=retry_at - self._idle_ms)
+        outcome.status = Status.MODEL_FAILED
+        outcome.retry_at_ms = retry_at
+        log.info(
+            "batch failed; retried later",
+            extra={
+                "channel_id": lock.channel_id,
+                "head": attempts.head,
+                "attempts": attempts.count,
+                "failures": attempts.failures,
+                "split_size": attempts.split_size,
+                "retry_at_ms": retry_at,
+            },
+        )
+        return outcome
+
+    def _quarantine(
+        self, lock: Lock, batch: _Batch, outcome: Outcome, attempts: Attempts
+    ) -> Outcome:
+        """Consume a batch that failed even alone, without facts, and record it for staff.
+        The poison is gone: later batches go on at once; the back-off count stays."""
+        now = self._clock.now_ms()
+        sks = [o.sk for o in batch.observations]
+        quarantine = Quarantine(
+            channel_id=lock.channel_id,
+            quarantine_id=short_id(content_hash(lock.channel_id, *sks)),
+            scope=batch.scope,
+            observation_sks=sks,
+            user_ids=list(dict.fromkeys(o.author_id for o in batch.observations if o.author_id)),
+            error=attempts.error,
+            attempts=attempts.failures,
+            quarantined_ms=now,
+            expires_at=epoch_seconds(now + self._settings.observation_retention_days * DAY_MS),
+        )
+        commit = ConsolidationCommit(
+            lock=lock,
+            scope=batch.scope,
+            consumed=batch.observations,
+            discarded=batch.opted_out,
+            quarantine=quarantine,
+            attempts=attempts,
+            more_pending_since_ms=now if batch.waiting else None,
+            now_ms=now,
+        )
+        outcome.status = Status.QUARANTINED
+        log.warning(
+            "batch quarantined: consumed without facts",
+            extra={"channel_id": lock.channel_id, "observations": sks, "error": attempts.error},
+        )
+        return self._commit(commit, batch, outcome)
+
     # Building the model's view ------------------------------------------------------
 
     def _prepare(
@@ -390,11 +546,13 @@ class Consolidator:
         more: bool,
         waiting: bool,
     ) -> _Batch:
-        deleted: set[str] = set()
-        for obs in observations:
-            if obs.kind == ObservationKind.DELETE and obs.message_id:
-                deleted.add(obs.message_id)
-            deleted.update(obs.message_ids)
+        deleted = _deleted_in(observations)
+        # A delete may sit in another batch, before or after this one: look it up by key.
+        words = {o.message_id for o in observations if o.kind in WORDS and o.message_id}
+        if words - deleted:
+            deleted |= self._repository.deleted_messages(
+                observations[0].channel_id, words - deleted
+            )
         number_of_message: dict[str, int] = {}
         numbered: list[NumberedObservation] = []
         by_number: dict[int, Observation] = {}
@@ -450,12 +608,38 @@ class Consolidator:
             )
         return None  # removals and deletions carry nothing to remember
 
+    def _retire_deleted(self, batch: _Batch) -> int:
+        """Facts drawn from messages deleted since lose that evidence; a fact left with
+        none is deleted. Returns how many facts were deleted."""
+        deleted = _deleted_in(batch.observations)
+        if not deleted:
+            return 0
+        channel_id = batch.observations[0].channel_id
+        for bulk in batch.observations:
+            if bulk.kind == ObservationKind.BULK_DELETE:
+                self._repository.mark_deleted(bulk)
+        authors = {
+            (message.scope, message.author_id)
+            for message in self._repository.message_observations(channel_id, deleted)
+            if message.author_id and not message.author_is_bot
+        }
+        retired = 0
+        for scope, author_id in sorted(authors):
+            for fact in self._repository.all_facts(scope, author_id):
+                kept = [sk for sk in fact.provenance if _message_of(sk) not in deleted]
+                if len(kept) < len(fact.provenance):
+                    self._repository.retire_evidence(fact, kept)
+                    retired += not kept
+        if retired:
+            log.info("retired facts of deleted messages", extra={"retired": retired})
+        return retired
+
     def _known_facts(self, batch: _Batch) -> dict[str, Fact]:
         known: dict[str, Fact] = {}
         now = self._clock.now_ms()
-        for user_id in batch.authors:
+        for scope, user_id in _speakers(batch):
             for fact in self._repository.active_facts(
-                batch.scope, user_id, self._settings.facts_per_person_in_model
+                scope, user_id, self._settings.facts_per_person_in_model
             ):
                 if ttl_alive(fact.expires_at, now):
                     known[fact.fact_id] = fact
@@ -492,14 +676,16 @@ class Consolidator:
             if reason:
                 self._discard(outcome, candidate.user_id, candidate.text, reason)
                 continue
-            fact_id = short_id(content_hash(batch.scope, candidate.user_id, normalized(text)))
+            # A fact lives in the scope of the observations it rests on (all of one scope).
+            scope = batch.by_number[candidate.evidence[0]].scope
+            fact_id = short_id(content_hash(scope, candidate.user_id, normalized(text)))
             evidence = [batch.by_number[n].sk for n in dict.fromkeys(candidate.evidence)]
             previous = accepted.get(fact_id)
             if previous:
                 evidence = list(dict.fromkeys(previous.provenance + evidence))
             accepted[fact_id] = Fact(
                 fact_id=fact_id,
-                scope=batch.scope,
+                scope=scope,
                 user_id=candidate.user_id,
                 text=text,
                 kind=candidate.kind,
@@ -511,7 +697,7 @@ class Consolidator:
             )
             for old_id in candidate.supersedes:
                 old = known.get(old_id)
-                if old is None or old.user_id != candidate.user_id:
+                if old is None or old.user_id != candidate.user_id or old.scope != scope:
                     log.info(
                         "ignored supersession of an unknown or foreign fact",
                         extra={"fact_id": old_id},
@@ -528,6 +714,8 @@ class Consolidator:
             return "subject did not speak in this batch"
         if not text:
             return "empty after cleaning"
+        if has_pings(text):  # the same filter as `/memory remember`
+            return "mentions someone (@everyone, @here or a user, role or channel mention)"
         for number in candidate.evidence:
             cited = batch.by_number.get(number)
             if cited is None:
@@ -536,6 +724,8 @@ class Consolidator:
                 return f"cites #{number}, written by someone else"
             if cited.kind not in WORDS:
                 return f"cites #{number}, which holds no words of theirs"
+        if len({batch.by_number[n].scope for n in candidate.evidence}) > 1:
+            return "cites observations of different scopes"
         return None
 
     def _discard(self, outcome: Outcome, user_id: str, text: str, reason: str) -> None:
@@ -579,10 +769,10 @@ class Consolidator:
         """Delete the participants' facts whose retention ran out (TTL is lazy)."""
         now = self._clock.now_ms()
         expired: list[Fact] = []
-        for user_id in batch.authors:
+        for scope, user_id in _speakers(batch):
             expired += [
                 f
-                for f in self._repository.oldest_active_facts(batch.scope, user_id, PURGE_SCAN)
+                for f in self._repository.oldest_active_facts(scope, user_id, PURGE_SCAN)
                 if not ttl_alive(f.expires_at, now)
             ]
         return self._repository.delete_facts(expired) if expired else 0

@@ -1,8 +1,9 @@
 """The consolidation commit: everything one consolidation round writes, in one transaction.
 
 Facts, supersessions, the episode, episodes beyond the cap, consumption of the batch,
-deletion of opted-out words, the profiles of the people seen, and the release of the
-channel lock go into one `TransactWriteItems`, so a round either happens whole or not
+deletion of opted-out words, the profiles of the people seen, the quarantine record of a batch
+that kept failing, and the release of the channel lock (with the channel's failure record)
+go into one `TransactWriteItems`, so a round either happens whole or not
 at all. DynamoDB takes at most `MAX_TRANSACTION_ACTIONS` actions in one transaction;
 `ConsolidationCommit.room_left` is the one place that budget is counted.
 """
@@ -14,17 +15,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from botmemory import keys
+from botmemory.attempts import Attempts
 from botmemory.items import (
+    attempts_update,
     attribute,
     episode_values,
     fact_key,
     key,
     observation_key,
     profile_key,
+    quarantine_values,
     state_key,
     to_item,
 )
-from botmemory.records import Episode, Fact, FactStatus, Observation
+from botmemory.records import Episode, Fact, FactStatus, Observation, Quarantine
 
 # DynamoDB refuses a transaction of more than 100 actions.
 MAX_TRANSACTION_ACTIONS = 100
@@ -37,6 +41,16 @@ class Lock:
     channel_id: str
     owner: str
     fence: int
+    # The channel's failed attempts as the lock found them (None: the last round went well).
+    attempts: Attempts | None = None
+
+
+@dataclass(frozen=True)
+class LockRefused:
+    """The lock was not taken: another run holds it, or the channel backs off after a
+    failure until `retry_at_ms`."""
+
+    retry_at_ms: int | None = None
 
 
 class CommitRejected(Exception):
@@ -60,10 +74,15 @@ class ConsolidationCommit:
     episode: Episode | None = None
     dropped_episodes: Sequence[str] = ()  # episode sort keys beyond the cap
     more_pending_since_ms: int | None = None  # oldest observation left pending, if any
-    # People seen in the batch: (user id, display name); their profiles learn the channel.
-    people: Sequence[tuple[str, str]] = ()
+    # People seen in the batch: (scope, user id, display name); each profile, in the scope
+    # of that person's observations, learns the channel.
+    people: Sequence[tuple[str, str, str]] = ()
     # Observations of people who opted out: deleted instead of consumed.
     discarded: Sequence[Observation] = ()
+    # A batch that kept failing: consumed without facts, recorded here.
+    quarantine: Quarantine | None = None
+    # The channel's failure record after this round; None clears it.
+    attempts: Attempts | None = None
 
     def action_count(self) -> int:
         return (
@@ -74,6 +93,7 @@ class ConsolidationCommit:
             + len(self.superseded)
             + (1 if self.episode else 0)
             + len(self.dropped_episodes)
+            + (1 if self.quarantine else 0)
             + 1  # the channel state: lock release and sweep marker
         )
 
@@ -101,6 +121,15 @@ class ConsolidationCommit:
             {"Delete": {"Key": key(keys.channel_pk(channel_id), sk)}}
             for sk in self.dropped_episodes
         ]
+        if self.quarantine:
+            actions.append(
+                {
+                    "Put": {
+                        "Item": to_item(quarantine_values(self.quarantine)),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                }
+            )
         actions += [{"Update": _consume(channel_id, o)} for o in self.consumed]
         actions += [
             {
@@ -111,18 +140,21 @@ class ConsolidationCommit:
             }
             for o in self.discarded
         ]
-        actions += [{"Update": self._profile_seen(user_id, name)} for user_id, name in self.people]
+        actions += [
+            {"Update": self._profile_seen(scope, user_id, name)}
+            for scope, user_id, name in self.people
+        ]
         actions.append({"Update": self._release_and_record()})
         for action in actions:
             for request in action.values():
                 request["TableName"] = table
         return actions
 
-    def _profile_seen(self, user_id: str, name: str) -> dict[str, Any]:
+    def _profile_seen(self, scope: str, user_id: str, name: str) -> dict[str, Any]:
         """A person's profile in a scope: names, first and last seen, and the channels they
         took part in (erasure finds their episodes through it)."""
         return {
-            "Key": profile_key(self.scope, user_id),
+            "Key": profile_key(scope, user_id),
             "UpdateExpression": (
                 "SET user_id = :user, #scope = :scope, display_name = :name, "
                 "first_seen_ms = if_not_exists(first_seen_ms, :now), last_seen_ms = :now "
@@ -131,7 +163,7 @@ class ConsolidationCommit:
             "ExpressionAttributeNames": {"#scope": "scope"},
             "ExpressionAttributeValues": {
                 ":user": {"S": user_id},
-                ":scope": {"S": self.scope},
+                ":scope": {"S": scope},
                 ":name": {"S": name},
                 ":now": {"N": str(self.now_ms)},
                 ":channel": {"SS": [self.lock.channel_id]},
@@ -139,24 +171,32 @@ class ConsolidationCommit:
         }
 
     def _release_and_record(self) -> dict[str, Any]:
-        """Release the lock (only while still ours), count the round, and keep the channel
-        on the sweep's list when something is still waiting."""
-        values: dict[str, Any] = {
-            ":owner": {"S": self.lock.owner},
-            ":fence": {"N": str(self.lock.fence)},
-            ":now": {"N": str(self.now_ms)},
-            ":one": {"N": "1"},
-            ":zero": {"N": "0"},
-        }
-        update = "SET last_consolidated_ms = :now, consolidations = if_not_exists(consolidations, :zero) + :one"
+        """Release the lock (only while still ours), count the round, write the channel's
+        failure record, and keep the channel on the sweep's list when something is still
+        waiting."""
+        sets, removes, values = attempts_update(self.attempts)
+        values.update(
+            {
+                ":owner": {"S": self.lock.owner},
+                ":fence": {"N": str(self.lock.fence)},
+                ":now": {"N": str(self.now_ms)},
+                ":one": {"N": "1"},
+                ":zero": {"N": "0"},
+            }
+        )
+        sets = [
+            "last_consolidated_ms = :now",
+            "consolidations = if_not_exists(consolidations, :zero) + :one",
+            *sets,
+        ]
+        removes = ["lock_owner", "lease_until", *removes]
         if self.more_pending_since_ms is None:
-            update += " REMOVE lock_owner, lease_until, sweep_bucket, pending_since"
+            removes += ["sweep_bucket", "pending_since"]
         else:
-            update += (
-                ", sweep_bucket = :bucket, pending_since = :since REMOVE lock_owner, lease_until"
-            )
+            sets += ["sweep_bucket = :bucket", "pending_since = :since"]
             values[":bucket"] = {"S": keys.SWEEP_BUCKET}
             values[":since"] = {"N": str(self.more_pending_since_ms)}
+        update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)}"
         return {
             "Key": state_key(self.lock.channel_id),
             "UpdateExpression": update,

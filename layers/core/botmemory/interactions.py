@@ -1,9 +1,9 @@
 """Discord's interaction protocol: request signatures, response shapes, and the protocol's
 numbers by name.
 
-Only PyNaCl and the standard library are imported here, so the interactions function
-answers PING without loading pydantic, boto3 or the memory core
-(tests/test_interactions_cold_start.py holds it to that).
+Only PyNaCl, the standard library and botmemory.clock (itself standard library only) are
+imported here, so the interactions function answers PING without loading pydantic, boto3
+or the memory core (tests/test_interactions_cold_start.py holds it to that).
 
 The enumerations carry Discord's documented values and only the members this bot uses.
 They are `int`s, so `json.dumps` writes them as plain numbers and they compare equal to
@@ -12,11 +12,14 @@ the numbers a request carries.
 
 from __future__ import annotations
 
-from enum import IntEnum, IntFlag
+import json
+from enum import Enum, IntEnum, IntFlag
 from typing import Any
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
+
+from botmemory.clock import Clock
 
 
 class InteractionType(IntEnum):
@@ -98,26 +101,106 @@ class ButtonStyle(IntEnum):
 MAX_CONTENT = 2000
 
 
+# How far a signed request's timestamp may be from now, either way, before it is refused as
+# a replay (or as a clock gone wrong): Discord sends each request as it happens.
+DEFAULT_TIMESTAMP_TOLERANCE_SECONDS = 300
+# Unix seconds as Discord writes them: plain ASCII digits (12 reach past the year 30000).
+_MAX_TIMESTAMP_DIGITS = 12
+
+
+class Refusal(Enum):
+    """Why a request is not taken as Discord's."""
+
+    SIGNATURE = "signature"  # missing, malformed, or not made by the application's key
+    TIMESTAMP = "timestamp"  # signed, but its timestamp is not unix seconds close to now
+
+
 class SignatureVerifier:
-    """Checks `X-Signature-Ed25519` over `X-Signature-Timestamp + raw body`."""
+    """Checks `X-Signature-Ed25519` over `X-Signature-Timestamp + raw body`, and that the
+    timestamp (unix seconds) lies within `tolerance_seconds` of the clock's now, in either
+    direction, so a request captured and sent again later is refused like a forged one."""
 
-    def __init__(self, public_key_hex: str) -> None:
+    def __init__(
+        self,
+        public_key_hex: str,
+        clock: Clock,
+        tolerance_seconds: int = DEFAULT_TIMESTAMP_TOLERANCE_SECONDS,
+    ) -> None:
+        if tolerance_seconds < 0:
+            raise ValueError("the timestamp tolerance must not be negative")
         self._key = VerifyKey(bytes.fromhex(public_key_hex))
+        self._clock = clock
+        self._tolerance_ms = tolerance_seconds * 1000
 
-    def verify(self, signature_hex: str | None, timestamp: str | None, body: bytes) -> bool:
+    def refusal(
+        self, signature_hex: str | None, timestamp: str | None, body: bytes
+    ) -> Refusal | None:
+        """None when Discord signed this request just now; otherwise why it is refused."""
         if not signature_hex or not timestamp:
-            return False
+            return Refusal.SIGNATURE
         try:
             signature = bytes.fromhex(signature_hex)
         except ValueError:
-            return False
+            return Refusal.SIGNATURE
         if len(signature) != 64:
-            return False
+            return Refusal.SIGNATURE
         try:
             self._key.verify(timestamp.encode() + body, signature)
         except BadSignatureError:
+            return Refusal.SIGNATURE
+        if not self._is_recent(timestamp):
+            return Refusal.TIMESTAMP
+        return None
+
+    def verify(self, signature_hex: str | None, timestamp: str | None, body: bytes) -> bool:
+        return self.refusal(signature_hex, timestamp, body) is None
+
+    def _is_recent(self, timestamp: str) -> bool:
+        # Not int(): it also takes signs, spaces, underscores and non-ASCII digits.
+        if (
+            not (timestamp.isascii() and timestamp.isdigit())
+            or len(timestamp) > _MAX_TIMESTAMP_DIGITS
+        ):
             return False
-        return True
+        return abs(int(timestamp) * 1000 - self._clock.now_ms()) <= self._tolerance_ms
+
+
+# Deeper than any interaction Discord sends (a subcommand group's option sits 8 levels down),
+# far shallower than what breaks code that walks a payload recursively (copy.deepcopy in
+# the idempotency layer gives out a few hundred levels down).
+MAX_NESTING = 64
+
+
+def parse_interaction(body: bytes) -> tuple[dict[str, Any], int] | None:
+    """A signed body as an interaction and its `type`; None for anything else: bytes that are
+    not UTF-8, JSON that does not parse (or nests too deep to), a value that is not an
+    object, an object nested deeper than MAX_NESTING, a `type` that is not an integer."""
+    try:
+        payload = json.loads(body.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    if not isinstance(payload, dict) or not _nests_within(payload, MAX_NESTING):
+        return None
+    kind = payload.get("type")
+    if not isinstance(kind, int) or isinstance(kind, bool):
+        return None
+    return payload, kind
+
+
+def _nests_within(value: Any, limit: int) -> bool:
+    """Whether no object or array in `value` lies more than `limit` levels deep (no recursion)."""
+    waiting: list[tuple[Any, int]] = [(value, 1)]
+    while waiting:
+        item, depth = waiting.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth >= limit:
+                    return False
+                waiting.append((child, depth + 1))
+    return True
 
 
 def ephemeral_message(content: str) -> dict[str, Any]:

@@ -12,7 +12,8 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from botmemory import keys
-from botmemory.records import Episode, Fact, FactStatus, Observation, Pin
+from botmemory.attempts import Attempts
+from botmemory.records import Episode, Fact, FactStatus, Observation, Pin, Quarantine
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -117,3 +118,52 @@ def episode_values(episode: Episode, scope: str) -> dict[str, Any]:
     values = episode.model_dump(mode="json")
     values.update(pk=keys.channel_pk(episode.channel_id), sk=episode.sk, scope=scope)
     return values
+
+
+def quarantine_values(quarantine: Quarantine) -> dict[str, Any]:
+    """A quarantine record as stored, under its channel; `user_id` (when one person wrote what
+    it holds) puts it in the by_user index, so erasure finds it."""
+    values = quarantine.model_dump(mode="json")
+    values.update(
+        pk=keys.channel_pk(quarantine.channel_id),
+        sk=keys.quarantine_sk(quarantine.quarantined_ms, quarantine.quarantine_id),
+    )
+    if len(quarantine.user_ids) == 1:
+        values["user_id"] = quarantine.user_ids[0]
+    return values
+
+
+# A channel's failed attempts live on its STATE item under these attribute names.
+_ATTEMPT_ATTRIBUTES = {
+    "failures": "retry_failures",
+    "error": "retry_error",
+    "head": "retry_head",
+    "count": "retry_attempts",
+    "retry_at_ms": "retry_at",
+    "split_size": "retry_split_size",
+    "split_until": "retry_split_until",
+}
+
+
+def attempts_of(state: dict[str, Any]) -> Attempts | None:
+    """The failure record on a STATE item (plain values), or None when it has none."""
+    found = {field: state[name] for field, name in _ATTEMPT_ATTRIBUTES.items() if name in state}
+    if "failures" not in found:
+        return None
+    return Attempts(**found)
+
+
+def attempts_update(attempts: Attempts | None) -> tuple[list[str], list[str], dict[str, Any]]:
+    """How an UpdateItem on the STATE item writes a failure record: SET clauses, attributes to
+    REMOVE, and the expression values. None removes the record."""
+    sets: list[str] = []
+    removes: list[str] = []
+    values: dict[str, Any] = {}
+    for field, name in _ATTEMPT_ATTRIBUTES.items():
+        value = getattr(attempts, field) if attempts is not None else None
+        if value is None or value == "":
+            removes.append(name)
+        else:
+            sets.append(f"{name} = :{name}")
+            values[f":{name}"] = attribute(value)
+    return sets, removes, values

@@ -16,6 +16,7 @@ OBS_PREFIX = "OBS#"
 EPISODE_PREFIX = "EP#"
 FACT_PREFIX = "FACT#"
 PIN_PREFIX = "PIN#"
+QUARANTINE_PREFIX = "QUAR#"
 SWEEP_BUCKET = "SWEEP"
 OPT_OUT_PK = "OPTOUT"
 # Powertools Idempotency keeps its records for interactions under this partition.
@@ -30,6 +31,7 @@ class ItemKind(StrEnum):
     FACT = "fact"
     PIN = "pin"
     PROFILE = "profile"
+    QUARANTINE = "quarantine"
     STATE = "state"
     OTHER = "other"
 
@@ -62,6 +64,7 @@ def kind_of(sk: str) -> ItemKind:
         (EPISODE_PREFIX, ItemKind.EPISODE),
         (FACT_PREFIX, ItemKind.FACT),
         (PIN_PREFIX, ItemKind.PIN),
+        (QUARANTINE_PREFIX, ItemKind.QUARANTINE),
     ):
         if sk.startswith(prefix):
             return kind
@@ -70,6 +73,17 @@ def kind_of(sk: str) -> ItemKind:
 
 def observation_sk(at_ms: int, kind: str, *ids: str) -> str:
     return f"{OBS_PREFIX}{at_ms:013d}#{kind}#{'#'.join(ids)}"
+
+
+def observation_parts(sk: str) -> tuple[int, str, list[str]] | None:
+    """An observation sort key read back: its time, its kind and its Discord ids."""
+    if not sk.startswith(OBS_PREFIX):
+        return None
+    at_ms, _, rest = sk.removeprefix(OBS_PREFIX).partition("#")
+    kind, _, ids = rest.partition("#")
+    if not at_ms.isdigit() or not kind:
+        return None
+    return int(at_ms), kind, ids.split("#") if ids else []
 
 
 def episode_sk(created_ms: int, episode_id: str) -> str:
@@ -91,3 +105,8 @@ def pin_target_prefix(target: str) -> str:
 
 def pin_sk(target: str, pin_id: str) -> str:
     return f"{pin_target_prefix(target)}{pin_id}"
+
+
+def quarantine_sk(quarantined_ms: int, quarantine_id: str) -> str:
+    """A quarantined batch of a channel, under the channel's partition, oldest first."""
+    return f"{QUARANTINE_PREFIX}{quarantined_ms:013d}#{quarantine_id}"

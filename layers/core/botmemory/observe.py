@@ -2,6 +2,12 @@
 
 No reads and no model call happen here. The item key is built from Discord's ids
 and timestamps alone, so an event delivered twice is stored once.
+
+An observation's time is the snowflake time of the message it is about (a snowflake
+carries when it was made), never a timestamp the payload claims: a message's key is
+computable from its id alone, and its delete's key shares its millisecond. Only an edit
+uses its payload's `edited_timestamp`, clamped between the message's own time and a few
+minutes from now. An id whose time lies beyond that is rejected.
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -20,20 +26,18 @@ from botmemory.keys import observation_sk
 from botmemory.optout import OptOuts
 from botmemory.records import Observation, ObservationKind, scope_of
 from botmemory.repository import MemoryRepository
-from botmemory.snowflake import Snowflake
+from botmemory.snowflake import Snowflake, snowflake_ms
 from botmemory.text import clean, content_hash
 
 log = logging.getLogger(__name__)
 
-DISCORD_EPOCH_MS = 1_420_070_400_000
 # Discord caps content at 4,000 characters; anything far beyond is not a real message.
 MAX_CONTENT_CHARS = 16_000
+# How far ahead of the clock an event's time may be: Discord's clock and ours may differ a
+# little; a snowflake further ahead is forged or broken, and would sort after everything.
+FUTURE_TOLERANCE_MS = 5 * 60_000
 
 Name = Annotated[str, StringConstraints(max_length=200)]
-
-
-def snowflake_ms(snowflake: str) -> int:
-    return (int(snowflake) >> 22) + DISCORD_EPOCH_MS
 
 
 class _Payload(BaseModel):
@@ -74,6 +78,8 @@ class MessageCreate(_Payload):
     author: User
     member: Member | None = None
     content: str = Field(default="", max_length=MAX_CONTENT_CHARS)
+    # Discord always sends it, so one that is missing or unreadable marks a broken payload;
+    # the message's time is its id's, never this claim.
     timestamp: datetime
     message_reference: MessageReference | None = None
 
@@ -148,8 +154,11 @@ class Ignored(Exception):
     """A well-formed event that holds nothing worth remembering."""
 
 
-def _ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
+def _clamped_ms(moment: datetime, earliest_ms: int, latest_ms: int) -> int:
+    """A payload's timestamp in epoch milliseconds, brought within [earliest, latest]."""
+    if moment.tzinfo is None:  # read as UTC: a naive time would otherwise be local time
+        moment = moment.replace(tzinfo=UTC)
+    return min(max(int(moment.timestamp() * 1000), earliest_ms), latest_ms)
 
 
 def _display_name(user: User | None, member: Member | None) -> str | None:
@@ -233,6 +242,17 @@ class ObservationRecorder:
 
     # One parser per dispatch type.
 
+    def _time_of(self, snowflake: str) -> int:
+        """When a snowflake was made; ValueError when that lies too far ahead of the clock."""
+        at_ms = snowflake_ms(snowflake)
+        if at_ms > self._clock.now_ms() + FUTURE_TOLERANCE_MS:
+            made = datetime.fromtimestamp(at_ms / 1000, tz=UTC).isoformat(timespec="seconds")
+            raise ValueError(
+                f"id {snowflake} dates from {made}, more than "
+                f"{FUTURE_TOLERANCE_MS // 60_000} minutes from now: not a Discord id"
+            )
+        return at_ms
+
     def _observation(self, **fields: Any) -> Observation:
         retention_ms = self._settings.observation_retention_days * DAY_MS
         fields["content"] = clean(fields.get("content") or "", self._settings.observation_chars)
@@ -247,7 +267,7 @@ class ObservationRecorder:
         msg = MessageCreate.model_validate(payload)
         is_answer = bool(self._settings.bot_user_id) and msg.author.id == self._settings.bot_user_id
         kind = ObservationKind.ANSWER if is_answer else ObservationKind.MESSAGE
-        at_ms = _ms(msg.timestamp)
+        at_ms = self._time_of(msg.id)
         return self._observation(
             channel_id=msg.channel_id,
             scope=scope_of(msg.guild_id),
@@ -268,7 +288,12 @@ class ObservationRecorder:
             raise Ignored("update without new content (embed or flag change)")
         if msg.author is None:
             raise Ignored("partial update without its author")
-        at_ms = _ms(msg.edited_timestamp)
+        # Never before the message itself, nor later than Discord could have sent it.
+        at_ms = _clamped_ms(
+            msg.edited_timestamp,
+            self._time_of(msg.id),
+            self._clock.now_ms() + FUTURE_TOLERANCE_MS,
+        )
         return self._observation(
             channel_id=msg.channel_id,
             scope=scope_of(msg.guild_id),
@@ -284,7 +309,7 @@ class ObservationRecorder:
 
     def _message_delete(self, payload: dict[str, Any]) -> Observation:
         msg = MessageDelete.model_validate(payload)
-        at_ms = snowflake_ms(msg.id)
+        at_ms = self._time_of(msg.id)
         return self._observation(
             channel_id=msg.channel_id,
             scope=scope_of(msg.guild_id),
@@ -297,7 +322,7 @@ class ObservationRecorder:
     def _message_delete_bulk(self, payload: dict[str, Any]) -> Observation:
         msg = MessageDeleteBulk.model_validate(payload)
         ids = sorted(set(msg.ids), key=int)
-        at_ms = snowflake_ms(ids[-1])
+        at_ms = self._time_of(ids[-1])
         batch_key = content_hash(*ids)[:12]
         return self._observation(
             channel_id=msg.channel_id,
@@ -311,7 +336,7 @@ class ObservationRecorder:
     def _reaction(self, payload: dict[str, Any], kind: ObservationKind) -> Observation:
         reaction = ReactionChange.model_validate(payload)
         # Reactions carry no timestamp; the reacted message's time keeps the key deterministic.
-        at_ms = snowflake_ms(reaction.message_id)
+        at_ms = self._time_of(reaction.message_id)
         member_user = reaction.member.user if reaction.member else None
         return self._observation(
             channel_id=reaction.channel_id,
@@ -336,7 +361,7 @@ class ObservationRecorder:
 
     def _reaction_remove_all(self, payload: dict[str, Any]) -> Observation:
         event = ReactionRemoveAll.model_validate(payload)
-        at_ms = snowflake_ms(event.message_id)
+        at_ms = self._time_of(event.message_id)
         return self._observation(
             channel_id=event.channel_id,
             scope=scope_of(event.guild_id),
@@ -348,7 +373,7 @@ class ObservationRecorder:
 
     def _reaction_remove_emoji(self, payload: dict[str, Any]) -> Observation:
         event = ReactionRemoveEmoji.model_validate(payload)
-        at_ms = snowflake_ms(event.message_id)
+        at_ms = self._time_of(event.message_id)
         return self._observation(
             channel_id=event.channel_id,
             scope=scope_of(event.guild_id),

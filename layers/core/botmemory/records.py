@@ -110,6 +110,24 @@ class Profile(Record):
     last_seen_ms: int | None = None
 
 
+class Quarantine(Record):
+    """A batch that kept failing, even alone: consumed without facts, kept for staff to see.
+
+    It holds the keys of the observations it consumed (their words stay in the observations
+    until those expire), never their text; the error is the model's last failure, clipped.
+    """
+
+    channel_id: str
+    quarantine_id: str
+    scope: str
+    observation_sks: list[str]
+    user_ids: list[str] = []  # authors of those observations
+    error: str
+    attempts: int  # failed attempts in a row when it was quarantined
+    quarantined_ms: int
+    expires_at: int | None = None
+
+
 def scope_of(guild_id: str | None) -> str:
     """Facts and pins live per guild; direct messages share the `dm` scope."""
     return guild_id if guild_id else "dm"

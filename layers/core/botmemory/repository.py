@@ -9,19 +9,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
 from botmemory import keys
+from botmemory.attempts import Attempts
 from botmemory.clock import epoch_seconds
 from botmemory.consolidation_commit import (
     MAX_TRANSACTION_ACTIONS,
     CommitRejected,
     ConsolidationCommit,
     Lock,
+    LockRefused,
 )
 from botmemory.items import (
+    attempts_of,
+    attempts_update,
+    attribute,
     episode_key,
     episode_values,
     fact_key,
@@ -35,7 +41,15 @@ from botmemory.items import (
     state_key,
     to_item,
 )
-from botmemory.records import Episode, Fact, Observation, Pin, Profile
+from botmemory.records import (
+    Episode,
+    Fact,
+    Observation,
+    ObservationKind,
+    Pin,
+    Profile,
+    Quarantine,
+)
 from botmemory.schema import (
     ACTIVE_FACTS_INDEX,
     BY_ITEM_ID_INDEX,
@@ -43,6 +57,7 @@ from botmemory.schema import (
     PENDING_INDEX,
     SWEEP_INDEX,
 )
+from botmemory.snowflake import snowflake_ms
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
@@ -136,24 +151,62 @@ class MemoryRepository:
         The pending index is eventually consistent; this keeps a model call from being
         spent on observations another run has just consumed.
         """
-        wanted = list(dict.fromkeys(sks))
-        found: set[str] = set()
-        pk = keys.channel_pk(channel_id)
-        for start in range(0, len(wanted), BATCH_GET_LIMIT):
-            request: dict[str, Any] = {
-                self.table_name: {
-                    "Keys": [key(pk, sk) for sk in wanted[start : start + BATCH_GET_LIMIT]],
-                    "ConsistentRead": True,
-                    "ProjectionExpression": "sk, pending_sk",
+        found = self._channel_items_at(channel_id, sks, "sk, pending_sk")
+        return {sk for sk, item in found.items() if "pending_sk" in item}
+
+    # Deleted messages: a message's observation and its delete carry the message's own
+    # snowflake time, so both are found by key from the message id alone.
+
+    def deleted_messages(self, channel_id: str, message_ids: Iterable[str]) -> set[str]:
+        """Of these messages, the ones whose delete was observed, consumed or not."""
+        wanted = {_delete_sk(m): m for m in message_ids}
+        return {wanted[sk] for sk in self._channel_items_at(channel_id, wanted, "sk")}
+
+    def message_observations(
+        self, channel_id: str, message_ids: Iterable[str]
+    ) -> list[Observation]:
+        """The stored observations of these messages (their creation, not edits)."""
+        sks = (
+            keys.observation_sk(snowflake_ms(m), ObservationKind.MESSAGE, m) for m in message_ids
+        )
+        found = self._channel_items_at(channel_id, sks)
+        return [Observation.model_validate(from_item(item)) for item in found.values()]
+
+    def mark_deleted(self, bulk: Observation) -> None:
+        """One delete mark per message of a bulk delete, so that a message arriving after
+        the bulk delete was consolidated is still found deleted by key."""
+        for message_id in bulk.message_ids:
+            mark = bulk.model_copy(
+                update={
+                    "sk": _delete_sk(message_id),
+                    "kind": ObservationKind.DELETE,
+                    "at_ms": snowflake_ms(message_id),
+                    "message_id": message_id,
+                    "message_ids": [],
                 }
-            }
-            while request:
-                response = self._client.batch_get_item(RequestItems=request)
-                for item in response["Responses"].get(self.table_name, []):
-                    if "pending_sk" in item:
-                        found.add(item["sk"]["S"])
-                request = response.get("UnprocessedKeys") or {}
-        return found
+            )
+            try:
+                self._client.put_item(
+                    TableName=self.table_name,
+                    Item=to_item(observation_values(mark, pending=False)),
+                    ConditionExpression="attribute_not_exists(pk)",  # a delete of its own stays
+                )
+            except ClientError as exc:
+                if _code(exc) != "ConditionalCheckFailedException":
+                    raise
+
+    def retire_evidence(self, fact: Fact, provenance: list[str]) -> None:
+        """Keep only this evidence of a fact; a fact left with none is deleted."""
+        if not provenance:
+            self._client.delete_item(TableName=self.table_name, Key=fact_key(fact))
+            return
+        self._client.update_item(
+            TableName=self.table_name,
+            Key=fact_key(fact),
+            UpdateExpression="SET provenance = :provenance",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":provenance": attribute(provenance)},
+        )
 
     def recent_observations(self, channel_id: str, limit: int) -> list[Observation]:
         """The newest observations of a channel, newest first."""
@@ -171,11 +224,14 @@ class MemoryRepository:
 
     # Channel state: lock, sweep marker, legacy memory --------------------------------
 
-    def acquire_lock(self, channel_id: str, owner: str, now_ms: int, lease_ms: int) -> Lock | None:
-        """Take the channel's consolidation lock unless someone holds an unexpired lease.
+    def acquire_lock(
+        self, channel_id: str, owner: str, now_ms: int, lease_ms: int
+    ) -> Lock | LockRefused:
+        """Take the channel's consolidation lock unless someone holds an unexpired lease or
+        the channel backs off after a failure (its next try is still ahead).
 
         Each acquisition increments the fencing token, so a run whose lease expired and
-        was taken over can no longer commit.
+        was taken over can no longer commit. The lock carries the channel's failure record.
         """
         try:
             response = self._client.update_item(
@@ -185,7 +241,10 @@ class MemoryRepository:
                     "SET lock_owner = :owner, lease_until = :until, "
                     "fence = if_not_exists(fence, :zero) + :one"
                 ),
-                ConditionExpression="attribute_not_exists(lock_owner) OR lease_until < :now",
+                ConditionExpression=(
+                    "(attribute_not_exists(lock_owner) OR lease_until < :now) "
+                    "AND (attribute_not_exists(retry_at) OR retry_at <= :now)"
+                ),
                 ExpressionAttributeValues={
                     ":owner": {"S": owner},
                     ":until": {"N": str(now_ms + lease_ms)},
@@ -193,13 +252,18 @@ class MemoryRepository:
                     ":zero": {"N": "0"},
                     ":one": {"N": "1"},
                 },
-                ReturnValues="UPDATED_NEW",
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
-                return None
+                held = cast("dict[str, Any]", exc.response).get("Item") or {}
+                attempts = attempts_of(from_item(held))
+                retry_at = attempts.retry_at_ms if attempts else None
+                return LockRefused(retry_at if retry_at and retry_at > now_ms else None)
             raise
-        return Lock(channel_id, owner, int(response["Attributes"]["fence"]["N"]))
+        state = from_item(response["Attributes"])
+        return Lock(channel_id, owner, int(state["fence"]), attempts_of(state))
 
     def release_lock(self, lock: Lock) -> bool:
         """Give the lock back if still ours; False when it was already taken over."""
@@ -220,6 +284,50 @@ class MemoryRepository:
             raise
         return True
 
+    def record_failure(self, lock: Lock, attempts: Attempts, sweep_since_ms: int) -> bool:
+        """Release the lock after a failed round, keeping the failure record and moving the
+        channel's place on the sweep's list to `sweep_since_ms`. False when the lock was
+        already taken over (then nothing is written)."""
+        sets, removes, values = attempts_update(attempts)
+        values.update(
+            {
+                ":owner": {"S": lock.owner},
+                ":fence": {"N": str(lock.fence)},
+                ":bucket": {"S": keys.SWEEP_BUCKET},
+                ":since": {"N": str(sweep_since_ms)},
+                ":channel": {"S": lock.channel_id},
+            }
+        )
+        sets += ["sweep_bucket = :bucket", "pending_since = :since", "channel_id = :channel"]
+        removes = ["lock_owner", "lease_until", *removes]
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=state_key(lock.channel_id),
+                UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+                ConditionExpression="lock_owner = :owner AND fence = :fence",
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def reschedule_sweep(self, channel_id: str, since_ms: int) -> None:
+        """Move a channel that is on the sweep's list to a later place (it backs off)."""
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=state_key(channel_id),
+                UpdateExpression="SET pending_since = :since",
+                ConditionExpression="attribute_exists(sweep_bucket)",
+                ExpressionAttributeValues={":since": {"N": str(since_ms)}},
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+
     def mark_pending_since(self, channel_id: str, since_ms: int) -> None:
         """Note that the channel has observations waiting, for the idle sweep."""
         self._client.update_item(
@@ -238,18 +346,25 @@ class MemoryRepository:
 
     def channels_pending_before(self, before_ms: int, limit: int) -> list[str]:
         """Channels whose oldest waiting observation is older than `before_ms`."""
-        response = self._client.query(
-            TableName=self.table_name,
-            IndexName=SWEEP_INDEX,
-            KeyConditionExpression="sweep_bucket = :bucket AND pending_since < :before",
-            ExpressionAttributeValues={
+        return list(islice(self.channels_due(before_ms, limit), limit))
+
+    def channels_due(self, before_ms: int, page_size: int) -> Iterator[str]:
+        """Every channel on the sweep's list due before `before_ms`, longest waiting first,
+        read page by page as the caller goes on."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "IndexName": SWEEP_INDEX,
+            "KeyConditionExpression": "sweep_bucket = :bucket AND pending_since < :before",
+            "ExpressionAttributeValues": {
                 ":bucket": {"S": keys.SWEEP_BUCKET},
                 ":before": {"N": str(before_ms)},
             },
-            Limit=limit,
-        )
-        found = (keys.channel_id_of(item["pk"]["S"]) for item in response["Items"])
-        return [channel_id for channel_id in found if channel_id]
+            "Limit": page_size,
+        }
+        for item in self._query_all(request):
+            channel_id = keys.channel_id_of(item["pk"]["S"])
+            if channel_id:
+                yield channel_id
 
     def clear_pending_since(self, channel_id: str) -> None:
         self._client.update_item(
@@ -362,6 +477,21 @@ class MemoryRepository:
         )
         return [Episode.model_validate(from_item(i)) for i in response["Items"]]
 
+    def quarantined(self, channel_id: str, limit: int = 25) -> list[Quarantine]:
+        """The channel's quarantined batches (consumed without facts after failing even
+        alone), newest first, for staff. TTL deletes them lazily: filter with `ttl_alive`."""
+        response = self._client.query(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={
+                ":pk": {"S": keys.channel_pk(channel_id)},
+                ":prefix": {"S": keys.QUARANTINE_PREFIX},
+            },
+            ScanIndexForward=False,
+            Limit=limit,
+        )
+        return [Quarantine.model_validate(from_item(i)) for i in response["Items"]]
+
     # Consolidation commit ------------------------------------------------------------
 
     def commit_consolidation(self, commit: ConsolidationCommit) -> None:
@@ -431,6 +561,29 @@ class MemoryRepository:
         self._client.transact_write_items(
             TransactItems=cast("list[TransactWriteItemTypeDef]", actions)
         )
+
+    def _channel_items_at(
+        self, channel_id: str, sks: Iterable[str], projection: str | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """The channel's items with these sort keys that exist, by sort key, read strongly
+        consistent."""
+        wanted = list(dict.fromkeys(sks))
+        found: dict[str, dict[str, Any]] = {}
+        pk = keys.channel_pk(channel_id)
+        for start in range(0, len(wanted), BATCH_GET_LIMIT):
+            batch: dict[str, Any] = {
+                "Keys": [key(pk, sk) for sk in wanted[start : start + BATCH_GET_LIMIT]],
+                "ConsistentRead": True,
+            }
+            if projection:
+                batch["ProjectionExpression"] = projection
+            request: dict[str, Any] = {self.table_name: batch}
+            while request:
+                response = self._client.batch_get_item(RequestItems=request)
+                for item in response["Responses"].get(self.table_name, []):
+                    found[item["sk"]["S"]] = item
+                request = response.get("UnprocessedKeys") or {}
+        return found
 
     def _delete_keys(self, keys_: list[dict[str, Any]]) -> int:
         for start in range(0, len(keys_), BATCH_WRITE_LIMIT):
@@ -611,6 +764,10 @@ class MemoryRepository:
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _delete_sk(message_id: str) -> str:
+    return keys.observation_sk(snowflake_ms(message_id), ObservationKind.DELETE, message_id)
 
 
 def ttl_alive(expires_at: int | None, now_ms: int) -> bool:

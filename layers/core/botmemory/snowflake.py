@@ -12,3 +12,11 @@ from typing import Annotated
 from pydantic import StringConstraints
 
 Snowflake = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,20}$")]
+
+# Discord's epoch: a snowflake's top 42 bits count milliseconds since this moment.
+DISCORD_EPOCH_MS = 1_420_070_400_000
+
+
+def snowflake_ms(snowflake: str) -> int:
+    """When a snowflake was made, in epoch milliseconds."""
+    return (int(snowflake) >> 22) + DISCORD_EPOCH_MS

@@ -3,6 +3,10 @@
 Stored strings reach a system prompt and Discord messages, so control characters,
 bidirectional overrides and zero-width characters are removed: they can hide
 instructions from a human reviewer or reorder what staff read.
+
+Stored text is data wherever it goes (invariant 11): `quote_for_prompt` is the only form
+in which it enters a prompt, `as_discord_text` the only form in which Discord shows it,
+and `markup_in` names the markup that `/memory remember` and staff pins refuse to store.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ _INVISIBLE_RE = re.compile(f"[{_INVISIBLE}]")
 # C0 and C1 controls except tab and newline, and lone surrogates (invalid UTF-8 on the wire).
 _CONTROL_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 _SPACES_RE = re.compile(r"[ \t]+")
-_LINES_RE = re.compile(r"\s*\n\s*")
+# Line and paragraph separators count as line breaks: each can start a line of its own.
+_LINES_RE = re.compile(r"\s*[\n\u2028\u2029]\s*")
 
 
 def scrub(text: str, *, keep_newlines: bool = False) -> str:
@@ -52,6 +57,142 @@ def clip(text: str, limit: int) -> str:
 
 def clean(text: str, limit: int) -> str:
     return clip(scrub(text), limit)
+
+
+# Stored text in a prompt --------------------------------------------------------------
+
+# What each character becomes inside a quoted value. Backslash and double quote are escaped
+# as in a JSON string, so nothing can end the quote early. Angle brackets become single
+# guillemets, so no stored text can hold a tag: it cannot close the memory block, open
+# another, or forge any other <...> marker. Their fullwidth and small forms (which NFKC
+# folds to them), the ones that decompose to them (≮ ≯) and their usual lookalikes count
+# as angle brackets, and the fullwidth and small quote and backslash as those.
+_LEFT_ANGLES = "<\uff1c\ufe64\u226e\u02c2\u1438\u2329\u27e8\u3008\u276e"  # <＜﹤≮˂ᐸ〈⟨〈❮
+_RIGHT_ANGLES = ">\uff1e\ufe65\u226f\u02c3\u1433\u232a\u27e9\u3009\u276f"  # >＞﹥≯˃ᐳ〉⟩〉❯
+_PROMPT_ESCAPES = {
+    **dict.fromkeys("\\\uff3c\ufe68", "\\\\"),  # \ ＼ ﹨
+    **dict.fromkeys('"\uff02', '\\"'),  # " ＂
+    **dict.fromkeys(_LEFT_ANGLES, "\u2039"),  # ‹
+    **dict.fromkeys(_RIGHT_ANGLES, "\u203a"),  # ›
+}
+_AS_ANGLES = str.maketrans(dict.fromkeys(_LEFT_ANGLES, "<") | dict.fromkeys(_RIGHT_ANGLES, ">"))
+
+
+def quote_for_prompt(text: str, limit: int | None = None) -> str:
+    """Stored text as one quoted, escaped value on a single line, the only form in which it
+    enters a prompt.
+
+    The text is scrubbed, every run of whitespace (line and paragraph separators included)
+    becomes one space, backslash and double quote are escaped as in JSON and angle brackets
+    become ‹ ›, each with the forms that fold to it or look like it. So the value never
+    spans lines, never ends before its closing quote, and can pass neither for a heading, a
+    list item or a role label (it never starts a line) nor for a tag. With `limit` (3 or
+    more), the whole value, quotes included, is at most that long: the text is cut, never
+    the quote.
+    """
+    plain = " ".join(scrub(text).split())
+    pieces = [_PROMPT_ESCAPES.get(char, char) for char in plain]
+    if limit is not None and sum(map(len, pieces)) + 2 > limit:
+        room = max(limit - 3, 0)  # the two quotes and the ellipsis
+        kept: list[str] = []
+        for piece in pieces:
+            if len(piece) > room:
+                break
+            kept.append(piece)
+            room -= len(piece)
+        pieces = ["".join(kept).rstrip(), "…"]
+    return '"' + "".join(pieces) + '"'
+
+
+# Markup that /memory remember and staff pins refuse, checked on the NFKC-folded, case-folded
+# text, with a description for the refusal. Stored text is plain text: none of it is needed
+# to state a fact, and each is a way to pass for the prompt's structure or for Discord's.
+_MARKUP: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"</|<[a-z@#&:!?/][^<>]*>"), "tags such as <…>"),
+    (re.compile(r"\[[^\]]*\]\s*\("), "markdown links such as [text](url)"),
+    (re.compile(r"```"), "code blocks"),
+    (re.compile(r"^\s*(?:#{1,6}\s|-#\s|>{1,3}\s)"), "heading or quote markers at the start"),
+    (re.compile(r"\b(?:system|assistant|developer)\s*:"), "role labels such as SYSTEM:"),
+)
+
+
+def markup_in(text: str, headings: tuple[str, ...] = ()) -> str | None:
+    """What markup the text holds, described for a refusal, or None for plain text.
+
+    `headings` are further strings the text must not hold (the memory block's own headings).
+    """
+    folded = unicodedata.normalize("NFKC", scrub(text)).casefold().translate(_AS_ANGLES)
+    for pattern, description in _MARKUP:
+        if pattern.search(folded):
+            return description
+    if any(heading.casefold() in folded for heading in headings):
+        return "the memory block's own headings"
+    return None
+
+
+# Stored text in Discord ---------------------------------------------------------------
+
+# Mention syntax: the sigil becomes its fullwidth form, which Discord renders as text.
+_EVERYONE_RE = re.compile(r"@(?=(?:everyone|here)\b)", re.IGNORECASE)
+_MENTION_SIGIL_RE = re.compile(r"<([@#])")
+_FULLWIDTH_SIGIL = {"@": "\uff20", "#": "\uff03"}
+# A bare URL: shown between < and >, which Discord links without an embed.
+_URL_RE = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s<>]+", re.IGNORECASE)
+_URL_TRAILING = ".,:;!?'\"*_~|`"
+# Characters that format wherever they are, and those that do only at the start of a line.
+_MARKDOWN_CHARS_RE = re.compile(r"[\\*_~`|<>\[\]#]|(?<=\])\(")
+_LINE_START_RE = re.compile(r"^([ \t]*)(?:([-+])|(\d+)(\.))", re.MULTILINE)
+
+
+def _url_and_tail(url: str) -> tuple[str, str]:
+    """A URL without the punctuation that ends the sentence around it."""
+    end = len(url)
+    while end > 0:
+        char = url[end - 1]
+        if char in _URL_TRAILING or (
+            char in ")]"
+            and url.count("(" if char == ")" else "[", 0, end) < url.count(char, 0, end)
+        ):
+            end -= 1
+            continue
+        break
+    return url[:end], url[end:]
+
+
+def as_discord_text(text: str, *, markdown: bool = True) -> str:
+    """Stored text as Discord shows it to others: text, never formatting, links or mentions.
+
+    Mentions lose their sigil (`@everyone` becomes `＠everyone`, `<@&1>` becomes `<＠&1>`),
+    so nothing renders as a mention. With `markdown` (message content), every character
+    Discord formats with is escaped with a backslash, which Discord renders as the plain
+    character: emphasis, strike, spoilers, code, quotes, headings and subtext, masked links
+    (`[`, `]` and the `(` after `]`), tags such as `<t:…>` or `</cmd:…>`, and lists at the
+    start of a line. Bare URLs are shown as `<url>`: still visible, never embedded. Without
+    `markdown` (autocomplete choices, which Discord shows as plain text) only the mentions
+    are changed.
+    """
+    text = _EVERYONE_RE.sub("\uff20", text)
+    text = _MENTION_SIGIL_RE.sub(lambda m: "<" + _FULLWIDTH_SIGIL[m.group(1)], text)
+    if not markdown:
+        return text
+    out: list[str] = []
+    start = 0
+    for match in _URL_RE.finditer(text):
+        url, tail = _url_and_tail(match.group())
+        out.append(_MARKDOWN_CHARS_RE.sub(_escaped, text[start : match.start()]))
+        out.append(f"<{url}>")
+        start = match.end() - len(tail)
+    out.append(_MARKDOWN_CHARS_RE.sub(_escaped, text[start:]))
+    return _LINE_START_RE.sub(_escaped_line_start, "".join(out))
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return "\\" + match.group()
+
+
+def _escaped_line_start(match: re.Match[str]) -> str:
+    indent, bullet, number, dot = match.groups()
+    return indent + ("\\" + bullet if bullet else number + "\\" + dot)
 
 
 def normalized(text: str) -> str:

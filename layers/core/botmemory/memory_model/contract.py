@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from botmemory.records import FactKind
+from botmemory.text import quote_for_prompt
 
 
 class MemoryModelError(RuntimeError):
@@ -58,11 +59,27 @@ class ProposedEpisode(BaseModel):
     participants: list[str] = Field(default=[], max_length=100)
 
 
+# Facts of one answer that are judged; any beyond are dropped, one by one, with a reason.
+MAX_FACTS = 100
+
+
+class RejectedFact(BaseModel):
+    """A fact of an answer that failed the contract on its own: it is dropped, the rest of
+    the answer stands."""
+
+    user_id: str = ""
+    text: str = ""
+    reason: str
+
+
 class ConsolidationAnswer(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    facts: list[ProposedFact] = Field(default=[], max_length=100)
+    facts: list[ProposedFact] = []
     episode: ProposedEpisode
+    # Facts that failed the contract one by one, as `parse_answer` found them (never read
+    # from the model's own JSON).
+    rejected: list[RejectedFact] = Field(default=[], exclude=True)
 
 
 class MemoryModel(Protocol):
@@ -138,27 +155,81 @@ Answer with:
 
 
 def render_batch(batch: ModelInput) -> str:
-    """The user message every provider sends: the batch as numbered lines."""
+    """The user message every provider sends: the batch as numbered lines.
+
+    Every stored string (names, observation texts, known facts, pins) is one quoted value
+    (`quote_for_prompt`): it never starts a line, so it cannot pass for an observation, a
+    heading or a role label, and it holds no tag.
+    """
     lines = [f"Channel {batch.channel_id}.", "", "Observations:"]
     for obs in batch.observations:
         lines.append(
-            f"#{obs.number} [{obs.kind}] {obs.author_name} (user_id {obs.author_id}): "
-            f"{json.dumps(obs.text, ensure_ascii=False)}"
+            f"#{obs.number} [{obs.kind}] {quote_for_prompt(obs.author_name)} "
+            f"(user_id {obs.author_id}): {quote_for_prompt(obs.text)}"
         )
     lines += ["", "Current facts:"]
-    lines += [f"- {f.fact_id} (user_id {f.user_id}, {f.kind}): {f.text}" for f in batch.facts] or [
-        "- none"
-    ]
+    lines += [
+        f"- {f.fact_id} (user_id {f.user_id}, {f.kind}): {quote_for_prompt(f.text)}"
+        for f in batch.facts
+    ] or ["- none"]
     lines += ["", "Pins:"]
-    lines += [f"- {p}" for p in batch.pins] or ["- none"]
+    lines += [f"- {quote_for_prompt(p)}" for p in batch.pins] or ["- none"]
     return "\n".join(lines)
 
 
 def parse_answer(raw: str | dict[str, Any]) -> ConsolidationAnswer:
-    """Validate a provider's answer; anything unusable is a MemoryModelError."""
+    """Validate a provider's answer, each fact on its own.
+
+    A fact that fails the contract (malformed, over-long, an unknown kind) is set aside in
+    `rejected` with its reason; the rest of the answer stands. Only an answer with no usable
+    shape (not JSON, not an object, facts that are not a list, no valid episode) is a
+    MemoryModelError.
+    """
     try:
-        if isinstance(raw, str):
-            return ConsolidationAnswer.model_validate_json(raw)
-        return ConsolidationAnswer.model_validate(raw)
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        raise MemoryModelError(f"answer does not match the contract: {exc}") from exc
+        data = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError as exc:
+        raise MemoryModelError(f"answer does not match the contract: not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise MemoryModelError("answer does not match the contract: not a JSON object")
+    items = data.get("facts")
+    items = [] if items is None else items
+    if not isinstance(items, list):
+        raise MemoryModelError("answer does not match the contract: facts is not a list")
+    try:
+        episode = ProposedEpisode.model_validate(_clipped_episode(data.get("episode")))
+    except ValidationError as exc:
+        raise MemoryModelError(f"answer does not match the contract: episode: {exc}") from exc
+    facts: list[ProposedFact] = []
+    rejected: list[RejectedFact] = []
+    for item in items:
+        try:
+            facts.append(ProposedFact.model_validate(item))
+        except ValidationError as exc:
+            rejected.append(_rejected(item, exc))
+    return ConsolidationAnswer(facts=facts, episode=episode, rejected=rejected)
+
+
+def _clipped_episode(episode: Any) -> Any:
+    """A summary or a participant list longer than the contract allows is cut, not refused:
+    the episode is clipped to its own budget later anyway."""
+    if not isinstance(episode, dict):
+        return episode
+    clipped = dict(episode)
+    summary, participants = clipped.get("summary"), clipped.get("participants")
+    if isinstance(summary, str):
+        clipped["summary"] = summary[:8000]
+    if isinstance(participants, list):
+        clipped["participants"] = participants[:100]
+    return clipped
+
+
+def _rejected(item: Any, error: ValidationError) -> RejectedFact:
+    fields = item if isinstance(item, dict) else {}
+    user_id, text = fields.get("user_id"), fields.get("text")
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "fact"
+    return RejectedFact(
+        user_id=user_id[:32] if isinstance(user_id, str) else "",
+        text=text[:200] if isinstance(text, str) else "",
+        reason=f"malformed fact: {where}: {first['msg']}",
+    )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from botmemory.memory_model.contract import (
     ConsolidationAnswer,
     ModelInput,
+    NumberedObservation,
     ProposedEpisode,
     ProposedFact,
 )
@@ -92,6 +93,11 @@ _PATTERNS: list[_Pattern] = [
 ]
 
 _EPISODE_QUOTES = 3
+# However many statements a message strings together, the extractor proposes at most this many
+# facts per observation and per answer: one member's wall of clauses cannot crowd out everyone
+# else's facts or overflow the answer.
+FACTS_PER_OBSERVATION = 3
+FACTS_PER_ANSWER = 40
 
 
 class RulesModel:
@@ -107,31 +113,43 @@ class RulesModel:
         for obs in batch.observations:
             if obs.kind not in ("msg", "edit"):
                 continue
-            clauses = [
-                clause
-                for sentence in _SENTENCE_SPLIT.split(obs.text)
-                if not sentence.rstrip().endswith("?")  # a question states nothing
-                for clause in _CLAUSE_SPLIT.split(sentence)
-            ]
-            for sentence in clauses:
-                for pattern in _PATTERNS:
-                    match = pattern.regex.search(sentence)
-                    if not match:
-                        continue
-                    groups = {k: v.strip().rstrip(",") for k, v in match.groupdict().items() if v}
-                    text = pattern.template.format(**groups)
-                    old = known_slots.get((obs.author_id, pattern.slot)) if pattern.slot else None
-                    facts.append(
-                        ProposedFact(
-                            user_id=obs.author_id,
-                            text=text[0].upper() + text[1:],
-                            kind=pattern.kind,
-                            evidence=[obs.number],
-                            supersedes=[old] if old else [],
-                        )
-                    )
-                    break  # one fact per clause keeps the extractor predictable
+            room = min(FACTS_PER_OBSERVATION, FACTS_PER_ANSWER - len(facts))
+            facts += self._facts_of(obs, known_slots)[:room]
         return ConsolidationAnswer(facts=facts, episode=self._episode(batch))
+
+    @staticmethod
+    def _facts_of(
+        obs: NumberedObservation, known_slots: dict[tuple[str, str], str]
+    ) -> list[ProposedFact]:
+        """The facts one observation states, one per clause at most."""
+        facts: list[ProposedFact] = []
+        clauses = [
+            clause
+            for sentence in _SENTENCE_SPLIT.split(obs.text)
+            if not sentence.rstrip().endswith("?")  # a question states nothing
+            for clause in _CLAUSE_SPLIT.split(sentence)
+        ]
+        for sentence in clauses:
+            if len(facts) >= FACTS_PER_OBSERVATION:
+                break
+            for pattern in _PATTERNS:
+                match = pattern.regex.search(sentence)
+                if not match:
+                    continue
+                groups = {k: v.strip().rstrip(",") for k, v in match.groupdict().items() if v}
+                text = pattern.template.format(**groups)
+                old = known_slots.get((obs.author_id, pattern.slot)) if pattern.slot else None
+                facts.append(
+                    ProposedFact(
+                        user_id=obs.author_id,
+                        text=text[0].upper() + text[1:],
+                        kind=pattern.kind,
+                        evidence=[obs.number],
+                        supersedes=[old] if old else [],
+                    )
+                )
+                break  # one fact per clause keeps the extractor predictable
+        return facts
 
     @staticmethod
     def _episode(batch: ModelInput) -> ProposedEpisode:
