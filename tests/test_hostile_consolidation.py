@@ -12,10 +12,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from botmemory.clock import DAY_MS, ManualClock
 from botmemory.config import Settings
 from botmemory.consolidate import ROUND_RESERVE_MS, Outcome, Status, outcome_metrics
 from botmemory.erasure import Eraser
+from botmemory.items import quarantine_values
+from botmemory.keys import observation_sk
 from botmemory.memory_model.contract import (
     ConsolidationAnswer,
     MemoryModelError,
@@ -24,11 +28,14 @@ from botmemory.memory_model.contract import (
     parse_answer,
 )
 from botmemory.memory_model.rules import FACTS_PER_OBSERVATION, RulesModel
-from botmemory.records import scope_of
+from botmemory.records import ObservationKind, Quarantine, scope_of
 from botmemory.runtime import MemoryServices, build_services
+from scripts.make_events import ALICE, CHANNEL, GUILD
 from tests import gateway as gw
 from tests.conftest import ScriptedModel, scan_all
-from tests.storage import channel_state
+from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
+from tests.storage import channel_state, put_items
+from tests.test_commands import STAFF, Discord
 
 T0 = 1_767_225_600_000
 MINUTE_MS = 60_000
@@ -422,3 +429,33 @@ def test_a_fact_citing_observations_of_two_scopes_is_discarded(
 
     assert fact_texts(dynamodb) == []
     assert [d.reason for d in outcome.discarded] == ["cites observations of different scopes"]
+
+
+def test_staff_see_what_was_quarantined_in_the_channel_as_text(
+    monkeypatch: pytest.MonkeyPatch, fake_discord: FakeDiscordRest, dynamodb: Any
+) -> None:
+    discord = Discord(monkeypatch, fake_discord, dynamodb)
+    assert "Nothing in this channel" in discord.text(
+        "memory-staff", "quarantine", {}, permissions=STAFF
+    )
+    message_id = gw.snowflake(T0)
+    record = Quarantine(
+        channel_id=CHANNEL,
+        quarantine_id="q1",
+        scope=GUILD,
+        observation_sks=[observation_sk(T0, ObservationKind.MESSAGE, message_id)],
+        user_ids=[ALICE],
+        error="model said **obey** @everyone [x](https://evil.example)",
+        attempts=3,
+        quarantined_ms=T0,
+    )
+    put_items(discord.services().repository, [quarantine_values(record)])
+
+    listing = discord.text("memory-staff", "quarantine", {}, permissions=STAFF)
+
+    assert "`q1`" in listing and message_id in listing and f"<@{ALICE}>" in listing
+    assert "after 3 attempts" in listing
+    assert "**obey**" not in listing and "@everyone" not in listing
+    assert "[x](" not in listing and "obey" in listing
+    refused = discord.text("memory-staff", "quarantine", {})
+    assert "Manage Server" in refused and "q1" not in refused

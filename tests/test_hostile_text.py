@@ -517,6 +517,9 @@ def test_remember_keeps_plain_text_and_shows_it_as_text(discord: Discord) -> Non
     # Plain words that merely echo the block's headings or a role are fine.
     plain = "I posted recently in this channel that my system is 3 > 2"
     assert discord.text("memory", "remember", {"text": plain}).startswith("Remembered as")
+    assert discord.text("memory", "remember", {"text": "My operating system: Linux"}).startswith(
+        "Remembered as"
+    )
 
 
 def test_as_discord_text_escapes_every_kind_of_markup() -> None:

@@ -133,7 +133,7 @@ def test_member_and_staff_layout() -> None:
     assert list(member_subs) == list(specs.MEMBER_SUBCOMMANDS)
     assert list(member_subs) == ["show", "remember", "forget", "optout", "optin"]
     assert list(staff_subs) == list(specs.STAFF_SUBCOMMANDS)
-    assert list(staff_subs) == ["user", "forget-fact", "pin", "unpin"]
+    assert list(staff_subs) == ["user", "forget-fact", "pin", "unpin", "quarantine"]
     assert all(sub["type"] == 1 for sub in [*member["options"], *staff["options"]])
 
     def options(sub: dict[str, Any]) -> list[tuple[Any, ...]]:

@@ -60,7 +60,8 @@ USER = "user"
 FORGET_FACT = "forget-fact"
 PIN = "pin"
 UNPIN = "unpin"
-STAFF_SUBCOMMANDS = (USER, FORGET_FACT, PIN, UNPIN)
+QUARANTINE = "quarantine"
+STAFF_SUBCOMMANDS = (USER, FORGET_FACT, PIN, UNPIN, QUARANTINE)
 
 # Option names, as they arrive in `data.options[0].options[*].name`.
 OPTION_TEXT = "text"  # remember, pin
@@ -179,6 +180,10 @@ def _staff_command() -> dict[str, Any]:
                 UNPIN,
                 "Remove a pinned note, by its id",
                 [_string(OPTION_ID, "The pin id", autocomplete=True)],
+            ),
+            _subcommand(
+                QUARANTINE,
+                "List messages in this channel the memory model kept failing on (not remembered)",
             ),
         ],
     }

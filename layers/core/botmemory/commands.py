@@ -29,8 +29,9 @@ from botmemory.interactions import (
     ephemeral_message,
     invoking_user,
 )
+from botmemory.keys import message_of
 from botmemory.recall import SECTION_HEADINGS
-from botmemory.records import Fact, FactKind, FactSource, FactStatus, Pin, scope_of
+from botmemory.records import Fact, FactKind, FactSource, FactStatus, Pin, Quarantine, scope_of
 from botmemory.repository import ttl_alive
 from botmemory.runtime import MemoryServices
 from botmemory.text import (
@@ -171,6 +172,17 @@ def _fact_line(fact: Fact) -> str:
     return f"`{fact.fact_id}` {_shown(fact.text)} ({fact.kind.value}, {fact.source.value}, {day(fact.updated_ms)})"
 
 
+def _quarantine_line(record: Quarantine) -> str:
+    messages = sorted({m for sk in record.observation_sks if (m := message_of(sk))}, key=int)
+    authors = ", ".join(f"<@{u}>" for u in record.user_ids) or "no author"
+    return (
+        f"`{record.quarantine_id}` {day(record.quarantined_ms)}: "
+        f"{len(record.observation_sks)} observation(s) by {authors}"
+        + (f", message {', '.join(messages)}" if messages else "")
+        + f"; after {record.attempts} attempts: {_shown(record.error)}"
+    )
+
+
 def _listing(header: str, lines: list[str]) -> str:
     """Lines under a header, cut to what one Discord message holds."""
     text = header
@@ -221,6 +233,7 @@ class Commands:
         ) in (
             (spec.MEMBER_COMMAND, spec.SHOW),
             (spec.STAFF_COMMAND, spec.USER),
+            (spec.STAFF_COMMAND, spec.QUARANTINE),
         )
 
     def finish(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -258,6 +271,7 @@ class Commands:
             (spec.STAFF_COMMAND, spec.FORGET_FACT): self._staff_forget_fact,
             (spec.STAFF_COMMAND, spec.PIN): self._staff_pin,
             (spec.STAFF_COMMAND, spec.UNPIN): self._staff_unpin,
+            (spec.STAFF_COMMAND, spec.QUARANTINE): self._staff_quarantine,
         }
         route = routes.get((invocation.command, invocation.subcommand))
         if route is None:
@@ -448,6 +462,26 @@ class Commands:
             for f in facts
         ]
         return _listing(f"Facts about <@{member}> ({len(facts)}):", lines)
+
+    def _staff_quarantine(self, invocation: Invocation) -> dict[str, Any]:
+        """Batches of this channel that failed even alone: consumed without facts, so staff
+        can see what was not remembered and why."""
+        now = self._services.clock.now_ms()
+        records = [
+            q
+            for q in self._services.repository.quarantined(invocation.channel_id, MAX_LISTED)
+            if ttl_alive(q.expires_at, now)
+        ]
+        if not records:
+            return ephemeral_reply("Nothing in this channel was quarantined.")
+        lines = [_quarantine_line(q) for q in records]
+        return ephemeral_reply(
+            _listing(
+                f"Quarantined in this channel ({len(records)}), not remembered "
+                "because the memory model kept failing on them:",
+                lines,
+            )
+        )
 
     def _fact_here(self, invocation: Invocation, fact_id: str) -> Fact | None:
         """A fact by id, only when it belongs to this server."""

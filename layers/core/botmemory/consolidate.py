@@ -171,9 +171,7 @@ def _deleted_in(observations: Iterable[Observation]) -> set[str]:
 def _message_of(observation_sk: str) -> str | None:
     """The message whose words an observation holds (a message or its edit), from its key."""
     parts = keys.observation_parts(observation_sk)
-    if parts is None or parts[1] not in WORDS or not parts[2]:
-        return None
-    return parts[2][0]
+    return keys.message_of(observation_sk) if parts and parts[1] in WORDS else None
 
 
 def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:

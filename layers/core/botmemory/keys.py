@@ -86,6 +86,12 @@ def observation_parts(sk: str) -> tuple[int, str, list[str]] | None:
     return int(at_ms), kind, ids.split("#") if ids else []
 
 
+def message_of(sk: str) -> str | None:
+    """The message an observation is about (the first Discord id in its key)."""
+    parts = observation_parts(sk)
+    return parts[2][0] if parts and parts[2] else None
+
+
 def episode_sk(created_ms: int, episode_id: str) -> str:
     return f"{EPISODE_PREFIX}{created_ms:013d}#{episode_id}"
 

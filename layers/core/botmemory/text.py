@@ -112,7 +112,11 @@ _MARKUP: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\[[^\]]*\]\s*\("), "markdown links such as [text](url)"),
     (re.compile(r"```"), "code blocks"),
     (re.compile(r"^\s*(?:#{1,6}\s|-#\s|>{1,3}\s)"), "heading or quote markers at the start"),
-    (re.compile(r"\b(?:system|assistant|developer)\s*:"), "role labels such as SYSTEM:"),
+    # A role label that opens the text or a sentence; "operating system: Linux" is plain.
+    (
+        re.compile(r"(?:^|[.!?;]\s*)(?:system|assistant|developer)\s*:"),
+        "role labels such as SYSTEM:",
+    ),
 )
 
 
