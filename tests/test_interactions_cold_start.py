@@ -16,6 +16,8 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
+from scripts.make_events import function_url_event
+
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "functions" / "interactions" / "app.py"
 # What a PING must not pull in (each name also stands for its submodules).
@@ -69,38 +71,8 @@ def signed_ping(key: SigningKey) -> dict[str, Any]:
     )
     timestamp = str(int(time.time()))
     signature = key.sign((timestamp + body).encode()).signature.hex()
-    return {
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": "/",
-        "rawQueryString": "",
-        "headers": {
-            "content-type": "application/json",
-            "user-agent": "Discord-Interactions/1.0",
-            "x-signature-ed25519": signature,
-            "x-signature-timestamp": timestamp,
-        },
-        "requestContext": {
-            "accountId": "anonymous",
-            "apiId": "coldping",
-            "domainName": "coldping.lambda-url.us-east-1.on.aws",
-            "domainPrefix": "coldping",
-            "http": {
-                "method": "POST",
-                "path": "/",
-                "protocol": "HTTP/1.1",
-                "sourceIp": "203.0.113.10",
-                "userAgent": "Discord-Interactions/1.0",
-            },
-            "requestId": "cold-ping",
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": "01/Jan/2026:00:00:00 +0000",
-            "timeEpoch": int(timestamp) * 1000,
-        },
-        "body": body,
-        "isBase64Encoded": False,
-    }
+    headers = {"x-signature-ed25519": signature, "x-signature-timestamp": timestamp}
+    return function_url_event(body, headers, "cold-ping")
 
 
 def cold_ping() -> dict[str, Any]:
