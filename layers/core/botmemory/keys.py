@@ -17,8 +17,17 @@ EPISODE_PREFIX = "EP#"
 FACT_PREFIX = "FACT#"
 PIN_PREFIX = "PIN#"
 QUARANTINE_PREFIX = "QUAR#"
+# Under a person's partition: a fact they forgot (consolidation must not bring it back),
+# and a pointer to an item written by others that names them (erasure finds it by id).
+FORGOTTEN_PREFIX = "FORGOT#"
+NAMED_PREFIX = "NAMED#"
+# Under a scope's partition: a display name, and the members seen using it.
+NAME_PREFIX = "NAME#"
 SWEEP_BUCKET = "SWEEP"
 OPT_OUT_PK = "OPTOUT"
+# Erasures in progress or just done, by keyed hash of the user id: a commit that would
+# write anything of that person is refused while the marker lives.
+ERASED_PK = "ERASED"
 # Powertools Idempotency keeps its records for interactions under this partition.
 IDEMPOTENCY_PK = "IDEMPOTENCY#interactions"
 
@@ -32,6 +41,9 @@ class ItemKind(StrEnum):
     PIN = "pin"
     PROFILE = "profile"
     QUARANTINE = "quarantine"
+    FORGOTTEN = "forgotten"
+    NAMED = "named"
+    NAME = "name"
     STATE = "state"
     OTHER = "other"
 
@@ -65,6 +77,9 @@ def kind_of(sk: str) -> ItemKind:
         (FACT_PREFIX, ItemKind.FACT),
         (PIN_PREFIX, ItemKind.PIN),
         (QUARANTINE_PREFIX, ItemKind.QUARANTINE),
+        (FORGOTTEN_PREFIX, ItemKind.FORGOTTEN),
+        (NAMED_PREFIX, ItemKind.NAMED),
+        (NAME_PREFIX, ItemKind.NAME),
     ):
         if sk.startswith(prefix):
             return kind
@@ -102,6 +117,19 @@ def fact_sk(fact_id: str) -> str:
 
 def fact_rank(updated_ms: int, fact_id: str) -> str:
     return f"{updated_ms:013d}#{fact_id}"
+
+
+def forgotten_sk(fact_id: str) -> str:
+    return f"{FORGOTTEN_PREFIX}{fact_id}"
+
+
+def named_sk(channel_id: str, target_sk: str) -> str:
+    """A pointer, under the named person's partition, to a channel's item naming them."""
+    return f"{NAMED_PREFIX}{channel_id}#{target_sk}"
+
+
+def name_sk(normalized_name: str) -> str:
+    return f"{NAME_PREFIX}{normalized_name}"
 
 
 def pin_target_prefix(target: str) -> str:
