@@ -52,6 +52,8 @@ os.environ.update(
     AWS_SECRET_ACCESS_KEY="testing",
     AWS_DEFAULT_REGION="us-east-1",
     AWS_ACCOUNT_ID_ENDPOINT_MODE="disabled",
+    # The person hash's key (deployed: a Secrets Manager secret; see botmemory.optout).
+    MEMORY_HASH_KEY="bench-person-hash-key-0123456789",
 )
 
 import boto3  # noqa: E402
@@ -916,6 +918,110 @@ def bench_recall(lab: Lab) -> None:
     print()
 
 
+# 4. Erasure ----------------------------------------------------------------------------
+
+ERASED = "1300000000000000077"  # the person erased: not one of the speakers
+ERASED_ITEMS = 10
+
+
+def item_reads(requests: Sequence[Request]) -> int:
+    """Items DynamoDB returned to reads (a Query's page, a GetItem's item, a batch's items)."""
+    total = 0
+    for r in requests:
+        if r.operation not in READ_OPERATIONS:
+            continue
+        if "Items" in r.response:
+            total += len(r.response["Items"])
+        elif "Item" in r.response:
+            total += 1
+        elif "Responses" in r.response:
+            total += sum(len(found) for found in r.response["Responses"].values())
+    return total
+
+
+def item_writes(requests: Sequence[Request]) -> int:
+    """Items written or deleted (every key of a batch or a transaction)."""
+    total = 0
+    for r in requests:
+        if r.operation == "BatchWriteItem":
+            total += sum(len(batch) for batch in r.body.get("RequestItems", {}).values())
+        elif r.operation == "TransactWriteItems":
+            total += len(r.body.get("TransactItems", []))
+        elif r.operation in WRITE_OPERATIONS:
+            total += 1
+    return total
+
+
+def erasure_requests(lab: Lab, other_messages: int) -> list[Request]:
+    """Erase a person with ERASED_ITEMS items (messages, a fact, a profile) in a channel that
+    holds `other_messages` messages of others, 3 speakers' facts, 3 pins and 10 episodes."""
+    from botmemory.erasure import Eraser
+    from botmemory.optout import person_hash
+
+    world = lab.world()
+    seed_history(world, other_messages, 20)
+    repository, now = world.services.repository, world.clock.now_ms()
+    messages = [
+        Observation(
+            channel_id=gw.CHANNEL,
+            scope=gw.GUILD,
+            sk=observation_sk(now + n, ObservationKind.MESSAGE, gw.snowflake(now + n)),
+            kind=ObservationKind.MESSAGE,
+            at_ms=now + n,
+            author_id=ERASED,
+            author_name="Zephyrine",
+            message_id=gw.snowflake(now + n),
+            content="I keep bees on the roof",
+        )
+        for n in range(ERASED_ITEMS - 2)
+    ]
+    put_items(repository, (observation_values(o, pending=False) for o in messages))
+    put_items(
+        repository,
+        [
+            fact_item(ERASED, 0, 1, world.clock),
+            {
+                "pk": keys.user_pk(gw.GUILD, ERASED),
+                "sk": keys.PROFILE_SK,
+                "user_id": ERASED,
+                "scope": gw.GUILD,
+                "display_name": "Zephyrine",
+                "channels": {gw.CHANNEL},
+            },
+        ],
+    )
+    lab.meter.take()
+    eraser = Eraser(repository, world.clock, lambda u: person_hash(u, b"bench-hash-key-0123456789"))
+    eraser.erase(ERASED, ["Zephyrine"])
+    return lab.meter.take()
+
+
+def bench_erasure(lab: Lab) -> None:
+    small, large = 100, 10_000
+    young = erasure_requests(lab, small)
+    old = erasure_requests(lab, large)
+    print_table(
+        f"4. Erasure of a person with {ERASED_ITEMS} items: 100 vs 10,000 other messages",
+        ["figure", "100 msgs", "10,000 msgs", "ratio"],
+        compared(
+            [
+                ("other messages in the person's channel", small, large),
+                ("read requests", reads(young), reads(old)),
+                ("items read", item_reads(young), item_reads(old)),
+                ("write requests", writes(young), writes(old)),
+                ("items written or deleted", item_writes(young), item_writes(old)),
+            ]
+        ),
+        [
+            f"requests: {operations(old)} (10,000 msgs).",
+            "Erasure reads the person's own items (the by_user index), the items that name them",
+            "(Named pointers), the episodes of their channels (at most 50 per channel) and the",
+            "replay-protection records; never a channel's messages. Each channel also holds",
+            "3 speakers with 20 facts each, 3 pins and 10 episodes.",
+        ],
+    )
+
+
 def main() -> int:
     started = time.perf_counter()
     with mock_aws(), one_backup_per_transaction():
@@ -925,6 +1031,7 @@ def main() -> int:
         bench_model_input(lab)
         bench_hostile(lab)
         bench_recall(lab)
+        bench_erasure(lab)
     bench_cold_start()
     print(f"(bench finished in {time.perf_counter() - started:.1f} s)")
     return 0

@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import secrets
 import threading
 import time
 import uuid
@@ -122,6 +123,11 @@ class LocalStack:
                         f"{name} differs between functions; run them in separate processes"
                     )
                 merged[name] = value
+        if merged.get("MEMORY_HASH_KEY_SECRET"):
+            # The template's HashKeySecret is a Secrets Manager secret; locally the key is
+            # given directly (yours, or one made for this run: the local table is new too).
+            merged["MEMORY_HASH_KEY_SECRET"] = ""
+            merged["MEMORY_HASH_KEY"] = os.environ.get("MEMORY_HASH_KEY") or secrets.token_hex(32)
         merged.update(
             TABLE_NAME=self.table_name,
             AWS_ENDPOINT_URL_DYNAMODB=self._dynamodb_url,

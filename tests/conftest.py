@@ -30,6 +30,10 @@ def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     # moto serves DynamoDB Streams in-process only with account endpoints off.
     monkeypatch.setenv("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
+    # The key of the person hash (botmemory.optout): a deployed function reads it from
+    # Secrets Manager; tests give it directly.
+    monkeypatch.delenv("MEMORY_HASH_KEY_SECRET", raising=False)
+    monkeypatch.setenv("MEMORY_HASH_KEY", "test-person-hash-key-0123456789")
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ environment, the layer on the path, against the in-process DynamoDB of the test.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,10 @@ class LocalLambda:
             **self._overrides.get("Parameters", {}),
             **self._overrides.get(logical_id, {}),
         }
+        if environment.get("MEMORY_HASH_KEY_SECRET"):
+            # As deployed: the key comes from the template's secret (here, moto's).
+            _stand_in_secret(environment["MEMORY_HASH_KEY_SECRET"])
+            self._monkeypatch.delenv("MEMORY_HASH_KEY", raising=False)
         for name, value in environment.items():
             self._monkeypatch.setenv(name, value)
         # A fresh process per invoke, as far as the caches are concerned.
@@ -56,6 +61,20 @@ class LocalLambda:
         services_from_environment.cache_clear()
         handler = load_handler(spec)
         return handler(event, LambdaContext(function_name=logical_id))
+
+
+def _stand_in_secret(name: str) -> None:
+    """The template's generated secret, in the in-process Secrets Manager."""
+    import boto3
+
+    client = boto3.client("secretsmanager", region_name="us-east-1")
+    try:
+        client.describe_secret(SecretId=name)
+    except client.exceptions.ResourceNotFoundException:
+        # The same key the test's other "containers" use, as every function of a deployment
+        # reads the one secret.
+        value = os.environ.get("MEMORY_HASH_KEY") or "sam-local-person-hash-key-" + "x" * 40
+        client.create_secret(Name=name, SecretString=value)
 
 
 def sample_env() -> dict[str, dict[str, str]]:

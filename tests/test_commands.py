@@ -21,7 +21,7 @@ from botmemory.interactions import (
     MessageFlag,
     Permissions,
 )
-from botmemory.keys import episode_sk
+from botmemory.keys import ERASED_PK, episode_sk
 from botmemory.records import Episode, Fact, FactKind, FactSource, Pin
 from botmemory.runtime import MemoryServices, build_services
 from scripts.make_events import ALICE, BOB, BOT, CHANNEL, GUILD, command, signed
@@ -255,10 +255,16 @@ def test_opting_out_erases_what_exists_and_stops_recording(discord: Discord) -> 
     ingest_and_consolidate(discord, [(ALICE, "I love hiking in the Alps.")] + [(BOB, "ok")] * 3)
     assert facts_of(discord.services(), ALICE) == ["Likes hiking in the Alps"]
 
-    answer = discord.run("memory", "optout")
-    assert answer == DEFERRED
-    done = discord.patched()
+    prompt = discord.run("memory", "optout")
+    assert "erase" in prompt["data"]["content"]  # it asks first, and says what it does
+    assert facts_of(discord.services(), ALICE) == ["Likes hiking in the Alps"]
+    done = confirm_flow(discord, "memory", "optout", "optout:confirm")
     assert "You are opted out" in done["content"] and "1 facts" in done["content"]
+    assert discord.dynamodb.scan(
+        TableName=TABLE,
+        FilterExpression="pk = :p",
+        ExpressionAttributeValues={":p": {"S": ERASED_PK}},
+    )["Items"]  # consolidation is barred
 
     ingest_and_consolidate(discord, [(ALICE, "I use Vim every day.")] + [(BOB, "nice")] * 3)
     services = discord.services()
@@ -267,8 +273,26 @@ def test_opting_out_erases_what_exists_and_stops_recording(discord: Discord) -> 
     assert "opted out" in discord.text("memory", "remember", {"text": "I like tea"})
 
     assert "opted in" in discord.text("memory", "optin")
+    # The erasure marker outlives the consolidations that began before it; a lease later:
+    expire_erasure_markers(discord.dynamodb)
     ingest_and_consolidate(discord, [(ALICE, "I use Emacs now.")] + [(BOB, "sure")] * 3)
     assert facts_of(discord.services(), ALICE) == ["Uses Emacs now"]
+
+
+def expire_erasure_markers(dynamodb: Any) -> None:
+    """What a lock lease's time does to the marker a finished erasure leaves."""
+    markers = dynamodb.scan(
+        TableName=TABLE,
+        FilterExpression="pk = :p",
+        ExpressionAttributeValues={":p": {"S": ERASED_PK}},
+    )["Items"]
+    for marker in markers:
+        dynamodb.update_item(
+            TableName=TABLE,
+            Key={"pk": marker["pk"], "sk": marker["sk"]},
+            UpdateExpression="SET expires_at = :past",
+            ExpressionAttributeValues={":past": {"N": "1"}},
+        )
 
 
 def everything_about(dynamodb: Any, needles: list[str]) -> list[dict[str, Any]]:
@@ -291,18 +315,23 @@ def everything_about(dynamodb: Any, needles: list[str]) -> list[dict[str, Any]]:
     return found
 
 
-def forgetme_flow(discord: Discord) -> dict[str, Any]:
-    prompt = discord.run("forgetme", "")
+def confirm_flow(discord: Discord, name: str, sub: str, confirm: str) -> dict[str, Any]:
+    """Run a command that asks first, press its confirm button, and wait for the answer."""
+    prompt = discord.run(name, sub)
     buttons = prompt["data"]["components"][0]["components"]
-    assert [b["custom_id"] for b in buttons] == ["forgetme:confirm", "forgetme:cancel"]
-    click = command(str(next(_ids)), "forgetme", "")
+    assert [b["custom_id"] for b in buttons] == [confirm, confirm.replace("confirm", "cancel")]
+    click = command(str(next(_ids)), name, sub)
     click.update(
         type=InteractionType.MESSAGE_COMPONENT,
         token="token-confirm",
-        data={"custom_id": "forgetme:confirm", "component_type": ComponentType.BUTTON},
+        data={"custom_id": confirm, "component_type": ComponentType.BUTTON},
     )
     assert discord.send(click) == {"type": InteractionResponseType.DEFERRED_UPDATE_MESSAGE}
     return discord.patched("token-confirm")
+
+
+def forgetme_flow(discord: Discord) -> dict[str, Any]:
+    return confirm_flow(discord, "forgetme", "", "forgetme:confirm")
 
 
 def test_forgetme_leaves_nothing_of_the_person(discord: Discord) -> None:
@@ -366,7 +395,8 @@ def test_forgetme_cut_short_by_a_fault_finishes_when_run_again(
 
     monkeypatch.setattr(MemoryRepository, "delete_items", flaky)
     failed = forgetme_flow(discord)
-    assert "something went wrong" in failed["content"]
+    assert "could not finish erasing" in failed["content"]
+    assert "retried" in failed["content"]
     assert everything_about(discord.dynamodb, [ALICE])  # half done
 
     discord.fake.requests.clear()

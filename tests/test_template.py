@@ -60,6 +60,7 @@ OTHER_ENVIRONMENT = {
     "DISCORD_PUBLIC_KEY",
     "DISCORD_APPLICATION_ID",
     "DISCORD_BOT_TOKEN_SECRET",
+    "MEMORY_HASH_KEY_SECRET",
     "DISCORD_TIMESTAMP_TOLERANCE_SECONDS",
     "POWERTOOLS_SERVICE_NAME",
     "POWERTOOLS_METRICS_NAMESPACE",
@@ -294,6 +295,26 @@ def test_quarantined_batches_raise_an_alarm(
     assert properties["AlarmActions"] == [{"Ref": "AlarmTopic"}]
 
 
+# --- deferred work (erasure) that keeps failing is parked and alarmed ----------------
+
+
+def test_failed_deferred_work_is_parked_in_an_alarmed_queue(resources: dict[str, Any]) -> None:
+    invoke = resources["InteractionsFunction"]["Properties"]["EventInvokeConfig"]
+    assert 0 < invoke["MaximumRetryAttempts"] <= 2
+    on_failure = invoke["DestinationConfig"]["OnFailure"]
+    assert on_failure["Type"] == "SQS"
+    assert on_failure["Destination"] == {"Fn::GetAtt": ["InteractionsFailureQueue", "Arn"]}
+    assert resources["InteractionsFailureQueue"]["Type"] == "AWS::SQS::Queue"
+    alarm = resources["InteractionsFailureQueueAlarm"]["Properties"]
+    assert alarm["Namespace"] == "AWS/SQS"
+    assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible"
+    assert alarm["Dimensions"] == [
+        {"Name": "QueueName", "Value": {"Fn::GetAtt": ["InteractionsFailureQueue", "QueueName"]}}
+    ]
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold" and alarm["Threshold"] == 0
+    assert alarm["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+
+
 # --- environment and parameters agree with botmemory.config ------------------------
 
 
@@ -318,6 +339,60 @@ def test_model_api_key_reaches_only_the_model_callers(
     }
     assert holders == {"ConsolidateFunction", "SweepFunction"}
     assert template["Parameters"]["MemoryModelApiKey"]["NoEcho"] is True
+
+
+# Functions that hash a person's id (opt-outs, erasure markers) and so read the hash key.
+HASHERS = {"InteractionsFunction", "IngestFunction", "ConsolidateFunction", "SweepFunction"}
+
+
+def _statements(resource: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        statement
+        for policy in resource["Properties"].get("Policies", [])
+        if isinstance(policy, dict)
+        for statement in policy.get("Statement", [])
+    ]
+
+
+def test_the_hash_key_is_a_generated_secret_kept_with_the_table(
+    resources: dict[str, Any],
+) -> None:
+    secret = resources["HashKeySecret"]
+    assert secret["Type"] == "AWS::SecretsManager::Secret"
+    generated = secret["Properties"]["GenerateSecretString"]
+    assert generated["PasswordLength"] >= 32
+    assert "SecretString" not in secret["Properties"]  # nobody types it
+    # Without the key the retained table's opt-out list can no longer be matched.
+    assert secret["DeletionPolicy"] == resources["MemoryTable"]["DeletionPolicy"] == "Retain"
+
+
+def test_the_hash_key_reaches_only_the_functions_that_hash(
+    template: dict[str, Any], resources: dict[str, Any]
+) -> None:
+    holders = {
+        logical_id
+        for logical_id in FUNCTIONS
+        if "MEMORY_HASH_KEY_SECRET" in _environment(template, resources[logical_id])
+    }
+    assert holders == HASHERS
+    for logical_id in FUNCTIONS:
+        environment = _environment(template, resources[logical_id])
+        assert "MEMORY_HASH_KEY" not in environment  # never a key in plain sight
+        readers = [
+            s
+            for s in _statements(resources[logical_id])
+            if s.get("Resource") == {"Ref": "HashKeySecret"}
+        ]
+        if logical_id in HASHERS:
+            assert environment["MEMORY_HASH_KEY_SECRET"] == {"Ref": "HashKeySecret"}
+            assert [s["Action"] for s in readers] == ["secretsmanager:GetSecretValue"]
+        else:
+            assert readers == []
+    # No function may read every secret of the account.
+    for logical_id in FUNCTIONS:
+        for statement in _statements(resources[logical_id]):
+            if "secretsmanager" in str(statement.get("Action")):
+                assert statement["Resource"] != "*"
 
 
 @pytest.mark.parametrize("parameter", sorted(PARAMETER_DEFAULTS))

@@ -177,6 +177,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         from botmemory.followup import finish_and_reply
 
         commands, _, _ = command_runner()
-        finish_and_reply(event["deferred"], commands.finish)
+        # Long work (an erasure) stops in time and continues in another deferred invoke;
+        # a failure is raised, so Lambda retries it, then parks it in the failure queue.
+        finish_and_reply(
+            event["deferred"],
+            lambda job: commands.finish(job, time_left_ms=context.get_remaining_time_in_millis),
+        )
         return {"finished": event["deferred"].get("work")}
     return app.resolve(event, context)

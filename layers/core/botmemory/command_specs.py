@@ -119,7 +119,9 @@ def _memory_command() -> dict[str, Any]:
                 "Make the bot forget one thing it remembers about you",
                 [_string(OPTION_WHAT, "A fact id or words of the fact", autocomplete=True)],
             ),
-            _subcommand(OPTOUT, "Stop the bot from remembering anything new about you"),
+            _subcommand(
+                OPTOUT, "Stop remembering you: erases what is kept and records nothing new"
+            ),
             _subcommand(OPTIN, "Let the bot remember things about you again"),
         ],
     }

@@ -17,7 +17,7 @@ from typing import Any
 
 from botmemory import command_specs as spec
 from botmemory.clock import DAY_MS, day, epoch_seconds
-from botmemory.erasure import Eraser, names_pattern
+from botmemory.erasure import Eraser, ErasureReport
 from botmemory.interactions import (
     ButtonStyle,
     ComponentType,
@@ -30,6 +30,7 @@ from botmemory.interactions import (
     invoking_user,
 )
 from botmemory.keys import message_of
+from botmemory.names import names_pattern
 from botmemory.recall import SECTION_HEADINGS
 from botmemory.records import Fact, FactKind, FactSource, FactStatus, Pin, Quarantine, scope_of
 from botmemory.repository import ttl_alive
@@ -49,6 +50,20 @@ MAX_LISTED = 25
 MAX_PINS_PER_SCOPE = 50
 CONFIRM_ERASE = "forgetme:confirm"
 CANCEL_ERASE = "forgetme:cancel"
+CONFIRM_OPTOUT = "optout:confirm"
+CANCEL_OPTOUT = "optout:cancel"
+# What an erasure erases, as the confirmations say it (keep it true to erasure.py).
+ERASES = (
+    "everything I keep about you, in every server and in DMs: your facts and profile, your "
+    "recorded messages and reactions, the channel summaries you took part in or that name "
+    "you, pins made in your name; and your mentions (and any name that is yours alone) are "
+    "taken out of other people's recorded messages that I know name you"
+)
+ERASE_FAILED = (
+    "I could not finish erasing what I keep about you. What is done stays done; the rest "
+    "will be retried automatically, and staff are alerted if it keeps failing. You can also "
+    "run the command again."
+)
 
 
 class CommandError(Exception):
@@ -200,7 +215,12 @@ class Commands:
     def __init__(self, services: MemoryServices, defer: Deferrer) -> None:
         self._services = services
         self._defer = defer
-        self._eraser = Eraser(services.repository)
+        self._eraser = Eraser(
+            services.repository,
+            services.clock,
+            services.opt_outs.hash_of,
+            settle_ms=services.settings.lock_lease_seconds * 1000,
+        )
 
     # Entry points -------------------------------------------------------------------
 
@@ -236,26 +256,44 @@ class Commands:
             (spec.STAFF_COMMAND, spec.QUARANTINE),
         )
 
-    def finish(self, job: dict[str, Any]) -> dict[str, Any]:
-        """Do deferred work; the result is the body that replaces the "thinking…" answer."""
+    def finish(
+        self, job: dict[str, Any], time_left_ms: Callable[[], int] | None = None
+    ) -> dict[str, Any]:
+        """Do deferred work; the result is the body that replaces the "thinking…" answer.
+
+        An erasure that runs short of time (`time_left_ms`) hands the rest to another
+        deferred job, from its checkpoint, and says how far it got."""
         invocation = parse_invocation(job["interaction"])
         work = job.get("work")
-        if work == "erase":
-            report = self._eraser.erase(invocation.user_id, [invocation.user_name])
-            return webhook_edit(
-                f"Done. I erased everything I kept about you: {report.summary()}.", components=[]
+        if work in ("erase", "optout"):
+            report = self._eraser.erase(
+                invocation.user_id,
+                [invocation.user_name],
+                checkpoint=job.get("erasure"),
+                time_left_ms=time_left_ms,
             )
-        if work == "optout":
-            report = self._eraser.erase(invocation.user_id, [invocation.user_name])
-            return webhook_edit(
-                "You are opted out: from now on nothing is recorded about you, and I erased "
-                f"what I had: {report.summary()}. Use `/memory optin` to change your mind."
-            )
+            if not report.finished:
+                self._defer({**job, "erasure": report.checkpoint})
+                return webhook_edit(
+                    f"Still erasing; so far: {report.summary()}. "
+                    "I will update this message when it is done.",
+                    components=[],
+                )
+            return webhook_edit(self._erased(work, report), components=[])
         if work == "staff_user":
             return webhook_edit(
                 self.user_listing(invocation.scope, invocation.snowflake(spec.OPTION_MEMBER))
             )
         return webhook_edit("Sorry, I lost track of that request.")
+
+    @staticmethod
+    def _erased(work: str, report: ErasureReport) -> str:
+        if work == "optout":
+            return (
+                "You are opted out: from now on nothing is recorded about you, and I erased "
+                f"what I had: {report.summary()}. Use `/memory optin` to change your mind."
+            )
+        return f"Done. I erased everything I kept about you: {report.summary()}."
 
     # Commands -----------------------------------------------------------------------
 
@@ -395,48 +433,43 @@ class Commands:
         )
 
     def _optout(self, invocation: Invocation) -> dict[str, Any]:
-        self._services.opt_outs.opt_out(invocation.user_id)
-        return self._deferred(invocation, "optout")
+        return ephemeral_reply(
+            "Opting out stops me remembering you: from now on nothing new about you is "
+            f"recorded, and I erase {ERASES}. It cannot be undone (`/memory optin` only lets "
+            "me record you again).",
+            components=_confirmation("Opt out and erase", CONFIRM_OPTOUT, CANCEL_OPTOUT),
+        )
 
     def _optin(self, invocation: Invocation) -> dict[str, Any]:
         self._services.opt_outs.opt_in(invocation.user_id)
         return ephemeral_reply("You are opted in: I may remember what you tell me again.")
 
     def _forgetme(self, invocation: Invocation) -> dict[str, Any]:
-        buttons = [
-            {
-                "type": ComponentType.ACTION_ROW,
-                "components": [
-                    {
-                        "type": ComponentType.BUTTON,
-                        "style": ButtonStyle.DANGER,
-                        "label": "Erase everything",
-                        "custom_id": CONFIRM_ERASE,
-                    },
-                    {
-                        "type": ComponentType.BUTTON,
-                        "style": ButtonStyle.SECONDARY,
-                        "label": "Cancel",
-                        "custom_id": CANCEL_ERASE,
-                    },
-                ],
-            }
-        ]
         return ephemeral_reply(
-            "This erases everything I keep about you, in every server and in DMs: facts, your "
-            "recorded messages and reactions, the channel summaries you appear in, and pins made "
-            "in your name. It cannot be undone.",
-            components=buttons,
+            f"This erases {ERASES}. It cannot be undone.",
+            components=_confirmation("Erase everything", CONFIRM_ERASE, CANCEL_ERASE),
         )
 
     def _component(self, invocation: Invocation) -> dict[str, Any]:
-        if invocation.custom_id == CANCEL_ERASE:
+        if invocation.custom_id in (CANCEL_ERASE, CANCEL_OPTOUT):
             return {
                 "type": InteractionResponseType.UPDATE_MESSAGE,
                 "data": webhook_edit("Cancelled: nothing was erased.", components=[]),
             }
-        if invocation.custom_id == CONFIRM_ERASE:
-            self._defer({"work": "erase", "interaction": deferred_interaction(invocation)})
+        if invocation.custom_id in (CONFIRM_ERASE, CONFIRM_OPTOUT):
+            work = "erase"
+            if invocation.custom_id == CONFIRM_OPTOUT:
+                if not self._services.settings.memory_enabled:
+                    raise CommandError("Memory is off on this bot: nothing is kept about anyone.")
+                self._services.opt_outs.opt_out(invocation.user_id)  # nothing new from now on
+                work = "optout"
+            self._defer(
+                {
+                    "work": work,
+                    "interaction": deferred_interaction(invocation),
+                    "failed": ERASE_FAILED,  # what the person is told if the work fails
+                }
+            )
             return {"type": InteractionResponseType.DEFERRED_UPDATE_MESSAGE}
         return ephemeral_reply("That button has expired.")
 
@@ -573,6 +606,29 @@ class Commands:
             "type": InteractionResponseType.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE,
             "data": {"flags": MessageFlag.EPHEMERAL},
         }
+
+
+def _confirmation(label: str, confirm: str, cancel: str) -> list[dict[str, Any]]:
+    """A danger button that does it and a button that cancels."""
+    return [
+        {
+            "type": ComponentType.ACTION_ROW,
+            "components": [
+                {
+                    "type": ComponentType.BUTTON,
+                    "style": ButtonStyle.DANGER,
+                    "label": label,
+                    "custom_id": confirm,
+                },
+                {
+                    "type": ComponentType.BUTTON,
+                    "style": ButtonStyle.SECONDARY,
+                    "label": "Cancel",
+                    "custom_id": cancel,
+                },
+            ],
+        }
+    ]
 
 
 def deferred_interaction(invocation: Invocation) -> dict[str, Any]:

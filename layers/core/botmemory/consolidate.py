@@ -12,6 +12,8 @@ so no single member can stop a channel's memory.
 from __future__ import annotations
 
 import logging
+import re
+import unicodedata
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -27,6 +29,8 @@ from botmemory.consolidation_commit import (
     ConsolidationCommit,
     Lock,
     LockRefused,
+    NameSeen,
+    newest_evidence_ms,
 )
 from botmemory.keys import episode_sk
 from botmemory.memory_model.contract import (
@@ -39,11 +43,13 @@ from botmemory.memory_model.contract import (
     ProposedFact,
     render_batch,
 )
+from botmemory.names import is_distinctive, names_pattern
 from botmemory.optout import OptOuts
 from botmemory.records import (
     Episode,
     Fact,
     FactSource,
+    Named,
     Observation,
     ObservationKind,
     Quarantine,
@@ -72,6 +78,16 @@ def _unbounded() -> int:
 
 MAX_PROVENANCE = 10
 PURGE_SCAN = 25
+# The name registry read per round (one Query of the scope's NAME# items) stops here: in a
+# larger server the names beyond it are not looked for (mentions by id still are).
+MAX_REGISTRY_NAMES = 2000
+# What a barred person's mention or name becomes in text the model reads and that is kept.
+REDACTED = "[someone]"
+# People named by others a round guards in its transaction (two checks each); pointers to
+# anyone beyond are written after the commit, for those not barred by then. A message naming
+# fifty people cannot crowd a batch out of its transaction.
+NAMED_GUARDS = 8
+_MENTION = re.compile(r"<@!?(\d{5,25})>")
 
 
 class Status(StrEnum):
@@ -124,6 +140,54 @@ class _Batch:
     scope: str
     more: bool  # a backlog waits behind this batch
     waiting: bool  # anything is left pending (a backlog, or rows the index lagged on)
+    names: _Names | None = None  # who a text names, in this scope
+    redacted: dict[str, str] = field(default_factory=dict)  # sk -> text without barred people
+
+
+def _haystack(text: str) -> str:
+    """Text as names are looked for in it: NFKC, case-folded, punctuation as spaces."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(re.sub(r"[^\w\s]", " ", folded).split())
+
+
+class _Names:
+    """Who a text names: a Discord mention of their id, or a distinctive name of a member of
+    the scope (names.is_distinctive: long enough, not a common word, used by one member)."""
+
+    def __init__(self, registry: dict[str, list[str]], authors: dict[str, str]) -> None:
+        self.stored = {name: set(ids) for name, ids in registry.items()}  # as the table has it
+        users: dict[str, set[str]] = {name: set(ids) for name, ids in registry.items()}
+        for user_id, name in authors.items():
+            users.setdefault(normalized(name), set()).add(user_id)
+        self.registry = users
+        self.person_of = {
+            name: next(iter(ids))
+            for name, ids in users.items()
+            if len(ids) == 1 and is_distinctive(name, ids, next(iter(ids)))
+        }
+        self._pattern = names_pattern(self.person_of)
+
+    def named_in(self, text: str) -> set[str]:
+        found = set(_MENTION.findall(text))
+        if self._pattern is not None and text:
+            found |= {
+                self.person_of[m.group(0).casefold()]
+                for m in self._pattern.finditer(_haystack(text))
+                if m.group(0).casefold() in self.person_of
+            }
+        return found
+
+    def redact(self, text: str, people: set[str]) -> str:
+        """The text without these people's mentions and names."""
+        for user_id in people:
+            text = re.sub(rf"<@!?{re.escape(user_id)}>", REDACTED, text)
+        names = [name for name, user_id in self.person_of.items() if user_id in people]
+        pattern = names_pattern(names)
+        return pattern.sub(REDACTED, text) if pattern else text
+
+
+def _names_of_nobody() -> _Names:
+    return _Names({}, {})
 
 
 @dataclass
@@ -136,19 +200,25 @@ class _Judgement:
 
 
 def _fit_one_transaction(
-    lock: Lock, observations: list[Observation], opted_out: list[Observation]
+    lock: Lock, observations: list[Observation], opted_out: list[Observation], names: _Names
 ) -> tuple[list[Observation], bool]:
-    """Trim the batch so that consuming it, the profiles of its people and what the answer
-    adds fit one transaction. True when it was trimmed."""
+    """Trim the batch so that consuming it, the profiles of its people, the checks that
+    they are not being erased, their names, and what the answer adds fit one transaction.
+    True when it was trimmed."""
     trimmed = False
     while observations:
         people = {(o.scope, o.author_id, "") for o in observations if o.author_id}
+        named = {p for o in observations for p in names.named_in(o.content)}
+        authors = {o.author_id for o in observations if o.author_id}
+        named = set(sorted(named - authors)[:NAMED_GUARDS])
         consuming = ConsolidationCommit(
             lock=lock,
             scope="",
             consumed=observations,
             discarded=opted_out,
             people=list(people),
+            guarded=sorted(authors | named),
+            names=[NameSeen("", a, "", ()) for a in authors],
             now_ms=0,
         )
         if consuming.room_left() >= ROOM_FOR_ANSWER:
@@ -351,12 +421,25 @@ class Consolidator:
         observations = [o for o in candidates if o.sk in live]
         if not observations:
             return None
-        # Someone who opted out after their words were recorded: drop them unread.
-        opted_out = [o for o in observations if self._opt_outs.is_opted_out(o.author_id)]
+        scope = _channel_scope(observations)
+        names = self._names(scope, observations)
+        # Opted out or being erased, read fresh (never from ingest's cache): the words of
+        # such an author are dropped unread; such a person named by others is redacted.
+        authors = {o.author_id for o in observations if o.author_id and not o.author_is_bot}
+        named = {p for o in observations for p in names.named_in(o.content)}
+        barred = self._opt_outs.barred(authors | named)
+        opted_out = [o for o in observations if o.author_id in barred]
         observations = [o for o in observations if o not in opted_out]
-        observations, trimmed = _fit_one_transaction(lock, observations, opted_out)
+        redacted: dict[str, str] = {}
+        if barred:
+            for index, obs in enumerate(observations):
+                text = names.redact(obs.content, barred) if obs.content else obs.content
+                if text != obs.content:
+                    redacted[obs.sk] = text
+                    observations[index] = obs.model_copy(update={"content": text})
+        observations, trimmed = _fit_one_transaction(lock, observations, opted_out, names)
         more = more or trimmed
-        return self._prepare(
+        batch = self._prepare(
             observations,
             opted_out,
             scope=_channel_scope(observations or opted_out),
@@ -365,6 +448,21 @@ class Consolidator:
             # keeps the channel on the sweep's list.
             waiting=more or len(live) < len(candidates),
         )
+        batch.names = names
+        batch.redacted = {sk: t for sk, t in redacted.items() if sk in {o.sk for o in observations}}
+        return batch
+
+    def _names(self, scope: str, observations: list[Observation]) -> _Names:
+        """Who the batch's texts can name: mentions by id anywhere; names only in a server
+        (the `dm` scope is everyone who talks to the bot, not one community)."""
+        if scope == scope_of(None):
+            return _names_of_nobody()
+        authors = {
+            o.author_id: o.author_name
+            for o in observations
+            if o.author_id and o.author_name and not o.author_is_bot
+        }
+        return _Names(self._repository.name_registry(scope, MAX_REGISTRY_NAMES), authors)
 
     def _ask_model(
         self, batch: _Batch, known: dict[str, Fact], outcome: Outcome
@@ -399,23 +497,86 @@ class Consolidator:
             )
         proposed = answer.facts[:MAX_FACTS]
         facts, superseded = self._accept_facts(proposed, batch, known, outcome)
+        facts = self._not_forgotten(facts, outcome)
         episode = self._episode(
             outcome.channel_id, batch, answer.episode.summary, answer.episode.participants
         )
         return _Judgement(facts, superseded, episode)
 
+    def _not_forgotten(self, facts: list[Fact], outcome: Outcome) -> list[Fact]:
+        """Drop a fact its subject forgot after its newest evidence was said (one consistent
+        BatchGetItem of the candidates' tombstones; the commit checks them again)."""
+        if not facts:
+            return facts
+        forgotten = self._repository.forgotten_times((f.scope, f.user_id, f.fact_id) for f in facts)
+        kept: list[Fact] = []
+        for fact in facts:
+            at = forgotten.get((fact.scope, fact.user_id, fact.fact_id))
+            if at is not None and at >= newest_evidence_ms(fact):
+                self._discard(outcome, fact.user_id, fact.text, "forgotten by its subject")
+            else:
+                kept.append(fact)
+        return kept
+
+    def _pointers(self, batch: _Batch, episode: Episode | None) -> list[Named]:
+        """A pointer under each person an observation of someone else, or the episode,
+        names: erasure finds those items by the person's id."""
+        names = batch.names or _names_of_nobody()
+        channel_id = batch.observations[0].channel_id if batch.observations else ""
+        pointers: dict[tuple[str, str], Named] = {}
+        targets = [(o.sk, o.content, o.author_id, o.expires_at) for o in batch.observations]
+        if episode is not None:
+            targets.append((episode.sk, episode.summary, None, episode.expires_at))
+        for sk, text, author, expires_at in targets:
+            for person in sorted(names.named_in(text) - {author} if text else set()):
+                if person == self._settings.bot_user_id:
+                    continue
+                pointers[(person, sk)] = Named(
+                    scope=batch.scope,
+                    user_id=person,
+                    channel_id=channel_id,
+                    target_sk=sk,
+                    expires_at=expires_at,
+                )
+        return list(pointers.values())
+
+    def _names_seen(self, batch: _Batch) -> list[NameSeen]:
+        """Registry entries that learn a member: each author under their current name, when
+        the registry does not have them under it yet (servers only)."""
+        if batch.names is None or batch.scope == scope_of(None):
+            return []
+        grouped: dict[str, tuple[str, set[str]]] = {}
+        for (scope, user_id), name in _speakers(batch).items():
+            key = normalized(name)
+            if scope != batch.scope or not key or user_id in batch.names.stored.get(key, ()):
+                continue
+            grouped.setdefault(key, (name, set()))[1].add(user_id)
+        return [
+            NameSeen(batch.scope, key, name, tuple(sorted(users)))
+            for key, (name, users) in sorted(grouped.items())
+        ]
+
+    def _guard(self, people: Iterable[str]) -> list[str]:
+        """Person hashes of everyone a commit writes anything of."""
+        return sorted(
+            {self._opt_outs.hash_of(p) for p in people if p and p != self._settings.bot_user_id}
+        )
+
     def _build_commit(
         self, lock: Lock, batch: _Batch, judgement: _Judgement, outcome: Outcome
     ) -> ConsolidationCommit:
-        """Everything the round writes; facts beyond what one transaction holds are dropped."""
+        """Everything the round writes; facts beyond what one transaction holds are dropped,
+        pointers beyond it are written right after the commit."""
         now = self._clock.now_ms()
         episode = judgement.episode
+        pointers = self._pointers(batch, episode)
+        speakers = _speakers(batch)
         commit = ConsolidationCommit(
             lock=lock,
             scope=batch.scope,
             consumed=batch.observations,
             discarded=batch.opted_out,
-            people=[(scope, user_id, name) for (scope, user_id), name in _speakers(batch).items()],
+            people=[(scope, user_id, name) for (scope, user_id), name in speakers.items()],
             episode=episode,
             dropped_episodes=self._episodes_beyond_cap(lock.channel_id) if episode else [],
             more_pending_since_ms=now if batch.waiting else None,
@@ -423,17 +584,42 @@ class Consolidator:
             attempts=self._retry.after_success(
                 lock.attempts, [o.sk for o in batch.observations], outcome.model_calls > 0
             ),
+            guarded=self._guard(
+                [user_id for _, user_id in speakers]
+                + [f.user_id for f in judgement.facts]
+                + (episode.participant_ids if episode else [])
+            ),
+            names=self._names_seen(batch),
+            redacted=batch.redacted,
         )
         room = commit.room_left()
         facts, superseded = judgement.facts, judgement.superseded
-        if len(facts) + len(superseded) > room:
-            for fact in facts[room:]:
+        # A fact takes two actions: its write and the check of its forget tombstone.
+        if 2 * len(facts) + len(superseded) > room:
+            fits = max(0, room // 2)
+            for fact in facts[fits:]:
                 self._discard(
                     outcome, fact.user_id, fact.text, "over the per-batch transaction cap"
                 )
-            facts = facts[:room]
-            superseded = superseded[: max(0, room - len(facts))]
+            facts = facts[:fits]
+            superseded = superseded[: max(0, room - 2 * len(facts))]
         commit.facts, commit.superseded = facts, superseded
+        # Pointers, person by person while they and the checks on that person fit.
+        guarded = set(commit.guarded)
+        by_person: dict[str, list[Named]] = {}
+        for pointer in pointers:
+            by_person.setdefault(pointer.user_id, []).append(pointer)
+        named: list[Named] = []
+        later: list[Named] = []
+        for person, theirs in by_person.items():
+            person_hash = self._opt_outs.hash_of(person)
+            cost = len(theirs) + (0 if person_hash in guarded else 2)
+            if cost <= commit.room_left() - len(named) - 2 * (len(guarded) - len(commit.guarded)):
+                named += theirs
+                guarded.add(person_hash)
+            else:
+                later += theirs
+        commit.guarded, commit.named, commit.named_later = sorted(guarded), named, later
         return commit
 
     def _commit(self, commit: ConsolidationCommit, batch: _Batch, outcome: Outcome) -> Outcome:
@@ -449,6 +635,9 @@ class Consolidator:
             outcome.detail = str(rejected)
             return outcome
 
+        if commit.named_later:  # idempotent: written after the commit that needed them
+            barred = self._opt_outs.barred({n.user_id for n in commit.named_later})
+            self._repository.put_named([n for n in commit.named_later if n.user_id not in barred])
         outcome.consumed = len(commit.consumed)
         outcome.more_pending = batch.more
         outcome.splitting = commit.attempts is not None and commit.attempts.splitting
@@ -523,6 +712,8 @@ class Consolidator:
             discarded=batch.opted_out,
             quarantine=quarantine,
             attempts=attempts,
+            guarded=self._guard(quarantine.user_ids),
+            redacted=batch.redacted,
             more_pending_since_ms=now if batch.waiting else None,
             now_ms=now,
         )

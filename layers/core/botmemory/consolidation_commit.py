@@ -6,12 +6,18 @@ that kept failing, and the release of the channel lock (with the channel's failu
 go into one `TransactWriteItems`, so a round either happens whole or not
 at all. DynamoDB takes at most `MAX_TRANSACTION_ACTIONS` actions in one transaction;
 `ConsolidationCommit.room_left` is the one place that budget is counted.
+
+Erasure wins every race: the commit checks, for every person it writes anything of, that
+their erasure marker and their opt-out item do not exist, and for every fact it writes,
+that the fact was not forgotten after its newest evidence was said. An erasure, an opt-out
+or a forget that lands while the model is thinking makes the whole commit fail, and every
+observation stays pending for a round that reads the new state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from botmemory import keys
@@ -21,14 +27,17 @@ from botmemory.items import (
     attribute,
     episode_values,
     fact_key,
+    forgotten_key,
     key,
+    name_key,
+    named_values,
     observation_key,
     profile_key,
     quarantine_values,
     state_key,
     to_item,
 )
-from botmemory.records import Episode, Fact, FactStatus, Observation, Quarantine
+from botmemory.records import Episode, Fact, FactStatus, Named, Observation, Quarantine
 
 # DynamoDB refuses a transaction of more than 100 actions.
 MAX_TRANSACTION_ACTIONS = 100
@@ -51,6 +60,22 @@ class LockRefused:
     failure until `retry_at_ms`."""
 
     retry_at_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class NameSeen:
+    """A display name of the scope's name registry, and the members seen using it."""
+
+    scope: str
+    normalized: str
+    name: str
+    user_ids: tuple[str, ...]
+
+
+def newest_evidence_ms(fact: Fact) -> int:
+    """When the newest observation a fact rests on was said (its key holds the time)."""
+    times = [parts[0] for sk in fact.provenance if (parts := keys.observation_parts(sk))]
+    return max(times) if times else fact.updated_ms
 
 
 class CommitRejected(Exception):
@@ -83,6 +108,17 @@ class ConsolidationCommit:
     quarantine: Quarantine | None = None
     # The channel's failure record after this round; None clears it.
     attempts: Attempts | None = None
+    # Person hashes of everyone the commit writes anything of (fact subjects, profiles,
+    # episode participants, people named): their ERASED marker and OPTOUT item must not exist.
+    guarded: Sequence[str] = ()
+    # Name registry entries that learn a member (new names, or new members of a name).
+    names: Sequence[NameSeen] = ()
+    # Pointers to the batch's observations and the episode, under each person they name.
+    named: Sequence[Named] = ()
+    # Pointers beyond the transaction's room: written once it succeeded (not counted).
+    named_later: Sequence[Named] = ()
+    # Consumed observations whose stored text loses a barred person's mention: sk -> text.
+    redacted: Mapping[str, str] = field(default_factory=dict)
 
     def action_count(self) -> int:
         return (
@@ -95,6 +131,10 @@ class ConsolidationCommit:
             + len(self.dropped_episodes)
             + (1 if self.quarantine else 0)
             + 1  # the channel state: lock release and sweep marker
+            + 2 * len(self.guarded)  # erasure marker and opt-out, per person
+            + len(self.facts)  # each fact's forget tombstone
+            + len(self.names)
+            + len(self.named)
         )
 
     def room_left(self) -> int:
@@ -130,7 +170,9 @@ class ConsolidationCommit:
                     }
                 }
             )
-        actions += [{"Update": _consume(channel_id, o)} for o in self.consumed]
+        actions += [
+            {"Update": _consume(channel_id, o, self.redacted.get(o.sk))} for o in self.consumed
+        ]
         actions += [
             {
                 "Delete": {
@@ -144,11 +186,53 @@ class ConsolidationCommit:
             {"Update": self._profile_seen(scope, user_id, name)}
             for scope, user_id, name in self.people
         ]
+        actions += [{"Update": _name_seen(name)} for name in self.names]
+        actions += [{"Put": {"Item": to_item(named_values(named))}} for named in self.named]
+        actions += self._guards()
         actions.append({"Update": self._release_and_record()})
         for action in actions:
             for request in action.values():
                 request["TableName"] = table
         return actions
+
+    def _guards(self) -> list[dict[str, Any]]:
+        """The checks that make erasure, opt-out and forget win a race with this commit."""
+        now_s = {":now": {"N": str(self.now_ms // 1000)}}
+        checks: list[dict[str, Any]] = []
+        for person in self.guarded:
+            checks.append(
+                {
+                    "ConditionCheck": {
+                        "Key": key(keys.ERASED_PK, person),
+                        # A marker past its TTL that DynamoDB has not deleted yet bars no one.
+                        "ConditionExpression": "attribute_not_exists(pk) OR expires_at <= :now",
+                        "ExpressionAttributeValues": now_s,
+                    }
+                }
+            )
+            checks.append(
+                {
+                    "ConditionCheck": {
+                        "Key": key(keys.OPT_OUT_PK, person),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                }
+            )
+        for fact in self.facts:
+            checks.append(
+                {
+                    "ConditionCheck": {
+                        "Key": forgotten_key(fact.scope, fact.user_id, fact.fact_id),
+                        "ConditionExpression": (
+                            "attribute_not_exists(pk) OR forgotten_ms < :newest"
+                        ),
+                        "ExpressionAttributeValues": {
+                            ":newest": {"N": str(newest_evidence_ms(fact))}
+                        },
+                    }
+                }
+            )
+        return checks
 
     def _profile_seen(self, scope: str, user_id: str, name: str) -> dict[str, Any]:
         """A person's profile in a scope: names, first and last seen, and the channels they
@@ -205,12 +289,31 @@ class ConsolidationCommit:
         }
 
 
-def _consume(channel_id: str, observation: Observation) -> dict[str, Any]:
-    """Take an observation out of the pending index, only if no one else has."""
-    return {
+def _consume(channel_id: str, observation: Observation, redacted: str | None) -> dict[str, Any]:
+    """Take an observation out of the pending index, only if no one else has; its text
+    loses the mention of someone barred when `redacted` says so."""
+    update: dict[str, Any] = {
         "Key": observation_key(channel_id, observation.sk),
         "UpdateExpression": "REMOVE pending_sk",
         "ConditionExpression": "attribute_exists(pending_sk)",
+    }
+    if redacted is not None:
+        update["UpdateExpression"] = "SET content = :content REMOVE pending_sk"
+        update["ExpressionAttributeValues"] = {":content": {"S": redacted}}
+    return update
+
+
+def _name_seen(name: NameSeen) -> dict[str, Any]:
+    """A display name of the scope learns the members seen using it."""
+    return {
+        "Key": name_key(name.scope, name.normalized),
+        "UpdateExpression": "SET #name = :name, #scope = :scope ADD user_ids :users",
+        "ExpressionAttributeNames": {"#name": "name", "#scope": "scope"},
+        "ExpressionAttributeValues": {
+            ":name": {"S": name.name},
+            ":scope": {"S": name.scope},
+            ":users": {"SS": sorted(name.user_ids)},
+        },
     }
 
 

@@ -1,28 +1,75 @@
-"""`/forgetme` and opting out: erase everything kept about a person, in every scope.
+"""`/forgetme` and opting out: erase what is kept about a person, found by their id.
 
-What goes: their facts and profiles, their observations (messages, reactions), the
-episodes they took part in or that name them, the pins made in their name, and their
-name in other people's recorded messages. Each step deletes what it finds and can run
-again, so an erasure cut short by a fault is finished by running it once more; the
-profiles go last because they remember the channels and names the other steps need.
+What goes: every item that holds the person's id (the by_user index: facts, profiles,
+the observations they wrote, their reactions, the pins made in their name, quarantine
+records, forget tombstones, Named pointers), and the episodes they took part in (by
+participant id, in the channels their profiles list). Text written by others is touched
+only where it names them: each Named pointer leads to one item (an episode naming them
+is deleted, another person's recorded message loses their mentions and their distinctive
+names), and in the episodes of channels they spoke in, a summary that mentions their id
+or a name distinctive to them (`names.is_distinctive`) is deleted. A name someone merely
+chose ("the", or "Alice" like another member) never matches: nobody's nickname erases
+anyone else's data. Channel histories are never read.
+
+The work runs in steps, each a bounded amount of reading that deletes what it finds
+before the next: a marker first (consolidation commits nothing of the person while it
+lives), then the episodes of their channels one channel at a time, then their items a
+page at a time (listing again until a pass finds nothing: the index is eventually
+consistent), then the replay-protection records quoting them, the name registry, and the
+profiles last (they remember the channels). Between steps the run checks its time
+budget; when it runs short it stops and returns a checkpoint that a continuation resumes
+from, so an erasure is never restarted from scratch and never does a step twice.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+from botmemory.clock import DAY_MS, Clock, SystemClock, epoch_seconds
 from botmemory.keys import ItemKind
+from botmemory.names import is_distinctive, names_pattern
+from botmemory.optout import person_hash
+from botmemory.records import Episode
 from botmemory.repository import ItemRef, MemoryRepository
+from botmemory.text import normalized, scrub
 
-# Names shorter than this are too likely to match ordinary words.
-MIN_NAME_CHARS = 3
 REDACTED = "[someone]"
 # A sample of a person's messages is enough to learn the names they went by.
 NAME_SAMPLE = 50
-# Command answers quoting a fact shorter than this are not looked for by its text.
-MIN_QUOTED_FACT_CHARS = 8
+# The person's items are listed and deleted this many at a time.
+PAGE = 100
+# Consolidation keeps about ten episodes per channel; no channel is read further than this.
+EPISODES_SCANNED_PER_CHANNEL = 50
+# A run stops and hands over to a continuation when less time than this is left.
+RESERVE_MS = 20_000
+# Full listings of the person's items before giving up (each pass deletes what it finds).
+MAX_PASSES = 5
+# The marker lives while the erasure runs (refreshed by every run) ...
+MARKER_TTL_MS = DAY_MS
+# ... and, once it is done, until every consolidation that began before it has ended (the
+# channel lock's lease bounds a run); then the person may be remembered again (opt-in).
+SETTLE_MS = 900_000
+# Command answers quoting the person's facts or pins are found by their ids.
+MAX_QUOTED_IDS = 5000
+
+_EPISODES = "episodes"
+_ITEMS = "items"
+_REPLAY = "replay"
+_PROFILES = "profiles"
+_DONE = "done"
+
+
+def erasure_hash(user_id: str) -> str:
+    """The keyed person hash the erasure marker is kept under (the opt-out list's), so the
+    marker names nobody. Commands pass `OptOuts.hash_of`, which caches the key."""
+    return person_hash(user_id)
+
+
+class ErasureUnfinished(RuntimeError):
+    """The person's items kept coming back after every pass: something keeps writing them."""
 
 
 @dataclass
@@ -32,114 +79,284 @@ class ErasureReport:
     episodes: int = 0
     pins: int = 0
     profiles: int = 0
+    other: int = 0
     mentions_redacted: int = 0
     channels: list[str] = field(default_factory=list)
+    finished: bool = True
+    # Where an unfinished run stops: plain JSON, for `Eraser.erase(checkpoint=...)`.
+    checkpoint: dict[str, Any] | None = None
 
     def summary(self) -> str:
         return (
             f"{self.facts} facts, {self.observations} recorded messages and reactions, "
-            f"{self.episodes} channel summaries, {self.pins} pins, {self.profiles} profiles; "
-            f"your name was removed from {self.mentions_redacted} of other people's messages"
+            f"{self.episodes} channel summaries, {self.pins} pins, {self.profiles} profiles, "
+            f"{self.other} other records; your name was removed from "
+            f"{self.mentions_redacted} of other people's messages"
         )
 
 
-def names_pattern(names: Iterable[str]) -> re.Pattern[str] | None:
-    usable = sorted(
-        {n.strip() for n in names if len(n.strip()) >= MIN_NAME_CHARS}, key=len, reverse=True
-    )
-    if not usable:
-        return None
-    return re.compile(
-        r"(?<!\w)(?:" + "|".join(re.escape(n) for n in usable) + r")(?!\w)", re.IGNORECASE
-    )
+@dataclass
+class _Run:
+    """An erasure's progress, kept between steps and handed to continuations."""
+
+    phase: str
+    started_ms: int
+    names: list[str]  # every name the person went by, distinctive or not
+    distinctive: dict[str, list[str]]  # by scope: the names that are theirs alone
+    channels: list[list[str]]  # [scope, channel] pairs whose episodes are still to read
+    channels_seen: list[str] = field(default_factory=list)
+    cursor: dict[str, Any] | None = None
+    found_in_pass: bool = False
+    passes: int = 0
+    quoted_ids: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> _Run:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    def add(self, what: str, n: int = 1) -> None:
+        self.counts[what] = self.counts.get(what, 0) + n
+
+    def report(self, *, finished: bool) -> ErasureReport:
+        count = self.counts.get
+        return ErasureReport(
+            facts=count("facts", 0),
+            observations=count("observations", 0),
+            episodes=count("episodes", 0),
+            pins=count("pins", 0),
+            profiles=count("profiles", 0),
+            other=count("other", 0),
+            mentions_redacted=count("mentions_redacted", 0),
+            channels=sorted(self.channels_seen),
+            finished=finished,
+            checkpoint=None if finished else self.to_json(),
+        )
 
 
 class Eraser:
-    def __init__(self, repository: MemoryRepository) -> None:
-        self._repository = repository
-
-    def erase(self, user_id: str, extra_names: Iterable[str] = ()) -> ErasureReport:
-        repository = self._repository
-        report = ErasureReport()
-        found: dict[ItemKind, list[ItemRef]] = {}
-        for ref in repository.items_of_user(user_id):
-            found.setdefault(ref.kind, []).append(ref)
-        profiles = found.pop(ItemKind.PROFILE, [])
-        observations = found.pop(ItemKind.OBSERVATION, [])
-        facts = found.pop(ItemKind.FACT, [])
-        pins = found.pop(ItemKind.PIN, [])
-        others = [ref for refs in found.values() for ref in refs]
-
-        # Channels and names first: the profiles and observations hold them.
-        channels: set[str] = set()
-        names: set[str] = {n for n in extra_names if n}
-        for ref in profiles:
-            profile = repository.profile_at(ref)
-            if profile:
-                channels.update(profile.channels)
-                names.add(profile.display_name)
-        channels.update(ref.channel_id for ref in observations if ref.channel_id)
-        for ref in observations[:NAME_SAMPLE]:
-            observation = repository.observation_at(ref)
-            if observation and observation.author_name:
-                names.add(observation.author_name)
-        pattern = names_pattern(names)
-        report.channels = sorted(channels)
-        fact_texts = [fact.text for fact in map(repository.fact_at, facts) if fact]
-        self._purge_replay_records(
-            user_id, pattern, [t for t in fact_texts if len(t) >= MIN_QUOTED_FACT_CHARS]
-        )
-
-        for channel_id in sorted(channels):
-            report.episodes += self._erase_episodes(channel_id, user_id, pattern)
-            report.mentions_redacted += self._redact_mentions(channel_id, user_id, pattern)
-
-        report.observations = repository.delete_items(observations)
-        report.facts = repository.delete_items(facts)
-        report.pins = repository.delete_items(pins)
-        repository.delete_items(others)
-        report.profiles = repository.delete_items(profiles)
-        return report
-
-    def _purge_replay_records(
-        self, user_id: str, pattern: re.Pattern[str] | None, texts: list[str]
+    def __init__(
+        self,
+        repository: MemoryRepository,
+        clock: Clock | None = None,
+        hash_of: Callable[[str], str] = erasure_hash,
+        settle_ms: int = SETTLE_MS,
     ) -> None:
-        """Replay-protection records keep a command's answer for an hour; drop those that
-        quote this person."""
+        self._repository = repository
+        self._clock = clock or SystemClock()
+        self._hash_of = hash_of
+        self._settle_ms = settle_ms
+
+    def erase(
+        self,
+        user_id: str,
+        extra_names: Iterable[str] = (),
+        *,
+        checkpoint: dict[str, Any] | None = None,
+        time_left_ms: Callable[[], int] | None = None,
+    ) -> ErasureReport:
+        """Erase the person, or as much as the time budget allows: an unfinished report
+        carries the checkpoint to continue from."""
+        now = self._clock.now_ms()
+        marker = self._hash_of(user_id)
+        self._repository.mark_erasing(marker, now, epoch_seconds(now + MARKER_TTL_MS))
+        run = _Run.from_json(checkpoint) if checkpoint else self._start(user_id, extra_names, now)
+        while run.phase != _DONE:
+            if time_left_ms is not None and time_left_ms() < RESERVE_MS:
+                return run.report(finished=False)
+            self._step(run, user_id)
+        settled = max(self._clock.now_ms(), run.started_ms + self._settle_ms)
+        self._repository.mark_erasing(marker, now, epoch_seconds(settled))
+        return run.report(finished=True)
+
+    # Steps --------------------------------------------------------------------------
+
+    def _start(self, user_id: str, extra_names: Iterable[str], now_ms: int) -> _Run:
+        """The names and channels the later steps need, from the person's profiles and a
+        sample of their messages (read before anything is deleted)."""
+        repository = self._repository
+        profiles = [
+            profile
+            for ref in repository.user_items_page(user_id, PAGE, kind=ItemKind.PROFILE)[0]
+            if (profile := repository.profile_at(ref)) is not None
+        ]
+        sample, _ = repository.user_items_page(user_id, NAME_SAMPLE, kind=ItemKind.OBSERVATION)
+        heads = repository.observation_heads(sample)
+        names = {scrub(n).strip() for n in extra_names if n}
+        names |= {p.display_name.strip() for p in profiles if p.display_name}
+        names |= {str(h["author_name"]).strip() for h in heads if h.get("author_name")}
+        names.discard("")
+        scopes = {p.scope for p in profiles} | {str(h["scope"]) for h in heads if h.get("scope")}
+        pairs = sorted({(p.scope, c) for p in profiles for c in p.channels})
+        run = _Run(
+            phase=_EPISODES,
+            started_ms=now_ms,
+            names=sorted(names),
+            distinctive={},
+            channels=[[scope, channel_id] for scope, channel_id in pairs],
+        )
+        for scope in sorted(scopes):
+            self._distinctive(run, scope, user_id)
+        return run
+
+    def _step(self, run: _Run, user_id: str) -> None:
+        if run.phase == _EPISODES:
+            self._episodes_step(run, user_id)
+        elif run.phase == _ITEMS:
+            self._items_step(run, user_id)
+        elif run.phase == _REPLAY:
+            self._replay_step(run, user_id)
+        elif run.phase == _PROFILES:
+            self._profiles_step(run, user_id)
+
+    def _episodes_step(self, run: _Run, user_id: str) -> None:
+        """One channel the person spoke in: the episodes they took part in, or that mention
+        their id or a name of theirs alone, go."""
+        if not run.channels:
+            run.phase = _ITEMS
+            return
+        scope, channel_id = run.channels[0]
+        names = self._distinctive(run, scope, user_id)
+        doomed = [
+            episode
+            for episode in self._repository.recent_episodes(
+                channel_id, EPISODES_SCANNED_PER_CHANNEL
+            )
+            if _episode_names(episode, user_id, names)
+        ]
+        run.add("episodes", self._repository.delete_episodes(doomed))
+        run.channels_seen.append(channel_id)
+        run.channels.pop(0)
+
+    def _items_step(self, run: _Run, user_id: str) -> None:
+        """One page of the person's items: pointers are followed, then everything but the
+        profiles is deleted. A pass that deleted something is followed by another."""
+        repository = self._repository
+        refs, next_start = repository.user_items_page(user_id, PAGE, run.cursor)
+        work = [ref for ref in refs if ref.kind != ItemKind.PROFILE]
+        for ref in work:
+            if ref.kind == ItemKind.NAMED:
+                self._follow_pointer(run, ref, user_id)
+            elif ref.kind in (ItemKind.FACT, ItemKind.PIN) and len(run.quoted_ids) < MAX_QUOTED_IDS:
+                run.quoted_ids.append(ref.item_id)
+        by_kind: dict[str, list[ItemRef]] = {}
+        for ref in work:
+            by_kind.setdefault(_count_of(ref.kind), []).append(ref)
+        for what, refs_of_kind in by_kind.items():
+            run.add(what, repository.delete_items(refs_of_kind))
+        run.found_in_pass = run.found_in_pass or bool(work)
+        run.cursor = next_start
+        if next_start is None:
+            if run.found_in_pass:
+                run.passes += 1
+                run.found_in_pass = False
+                if run.passes >= MAX_PASSES:
+                    raise ErasureUnfinished(f"items of the person remain after {run.passes} passes")
+            else:
+                run.phase = _REPLAY
+
+    def _follow_pointer(self, run: _Run, ref: ItemRef, user_id: str) -> None:
+        """An item written by someone else that names the person: an episode goes, another
+        person's message keeps its words minus the person's mentions and names."""
+        repository = self._repository
+        named = repository.named_at(ref)
+        if named is None or named.user_id != user_id:
+            return
+        target = repository.target_of(named)
+        if target.kind == ItemKind.EPISODE:
+            if repository.delete_if_present(target):
+                run.add("episodes")
+        elif target.kind == ItemKind.OBSERVATION:
+            observation = repository.observation_at(target)
+            if observation is None or observation.author_id == user_id:
+                return  # gone, or theirs: deleted with their own items
+            cleaned = redacted(
+                observation.content, user_id, self._distinctive(run, named.scope, user_id)
+            )
+            if cleaned != observation.content:
+                repository.redact_observation(observation, cleaned)
+                run.add("mentions_redacted")
+
+    def _replay_step(self, run: _Run, user_id: str) -> None:
+        """Replay-protection records keep a command's answer for an hour; those quoting the
+        person (their id, a name of theirs alone, the id of a fact or pin of theirs) go."""
+        names = (
+            set.intersection(*(set(n) for n in run.distinctive.values()))
+            if run.distinctive
+            else set()
+        )
+        pattern = names_pattern(names)
+        quoted = [f"`{item_id}`" for item_id in run.quoted_ids]
         doomed = [
             record.ref
             for record in self._repository.replay_records()
             if user_id in record.data
-            or (pattern and pattern.search(record.data))
-            or any(t in record.data for t in texts)
+            or (pattern is not None and pattern.search(record.data))
+            or any(q in record.data for q in quoted)
         ]
-        self._repository.delete_items(doomed)
+        run.add("other", self._repository.delete_items(doomed))
+        run.phase = _PROFILES
 
-    def _erase_episodes(
-        self, channel_id: str, user_id: str, pattern: re.Pattern[str] | None
-    ) -> int:
-        doomed = [
-            episode
-            for episode in self._repository.channel_episodes(channel_id)
-            if user_id in episode.participant_ids
-            or (pattern is not None and pattern.search(episode.summary))
-            or user_id in episode.summary
-        ]
-        return self._repository.delete_episodes(doomed)
+    def _profiles_step(self, run: _Run, user_id: str) -> None:
+        """Last: the person leaves the name registry, their profiles go, and one more
+        listing checks that nothing of theirs is left (else another pass over the items)."""
+        repository = self._repository
+        for scope in sorted(run.distinctive):
+            for name in run.names:
+                repository.drop_from_name(scope, name, user_id)
+        profiles, _ = repository.user_items_page(user_id, PAGE, kind=ItemKind.PROFILE)
+        run.add("profiles", repository.delete_items(profiles))
+        left, _ = repository.user_items_page(user_id, 1)
+        if left:
+            run.passes += 1
+            if run.passes >= MAX_PASSES:
+                raise ErasureUnfinished(f"items of the person remain after {run.passes} passes")
+            run.phase, run.cursor, run.found_in_pass = _ITEMS, None, False
+        else:
+            run.phase = _DONE
 
-    def _redact_mentions(
-        self, channel_id: str, user_id: str, pattern: re.Pattern[str] | None
-    ) -> int:
-        """Other people's recorded messages keep their words, minus this person's name and id."""
-        redacted = 0
-        for observation in self._repository.channel_observations(channel_id):
-            if observation.author_id == user_id:
-                continue  # deleted whole below
-            content = observation.content
-            cleaned = re.sub(rf"<@!?{re.escape(user_id)}>|{re.escape(user_id)}", REDACTED, content)
-            if pattern is not None:
-                cleaned = pattern.sub(REDACTED, cleaned)
-            if cleaned != content:
-                self._repository.redact_observation(observation, cleaned)
-                redacted += 1
-        return redacted
+    # Names --------------------------------------------------------------------------
+
+    def _distinctive(self, run: _Run, scope: str, user_id: str) -> list[str]:
+        """The person's names that name them alone in this scope (read once per scope)."""
+        if scope not in run.distinctive:
+            run.distinctive[scope] = [
+                name
+                for name in run.names
+                if is_distinctive(name, self._repository.users_with_name(scope, name), user_id)
+            ]
+        return run.distinctive[scope]
+
+
+def _count_of(kind: ItemKind) -> str:
+    return {
+        ItemKind.FACT: "facts",
+        ItemKind.OBSERVATION: "observations",
+        ItemKind.PIN: "pins",
+    }.get(kind, "other")
+
+
+def _id_pattern(user_id: str) -> re.Pattern[str]:
+    """A mention of the person (`<@id>`, `<@!id>`) or their bare id."""
+    escaped = re.escape(user_id)
+    return re.compile(rf"<@!?{escaped}>|(?<!\d){escaped}(?!\d)")
+
+
+def _episode_names(episode: Episode, user_id: str, names: list[str]) -> bool:
+    """Whether an episode is the person's: they took part, or it names them. A name some
+    other participant goes by is not theirs here."""
+    if user_id in episode.participant_ids or _id_pattern(user_id).search(episode.summary):
+        return True
+    others = {normalized(n) for n in episode.participant_names}
+    pattern = names_pattern(n for n in names if normalized(n) not in others)
+    return pattern is not None and pattern.search(episode.summary) is not None
+
+
+def redacted(content: str, user_id: str, names: Iterable[str]) -> str:
+    """Another person's words minus this person's mentions, id and distinctive names."""
+    cleaned = _id_pattern(user_id).sub(REDACTED, content)
+    pattern = names_pattern(names)
+    return pattern.sub(REDACTED, cleaned) if pattern is not None else cleaned

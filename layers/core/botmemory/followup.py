@@ -35,10 +35,12 @@ def finish_and_reply(
         edit = finish(job)  # what replaces the "thinking…" answer (commands.webhook_edit)
     except Exception:
         log.exception("deferred work failed", extra={"work": job.get("work")})
+        # The job may say what to tell the person (an erasure is retried, not undone).
+        # Raised again so an asynchronous invoke is retried, then sent to its failure queue.
         api.edit_original_response(
             interaction["application_id"],
             interaction["token"],
-            {"content": FAILED, "components": []},
+            {"content": str(job.get("failed") or FAILED), "components": []},
         )
         raise
     api.edit_original_response(interaction["application_id"], interaction["token"], edit)

@@ -13,7 +13,16 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from botmemory import keys
 from botmemory.attempts import Attempts
-from botmemory.records import Episode, Fact, FactStatus, Observation, Pin, Quarantine
+from botmemory.records import (
+    Episode,
+    Fact,
+    FactStatus,
+    Forgotten,
+    Named,
+    Observation,
+    Pin,
+    Quarantine,
+)
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -72,6 +81,40 @@ def pin_key(pin: Pin) -> dict[str, Any]:
 
 def profile_key(scope: str, user_id: str) -> dict[str, Any]:
     return key(keys.user_pk(scope, user_id), keys.PROFILE_SK)
+
+
+def forgotten_key(scope: str, user_id: str, fact_id: str) -> dict[str, Any]:
+    return key(keys.user_pk(scope, user_id), keys.forgotten_sk(fact_id))
+
+
+def named_key(named: Named) -> dict[str, Any]:
+    return key(
+        keys.user_pk(named.scope, named.user_id), keys.named_sk(named.channel_id, named.target_sk)
+    )
+
+
+def name_key(scope: str, normalized_name: str) -> dict[str, Any]:
+    return key(keys.scope_pk(scope), keys.name_sk(normalized_name))
+
+
+def forgotten_values(forgotten: Forgotten) -> dict[str, Any]:
+    """A forget tombstone as stored; `user_id` puts it in the by_user index (erasure)."""
+    values = forgotten.model_dump(mode="json")
+    values.update(
+        pk=keys.user_pk(forgotten.scope, forgotten.user_id),
+        sk=keys.forgotten_sk(forgotten.fact_id),
+    )
+    return values
+
+
+def named_values(named: Named) -> dict[str, Any]:
+    """A named pointer as stored; `user_id` (the person named) puts it in the by_user index."""
+    values = named.model_dump(mode="json")
+    values.update(
+        pk=keys.user_pk(named.scope, named.user_id),
+        sk=keys.named_sk(named.channel_id, named.target_sk),
+    )
+    return values
 
 
 def observation_values(observation: Observation, *, pending: bool = True) -> dict[str, Any]:

@@ -110,6 +110,28 @@ class Profile(Record):
     last_seen_ms: int | None = None
 
 
+class Named(Record):
+    """A pointer, under a person's partition, to an item of a channel written by others that
+    names them (an observation, an episode): erasure finds it by id, without a scan."""
+
+    scope: str
+    user_id: str  # the person named
+    channel_id: str
+    target_sk: str
+    expires_at: int | None = None  # the target's
+
+
+class Forgotten(Record):
+    """A fact its subject (or staff) forgot: consolidation must not bring it back from
+    words said before `forgotten_ms`."""
+
+    scope: str
+    user_id: str
+    fact_id: str
+    forgotten_ms: int
+    expires_at: int | None = None
+
+
 class Quarantine(Record):
     """A batch that kept failing, even alone: consumed without facts, kept for staff to see.
 
