@@ -26,7 +26,6 @@ A ratio of about 1.00 means the operation's cost does not grow with history.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -60,8 +59,6 @@ import boto3  # noqa: E402
 from cold_start import bench_cold_start  # noqa: E402  (beside this script)
 from moto import mock_aws  # noqa: E402
 from moto.core.botocore_stubber import BotocoreStubber  # noqa: E402
-from moto.dynamodb import models as moto_dynamodb  # noqa: E402
-from moto.dynamodb.models.table import Table as MotoTable  # noqa: E402
 
 from botmemory import keys  # noqa: E402
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds  # noqa: E402
@@ -88,6 +85,7 @@ from botmemory.records import (  # noqa: E402
 from botmemory.runtime import MemoryServices, build_services  # noqa: E402
 from botmemory.schema import create_table  # noqa: E402
 from botmemory.text import content_hash, short_id  # noqa: E402
+from localrun.fastmoto import one_backup_per_transaction  # noqa: E402
 from tests import gateway as gw  # noqa: E402
 from tests.storage import put_episode, put_items  # noqa: E402
 
@@ -342,47 +340,6 @@ def serialized_moto() -> Iterator[None]:
         yield
     finally:
         BotocoreStubber.__call__ = original  # type: ignore[method-assign]
-
-
-class _OneBackupPerTransaction:
-    """Stands in for the `copy` module inside moto's DynamoDB backend.
-
-    moto backs a table up before a TransactWriteItems by deep-copying the whole table
-    once per action (32 copies for a 30-action commit). The copies are identical, so
-    within one transaction the first is reused. Only the bench's speed changes.
-    """
-
-    def __init__(self) -> None:
-        self.backups: dict[int, Any] | None = None
-
-    def deepcopy(self, value: Any, *args: Any) -> Any:
-        if self.backups is None or not isinstance(value, MotoTable):
-            return copy.deepcopy(value, *args)
-        if id(value) not in self.backups:
-            self.backups[id(value)] = copy.deepcopy(value)
-        return self.backups[id(value)]
-
-
-@contextmanager
-def one_backup_per_transaction() -> Iterator[None]:
-    shim = _OneBackupPerTransaction()
-    backend = moto_dynamodb.DynamoDBBackend
-    original = backend.transact_write_items
-
-    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-        shim.backups = {}
-        try:
-            original(self, transact_items)
-        finally:
-            shim.backups = None
-
-    moto_dynamodb.copy = shim  # type: ignore[attr-defined,assignment]
-    backend.transact_write_items = transact_write_items  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        moto_dynamodb.copy = copy  # type: ignore[attr-defined]
-        backend.transact_write_items = original  # type: ignore[method-assign]
 
 
 # Building events and history -----------------------------------------------------------

@@ -92,7 +92,7 @@ def bench_cold_start() -> None:
         ("import it and answer a signed PING", ping),
         ("naive: boto3 + client, pydantic, httpx, Powertools", naive),
     ]
-    title = f"4. Cold start of InteractionsFunction (whole process, median of {RUNS})"
+    title = f"5. Cold start of InteractionsFunction (whole process, median of {RUNS})"
     print(title)
     print("=" * len(title))
     width = max(len(name) for name, _ in rows)

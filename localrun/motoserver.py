@@ -1,4 +1,5 @@
-"""DynamoDB on this machine: moto's server as a child process on 127.0.0.1."""
+"""DynamoDB on this machine: moto's server (with localrun.fastmoto's transaction
+backups) as a child process on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class MotoServer:
 
     def start(self) -> MotoServer:
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, "-m", "localrun.fastmoto", "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
