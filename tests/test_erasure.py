@@ -12,9 +12,10 @@ import pytest
 from botmemory import keys
 from botmemory.clock import DAY_MS, epoch_seconds
 from botmemory.commands import ERASE_FAILED, Commands
-from botmemory.erasure import REDACTED, Eraser, ErasureReport
+from botmemory.erasure import Eraser, ErasureReport
 from botmemory.followup import finish_and_reply
 from botmemory.items import named_values, observation_values
+from botmemory.names import REDACTED
 from botmemory.records import Episode, Fact, FactKind, FactSource, Named, Observation
 from botmemory.runtime import MemoryServices
 from botmemory.text import normalized

@@ -12,8 +12,6 @@ so no single member can stop a channel's memory.
 from __future__ import annotations
 
 import logging
-import re
-import unicodedata
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -43,7 +41,7 @@ from botmemory.memory_model.contract import (
     ProposedFact,
     render_batch,
 )
-from botmemory.names import is_distinctive, names_pattern
+from botmemory.names import NameIndex, nobody_named
 from botmemory.optout import OptOuts
 from botmemory.records import (
     Episode,
@@ -81,13 +79,10 @@ PURGE_SCAN = 25
 # The name registry read per round (one Query of the scope's NAME# items) stops here: in a
 # larger server the names beyond it are not looked for (mentions by id still are).
 MAX_REGISTRY_NAMES = 2000
-# What a barred person's mention or name becomes in text the model reads and that is kept.
-REDACTED = "[someone]"
 # People named by others a round guards in its transaction (two checks each); pointers to
 # anyone beyond are written after the commit, for those not barred by then. A message naming
 # fifty people cannot crowd a batch out of its transaction.
 NAMED_GUARDS = 8
-_MENTION = re.compile(r"<@!?(\d{5,25})>")
 
 
 class Status(StrEnum):
@@ -140,54 +135,8 @@ class _Batch:
     scope: str
     more: bool  # a backlog waits behind this batch
     waiting: bool  # anything is left pending (a backlog, or rows the index lagged on)
-    names: _Names | None = None  # who a text names, in this scope
+    names: NameIndex | None = None  # who a text names, in this scope
     redacted: dict[str, str] = field(default_factory=dict)  # sk -> text without barred people
-
-
-def _haystack(text: str) -> str:
-    """Text as names are looked for in it: NFKC, case-folded, punctuation as spaces."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    return " ".join(re.sub(r"[^\w\s]", " ", folded).split())
-
-
-class _Names:
-    """Who a text names: a Discord mention of their id, or a distinctive name of a member of
-    the scope (names.is_distinctive: long enough, not a common word, used by one member)."""
-
-    def __init__(self, registry: dict[str, list[str]], authors: dict[str, str]) -> None:
-        self.stored = {name: set(ids) for name, ids in registry.items()}  # as the table has it
-        users: dict[str, set[str]] = {name: set(ids) for name, ids in registry.items()}
-        for user_id, name in authors.items():
-            users.setdefault(normalized(name), set()).add(user_id)
-        self.registry = users
-        self.person_of = {
-            name: next(iter(ids))
-            for name, ids in users.items()
-            if len(ids) == 1 and is_distinctive(name, ids, next(iter(ids)))
-        }
-        self._pattern = names_pattern(self.person_of)
-
-    def named_in(self, text: str) -> set[str]:
-        found = set(_MENTION.findall(text))
-        if self._pattern is not None and text:
-            found |= {
-                self.person_of[m.group(0).casefold()]
-                for m in self._pattern.finditer(_haystack(text))
-                if m.group(0).casefold() in self.person_of
-            }
-        return found
-
-    def redact(self, text: str, people: set[str]) -> str:
-        """The text without these people's mentions and names."""
-        for user_id in people:
-            text = re.sub(rf"<@!?{re.escape(user_id)}>", REDACTED, text)
-        names = [name for name, user_id in self.person_of.items() if user_id in people]
-        pattern = names_pattern(names)
-        return pattern.sub(REDACTED, text) if pattern else text
-
-
-def _names_of_nobody() -> _Names:
-    return _Names({}, {})
 
 
 @dataclass
@@ -200,7 +149,7 @@ class _Judgement:
 
 
 def _fit_one_transaction(
-    lock: Lock, observations: list[Observation], opted_out: list[Observation], names: _Names
+    lock: Lock, observations: list[Observation], opted_out: list[Observation], names: NameIndex
 ) -> tuple[list[Observation], bool]:
     """Trim the batch so that consuming it, the profiles of its people, the checks that
     they are not being erased, their names, and what the answer adds fit one transaction.
@@ -452,17 +401,17 @@ class Consolidator:
         batch.redacted = {sk: t for sk, t in redacted.items() if sk in {o.sk for o in observations}}
         return batch
 
-    def _names(self, scope: str, observations: list[Observation]) -> _Names:
+    def _names(self, scope: str, observations: list[Observation]) -> NameIndex:
         """Who the batch's texts can name: mentions by id anywhere; names only in a server
         (the `dm` scope is everyone who talks to the bot, not one community)."""
         if scope == scope_of(None):
-            return _names_of_nobody()
+            return nobody_named()
         authors = {
             o.author_id: o.author_name
             for o in observations
             if o.author_id and o.author_name and not o.author_is_bot
         }
-        return _Names(self._repository.name_registry(scope, MAX_REGISTRY_NAMES), authors)
+        return NameIndex(self._repository.name_registry(scope, MAX_REGISTRY_NAMES), authors)
 
     def _ask_model(
         self, batch: _Batch, known: dict[str, Fact], outcome: Outcome
@@ -521,7 +470,7 @@ class Consolidator:
     def _pointers(self, batch: _Batch, episode: Episode | None) -> list[Named]:
         """A pointer under each person an observation of someone else, or the episode,
         names: erasure finds those items by the person's id."""
-        names = batch.names or _names_of_nobody()
+        names = batch.names or nobody_named()
         channel_id = batch.observations[0].channel_id if batch.observations else ""
         pointers: dict[tuple[str, str], Named] = {}
         targets = [(o.sk, o.content, o.author_id, o.expires_at) for o in batch.observations]

@@ -23,20 +23,18 @@ from, so an erasure is never restarted from scratch and never does a step twice.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from botmemory.clock import DAY_MS, Clock, SystemClock, epoch_seconds
 from botmemory.keys import ItemKind
-from botmemory.names import is_distinctive, names_pattern
+from botmemory.names import is_distinctive, mention_pattern, names_pattern, redacted
 from botmemory.optout import person_hash
 from botmemory.records import Episode
 from botmemory.repository import ItemRef, MemoryRepository
 from botmemory.text import normalized, scrub
 
-REDACTED = "[someone]"
 # A sample of a person's messages is enough to learn the names they went by.
 NAME_SAMPLE = 50
 # The person's items are listed and deleted this many at a time.
@@ -274,7 +272,7 @@ class Eraser:
             if observation is None or observation.author_id == user_id:
                 return  # gone, or theirs: deleted with their own items
             cleaned = redacted(
-                observation.content, user_id, self._distinctive(run, named.scope, user_id)
+                observation.content, [user_id], self._distinctive(run, named.scope, user_id)
             )
             if cleaned != observation.content:
                 repository.redact_observation(observation, cleaned)
@@ -339,24 +337,11 @@ def _count_of(kind: ItemKind) -> str:
     }.get(kind, "other")
 
 
-def _id_pattern(user_id: str) -> re.Pattern[str]:
-    """A mention of the person (`<@id>`, `<@!id>`) or their bare id."""
-    escaped = re.escape(user_id)
-    return re.compile(rf"<@!?{escaped}>|(?<!\d){escaped}(?!\d)")
-
-
 def _episode_names(episode: Episode, user_id: str, names: list[str]) -> bool:
     """Whether an episode is the person's: they took part, or it names them. A name some
     other participant goes by is not theirs here."""
-    if user_id in episode.participant_ids or _id_pattern(user_id).search(episode.summary):
+    if user_id in episode.participant_ids or mention_pattern(user_id).search(episode.summary):
         return True
     others = {normalized(n) for n in episode.participant_names}
     pattern = names_pattern(n for n in names if normalized(n) not in others)
     return pattern is not None and pattern.search(episode.summary) is not None
-
-
-def redacted(content: str, user_id: str, names: Iterable[str]) -> str:
-    """Another person's words minus this person's mentions, id and distinctive names."""
-    cleaned = _id_pattern(user_id).sub(REDACTED, content)
-    pattern = names_pattern(names)
-    return pattern.sub(REDACTED, cleaned) if pattern is not None else cleaned

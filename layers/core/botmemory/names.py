@@ -9,9 +9,15 @@ common word, and used by no other known member of that server.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable
 
 from botmemory.text import normalized
+
+# What a person's mention or name becomes in text kept about others.
+REDACTED = "[someone]"
+# A Discord user mention, `<@id>` or `<@!id>`.
+_MENTION = re.compile(r"<@!?(\d{5,25})>")
 
 # Shorter names are too likely to occur inside ordinary text.
 MIN_NAME_CHARS = 3
@@ -59,3 +65,61 @@ def names_pattern(names: Iterable[str]) -> re.Pattern[str] | None:
     return re.compile(
         r"(?<!\w)(?:" + "|".join(re.escape(n) for n in usable) + r")(?!\w)", re.IGNORECASE
     )
+
+
+def mention_pattern(user_id: str) -> re.Pattern[str]:
+    """A mention of the person (`<@id>`, `<@!id>`) or their bare id."""
+    escaped = re.escape(user_id)
+    return re.compile(rf"<@!?{escaped}>|(?<!\d){escaped}(?!\d)")
+
+
+def redacted(text: str, user_ids: Iterable[str], names: Iterable[str]) -> str:
+    """The text minus these people's mentions and ids, and these names of theirs."""
+    for user_id in user_ids:
+        text = mention_pattern(user_id).sub(REDACTED, text)
+    pattern = names_pattern(names)
+    return pattern.sub(REDACTED, text) if pattern is not None else text
+
+
+def _haystack(text: str) -> str:
+    """Text as names are looked for in it: NFKC, case-folded, punctuation as spaces."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(re.sub(r"[^\w\s]", " ", folded).split())
+
+
+class NameIndex:
+    """Who a text names: a Discord mention of their id, or a distinctive name of a member of
+    the scope (names.is_distinctive: long enough, not a common word, used by one member)."""
+
+    def __init__(self, registry: dict[str, list[str]], authors: dict[str, str]) -> None:
+        self.stored = {name: set(ids) for name, ids in registry.items()}  # as the table has it
+        users: dict[str, set[str]] = {name: set(ids) for name, ids in registry.items()}
+        for user_id, name in authors.items():
+            users.setdefault(normalized(name), set()).add(user_id)
+        self.registry = users
+        self.person_of = {
+            name: next(iter(ids))
+            for name, ids in users.items()
+            if len(ids) == 1 and is_distinctive(name, ids, next(iter(ids)))
+        }
+        self._pattern = names_pattern(self.person_of)
+
+    def named_in(self, text: str) -> set[str]:
+        found = set(_MENTION.findall(text))
+        if self._pattern is not None and text:
+            found |= {
+                self.person_of[m.group(0).casefold()]
+                for m in self._pattern.finditer(_haystack(text))
+                if m.group(0).casefold() in self.person_of
+            }
+        return found
+
+    def redact(self, text: str, people: set[str]) -> str:
+        """The text without these people's mentions, ids and names."""
+        names = [name for name, user_id in self.person_of.items() if user_id in people]
+        return redacted(text, people, names)
+
+
+def nobody_named() -> NameIndex:
+    """An index that finds mentions by id only (no names)."""
+    return NameIndex({}, {})
