@@ -12,7 +12,8 @@ from typing import Any
 
 from botmemory.items import episode_values, fact_values, from_item, state_key, to_item
 from botmemory.records import Episode, Fact
-from botmemory.repository import BATCH_WRITE_LIMIT, MemoryRepository
+from botmemory.repository import MemoryRepository
+from botmemory.table import BATCH_WRITE_LIMIT
 
 
 def put_items(repository: MemoryRepository, items: Iterable[dict[str, Any]]) -> None:

@@ -382,7 +382,8 @@ def test_forgetme_cut_short_by_a_fault_finishes_when_run_again(
     discord: Discord, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ingest_and_consolidate(discord, [(ALICE, "I love hiking."), (ALICE, "I use Vim."), (BOB, "ok")])
-    from botmemory.repository import ItemRef, MemoryRepository
+    from botmemory.repository import MemoryRepository
+    from botmemory.table import ItemRef
 
     original = MemoryRepository.delete_items
     calls = {"n": 0}

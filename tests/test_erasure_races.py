@@ -37,8 +37,8 @@ from botmemory.optout import (
     legacy_hash,
 )
 from botmemory.records import Fact, FactKind
-from botmemory.repository import ItemRef
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.table import ItemRef
 from tests import gateway as gw
 from tests.conftest import scan_all
 from tests.storage import put_items

@@ -33,8 +33,8 @@ from botmemory.keys import message_of
 from botmemory.names import names_pattern
 from botmemory.recall import SECTION_HEADINGS
 from botmemory.records import Fact, FactKind, FactSource, FactStatus, Pin, Quarantine, scope_of
-from botmemory.repository import ttl_alive
 from botmemory.runtime import MemoryServices
+from botmemory.table import ttl_alive
 from botmemory.text import (
     as_discord_text,
     clip,

@@ -53,7 +53,8 @@ from botmemory.records import (
     Quarantine,
     scope_of,
 )
-from botmemory.repository import MemoryRepository, ttl_alive
+from botmemory.repository import MemoryRepository
+from botmemory.table import ttl_alive
 from botmemory.text import clean, content_hash, has_pings, normalized, short_id
 
 log = logging.getLogger(__name__)

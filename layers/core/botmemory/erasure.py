@@ -32,7 +32,8 @@ from botmemory.keys import ItemKind
 from botmemory.names import is_distinctive, mention_pattern, names_pattern, redacted
 from botmemory.optout import person_hash
 from botmemory.records import Episode
-from botmemory.repository import ItemRef, MemoryRepository
+from botmemory.repository import MemoryRepository
+from botmemory.table import ItemRef
 from botmemory.text import normalized, scrub
 
 # A sample of a person's messages is enough to learn the names they went by.

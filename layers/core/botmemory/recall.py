@@ -21,8 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from botmemory.clock import Clock, day
 from botmemory.config import Settings
 from botmemory.records import Episode, Fact, FactStatus, ObservationKind, Pin, scope_of
-from botmemory.repository import MemoryRepository, ttl_alive
+from botmemory.repository import MemoryRepository
 from botmemory.snowflake import Snowflake
+from botmemory.table import ttl_alive
 from botmemory.text import quote_for_prompt, scrub
 
 MEMORY_PLACEHOLDER = "{memory}"

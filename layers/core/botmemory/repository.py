@@ -1,14 +1,15 @@
 """All DynamoDB access, behind one class, so the logic elsewhere reads as what it does.
 
-Items are written with the low-level client (cheaper to create than a resource at
-cold start); boto3's own serializer converts to and from attribute values.
+`MemoryRepository` is the one class callers use. Its methods live with their concern:
+observations, channel state, facts, pins, episodes, the consolidation commit and legacy
+memory here; people (opt-outs, erasure, names) in repository_people.py; the client and the
+shared helpers in table.py.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any, cast
 
@@ -16,7 +17,6 @@ from botocore.exceptions import ClientError
 
 from botmemory import keys
 from botmemory.attempts import Attempts
-from botmemory.clock import epoch_seconds
 from botmemory.consolidation_commit import (
     MAX_TRANSACTION_ACTIONS,
     CommitRejected,
@@ -32,11 +32,7 @@ from botmemory.items import (
     episode_values,
     fact_key,
     fact_values,
-    forgotten_values,
     from_item,
-    key,
-    named_values,
-    observation_key,
     observation_values,
     pin_key,
     pin_values,
@@ -46,75 +42,28 @@ from botmemory.items import (
 from botmemory.records import (
     Episode,
     Fact,
-    Forgotten,
-    Named,
     Observation,
     ObservationKind,
     Pin,
-    Profile,
     Quarantine,
 )
 from botmemory.schema import (
     ACTIVE_FACTS_INDEX,
-    BY_ITEM_ID_INDEX,
-    BY_USER_INDEX,
     PENDING_INDEX,
     SWEEP_INDEX,
 )
 from botmemory.snowflake import snowflake_ms
-from botmemory.text import normalized
 
 if TYPE_CHECKING:
-    from types_boto3_dynamodb import DynamoDBClient
-    from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+    pass
+
+from botmemory.repository_people import PeopleRepository
+from botmemory.table import error_code
 
 log = logging.getLogger(__name__)
 
-# DynamoDB takes at most this many keys in one BatchWriteItem and one BatchGetItem.
-BATCH_WRITE_LIMIT = 25
-BATCH_GET_LIMIT = 100
 
-
-@dataclass(frozen=True)
-class ItemRef:
-    """Where an item is, as an index lists it. Callers read only what its key tells (what
-    kind of item it is, the channel of a channel's item); the key itself stays here."""
-
-    pk: str
-    sk: str
-
-    @property
-    def kind(self) -> keys.ItemKind:
-        return keys.kind_of(self.sk)
-
-    @property
-    def channel_id(self) -> str | None:
-        return keys.channel_id_of(self.pk)
-
-    @property
-    def item_id(self) -> str:
-        """The short id at the end of a fact's or pin's key (what command answers quote)."""
-        return self.sk.rsplit("#", 1)[-1]
-
-
-@dataclass(frozen=True)
-class ReplayRecord:
-    """A command's stored answer, kept by Powertools Idempotency against replays."""
-
-    ref: ItemRef
-    data: str
-
-
-class MemoryRepository:
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
-        self._client = client
-        self.table_name = table_name
-
-    @property
-    def client(self) -> DynamoDBClient:
-        """The DynamoDB client, for Powertools utilities that share the table."""
-        return self._client
-
+class MemoryRepository(PeopleRepository):
     # Observations -----------------------------------------------------------------
 
     def put_observation(self, observation: Observation) -> bool:
@@ -126,7 +75,7 @@ class MemoryRepository:
                 ConditionExpression="attribute_not_exists(pk)",
             )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
         return True
@@ -202,7 +151,7 @@ class MemoryRepository:
                     ConditionExpression="attribute_not_exists(pk)",  # a delete of its own stays
                 )
             except ClientError as exc:
-                if _code(exc) != "ConditionalCheckFailedException":
+                if error_code(exc) != "ConditionalCheckFailedException":
                     raise
 
     def retire_evidence(self, fact: Fact, provenance: list[str]) -> None:
@@ -266,7 +215,7 @@ class MemoryRepository:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 held = cast("dict[str, Any]", exc.response).get("Item") or {}
                 attempts = attempts_of(from_item(held))
                 retry_at = attempts.retry_at_ms if attempts else None
@@ -289,7 +238,7 @@ class MemoryRepository:
                 },
             )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
         return True
@@ -319,7 +268,7 @@ class MemoryRepository:
                 ExpressionAttributeValues=values,
             )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
         return True
@@ -335,7 +284,7 @@ class MemoryRepository:
                 ExpressionAttributeValues={":since": {"N": str(since_ms)}},
             )
         except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
 
     def mark_pending_since(self, channel_id: str, since_ms: int) -> None:
@@ -502,6 +451,18 @@ class MemoryRepository:
         )
         return [Quarantine.model_validate(from_item(i)) for i in response["Items"]]
 
+    def scope_pins(self, scope: str, limit: int) -> list[Pin]:
+        response = self._client.query(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={
+                ":pk": {"S": keys.scope_pk(scope)},
+                ":prefix": {"S": keys.PIN_PREFIX},
+            },
+            Limit=limit,
+        )
+        return [Pin.model_validate(from_item(i)) for i in response["Items"]]
+
     # Consolidation commit ------------------------------------------------------------
 
     def commit_consolidation(self, commit: ConsolidationCommit) -> None:
@@ -513,7 +474,7 @@ class MemoryRepository:
         try:
             self._transact(commit.actions(self.table_name))
         except ClientError as exc:
-            if _code(exc) != "TransactionCanceledException":
+            if error_code(exc) != "TransactionCanceledException":
                 raise
             reasons = [
                 r.get("Code", "")
@@ -521,210 +482,6 @@ class MemoryRepository:
                 if r.get("Code") not in (None, "", "None")
             ]
             raise CommitRejected(reasons) from exc
-
-    # Erasure wins every race: what consolidation reads and writes for it -------------
-
-    def marks(
-        self, opt_out_hashes: Iterable[str], erased_hashes: Iterable[str], now_ms: int
-    ) -> tuple[set[str], set[str]]:
-        """Of these person hashes, the ones with an OPTOUT item and the ones with a live ERASED
-        marker, read strongly consistent (one BatchGetItem per 100 keys)."""
-        wanted = [key(keys.OPT_OUT_PK, h) for h in dict.fromkeys(opt_out_hashes)]
-        wanted += [key(keys.ERASED_PK, h) for h in dict.fromkeys(erased_hashes)]
-        opted: set[str] = set()
-        erased: set[str] = set()
-        for item in self._items_at(wanted, "pk, sk, expires_at"):
-            plain = from_item(item)
-            if plain["pk"] == keys.OPT_OUT_PK:
-                opted.add(plain["sk"])
-            elif ttl_alive(plain.get("expires_at"), now_ms):
-                erased.add(plain["sk"])
-        return opted, erased
-
-    def forgotten_times(
-        self, facts: Iterable[tuple[str, str, str]]
-    ) -> dict[tuple[str, str, str], int]:
-        """Of these (scope, user id, fact id), the ones forgotten, and when; strongly
-        consistent, one BatchGetItem per 100."""
-        wanted = [key(keys.user_pk(s, u), keys.forgotten_sk(f)) for s, u, f in dict.fromkeys(facts)]
-        found: dict[tuple[str, str, str], int] = {}
-        for item in self._items_at(
-            wanted, "#scope, user_id, fact_id, forgotten_ms", {"#scope": "scope"}
-        ):
-            plain = from_item(item)
-            found[(plain["scope"], plain["user_id"], plain["fact_id"])] = int(plain["forgotten_ms"])
-        return found
-
-    def forget_facts(self, facts: Sequence[Fact], now_ms: int, expires_at: int) -> int:
-        """Delete these facts and leave a tombstone for each, so that consolidation never
-        brings one back from words said before now: both in one transaction (up to 50 facts
-        per transaction). Returns how many facts were deleted."""
-        unique = list({(f.scope, f.user_id, f.fact_id): f for f in facts}.values())
-        per_transaction = MAX_TRANSACTION_ACTIONS // 2
-        for start in range(0, len(unique), per_transaction):
-            actions: list[dict[str, Any]] = []
-            for fact in unique[start : start + per_transaction]:
-                tombstone = Forgotten(
-                    scope=fact.scope,
-                    user_id=fact.user_id,
-                    fact_id=fact.fact_id,
-                    forgotten_ms=now_ms,
-                    expires_at=expires_at,
-                )
-                actions.append({"Delete": {"TableName": self.table_name, "Key": fact_key(fact)}})
-                actions.append(
-                    {
-                        "Put": {
-                            "TableName": self.table_name,
-                            "Item": to_item(forgotten_values(tombstone)),
-                        }
-                    }
-                )
-            self._transact(actions)
-        return len(unique)
-
-    def name_registry(self, scope: str, limit: int) -> dict[str, list[str]]:
-        """The scope's name registry, at most `limit` names: normalized name -> the members
-        seen using it. Eventually consistent, projected, page by page."""
-        request: dict[str, Any] = {
-            "TableName": self.table_name,
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
-            "ExpressionAttributeValues": {
-                ":pk": {"S": keys.scope_pk(scope)},
-                ":prefix": {"S": keys.NAME_PREFIX},
-            },
-            "ProjectionExpression": "sk, user_ids",
-        }
-        registry: dict[str, list[str]] = {}
-        for item in self._query_all(request):
-            plain = from_item(item)
-            registry[str(plain["sk"]).removeprefix(keys.NAME_PREFIX)] = list(
-                plain.get("user_ids", [])
-            )
-            if len(registry) >= limit:
-                break
-        return registry
-
-    def put_named(self, pointers: Iterable[Named]) -> int:
-        """Named pointers that did not fit a consolidation's transaction (idempotent)."""
-        items = [to_item(named_values(n)) for n in pointers]
-        for start in range(0, len(items), BATCH_WRITE_LIMIT):
-            request: dict[str, Any] = {
-                self.table_name: [
-                    {"PutRequest": {"Item": i}} for i in items[start : start + BATCH_WRITE_LIMIT]
-                ]
-            }
-            while request:
-                response = self._client.batch_write_item(RequestItems=request)
-                request = response.get("UnprocessedItems") or {}
-        return len(items)
-
-    # Helpers ------------------------------------------------------------------------
-
-    def _items_at(
-        self,
-        wanted: list[dict[str, Any]],
-        projection: str,
-        names: dict[str, str] | None = None,
-    ) -> list[dict[str, Any]]:
-        """The items at these keys that exist, read strongly consistent."""
-        found: list[dict[str, Any]] = []
-        for start in range(0, len(wanted), BATCH_GET_LIMIT):
-            batch: dict[str, Any] = {
-                "Keys": wanted[start : start + BATCH_GET_LIMIT],
-                "ConsistentRead": True,
-                "ProjectionExpression": projection,
-            }
-            if names:
-                batch["ExpressionAttributeNames"] = names
-            request: dict[str, Any] = {self.table_name: batch}
-            while request:
-                response = self._client.batch_get_item(RequestItems=request)
-                found += response["Responses"].get(self.table_name, [])
-                request = response.get("UnprocessedKeys") or {}
-        return found
-
-    def _get(self, ref: ItemRef) -> dict[str, Any] | None:
-        response = self._client.get_item(
-            TableName=self.table_name, Key=key(ref.pk, ref.sk), ConsistentRead=True
-        )
-        return from_item(response["Item"]) if "Item" in response else None
-
-    def _item_by_id(self, item_id: str, kind: keys.ItemKind) -> dict[str, Any] | None:
-        """A fact or pin by the short id staff type, when it is of that kind."""
-        response = self._client.query(
-            TableName=self.table_name,
-            IndexName=BY_ITEM_ID_INDEX,
-            KeyConditionExpression="item_id = :id",
-            ExpressionAttributeValues={":id": {"S": item_id}},
-            Limit=1,
-        )
-        if not response["Items"]:
-            return None
-        found = ItemRef(response["Items"][0]["pk"]["S"], response["Items"][0]["sk"]["S"])
-        return self._get(found) if found.kind == kind else None
-
-    def _items_under(self, pk: str, prefix: str = "") -> Iterator[dict[str, Any]]:
-        """Every item of a partition (whose sort key starts with `prefix`), page by page."""
-        request: dict[str, Any] = {
-            "TableName": self.table_name,
-            "KeyConditionExpression": "pk = :pk",
-            "ExpressionAttributeValues": {":pk": {"S": pk}},
-        }
-        if prefix:  # an empty string is not a valid key condition value
-            request["KeyConditionExpression"] += " AND begins_with(sk, :prefix)"
-            request["ExpressionAttributeValues"][":prefix"] = {"S": prefix}
-        for item in self._query_all(request):
-            yield from_item(item)
-
-    def _query_all(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        """Every item a query matches, following its pages."""
-        while True:
-            response = self._client.query(**request)
-            yield from response["Items"]
-            if "LastEvaluatedKey" not in response:
-                return
-            request = {**request, "ExclusiveStartKey": response["LastEvaluatedKey"]}
-
-    def _transact(self, actions: list[dict[str, Any]]) -> None:
-        # Actions are built as plain dicts; the stubs' TypedDicts describe the same shape.
-        self._client.transact_write_items(
-            TransactItems=cast("list[TransactWriteItemTypeDef]", actions)
-        )
-
-    def _channel_items_at(
-        self, channel_id: str, sks: Iterable[str], projection: str | None = None
-    ) -> dict[str, dict[str, Any]]:
-        """The channel's items with these sort keys that exist, by sort key, read strongly
-        consistent."""
-        wanted = list(dict.fromkeys(sks))
-        found: dict[str, dict[str, Any]] = {}
-        pk = keys.channel_pk(channel_id)
-        for start in range(0, len(wanted), BATCH_GET_LIMIT):
-            batch: dict[str, Any] = {
-                "Keys": [key(pk, sk) for sk in wanted[start : start + BATCH_GET_LIMIT]],
-                "ConsistentRead": True,
-            }
-            if projection:
-                batch["ProjectionExpression"] = projection
-            request: dict[str, Any] = {self.table_name: batch}
-            while request:
-                response = self._client.batch_get_item(RequestItems=request)
-                for item in response["Responses"].get(self.table_name, []):
-                    found[item["sk"]["S"]] = item
-                request = response.get("UnprocessedKeys") or {}
-        return found
-
-    def _delete_keys(self, keys_: list[dict[str, Any]]) -> int:
-        for start in range(0, len(keys_), BATCH_WRITE_LIMIT):
-            batch = keys_[start : start + BATCH_WRITE_LIMIT]
-            request: dict[str, Any] = {
-                self.table_name: [{"DeleteRequest": {"Key": k}} for k in batch]
-            }
-            while request:
-                response = self._client.batch_write_item(RequestItems=request)
-                request = response.get("UnprocessedItems") or {}
-        return len(keys_)
 
     # Legacy memory (migration) ------------------------------------------------------
     # The earlier bot's one memory string per channel lives on as the STATE item's
@@ -799,225 +556,6 @@ class MemoryRepository:
         if stale[room:]:  # only after a pathological pile-up of legacy episodes
             self._delete_keys(stale[room:])
 
-    # People: opt-outs, lookups and erasure ------------------------------------------
-    # Opt-outs are kept as hashes of user ids under one partition: ingest checks them
-    # from a cached list, and an erased person who stays opted out leaves no id behind.
-
-    def add_opt_out(self, user_hash: str, now_ms: int) -> None:
-        self._client.put_item(
-            TableName=self.table_name,
-            Item=to_item({"pk": keys.OPT_OUT_PK, "sk": user_hash, "since_ms": now_ms}),
-        )
-
-    def remove_opt_out(self, user_hash: str) -> None:
-        self._client.delete_item(
-            TableName=self.table_name,
-            Key=key(keys.OPT_OUT_PK, user_hash),
-        )
-
-    def opted_out_hashes(self) -> set[str]:
-        request: dict[str, Any] = {
-            "TableName": self.table_name,
-            "KeyConditionExpression": "pk = :pk",
-            "ExpressionAttributeValues": {":pk": {"S": keys.OPT_OUT_PK}},
-            "ProjectionExpression": "sk",
-        }
-        return {item["sk"]["S"] for item in self._query_all(request)}
-
-    def items_of_user(self, user_id: str) -> list[ItemRef]:
-        """Every item that holds this person's id (the by_user index)."""
-        request: dict[str, Any] = {
-            "TableName": self.table_name,
-            "IndexName": BY_USER_INDEX,
-            "KeyConditionExpression": "user_id = :user",
-            "ExpressionAttributeValues": {":user": {"S": user_id}},
-        }
-        return [ItemRef(i["pk"]["S"], i["sk"]["S"]) for i in self._query_all(request)]
-
-    def profile_at(self, ref: ItemRef) -> Profile | None:
-        item = self._get(ref)
-        return Profile.model_validate(item) if item else None
-
-    def observation_at(self, ref: ItemRef) -> Observation | None:
-        item = self._get(ref)
-        return Observation.model_validate(item) if item else None
-
-    def fact_at(self, ref: ItemRef) -> Fact | None:
-        item = self._get(ref)
-        return Fact.model_validate(item) if item else None
-
-    def delete_items(self, refs: Iterable[ItemRef]) -> int:
-        return self._delete_keys([key(r.pk, r.sk) for r in refs])
-
-    def replay_records(self) -> Iterator[ReplayRecord]:
-        """Every stored command answer (Powertools Idempotency's records), page by page."""
-        for item in self._items_under(keys.IDEMPOTENCY_PK):
-            yield ReplayRecord(
-                ItemRef(keys.IDEMPOTENCY_PK, str(item["sk"])), str(item.get("data", ""))
-            )
-
-    def channel_episodes(self, channel_id: str) -> Iterator[Episode]:
-        """Every episode of a channel, oldest first, page by page."""
-        for item in self._items_under(keys.channel_pk(channel_id), keys.EPISODE_PREFIX):
-            yield Episode.model_validate(item)
-
-    def delete_episodes(self, episodes: Iterable[Episode]) -> int:
-        return self._delete_keys([episode_key(e) for e in episodes])
-
-    def channel_observations(self, channel_id: str) -> Iterator[Observation]:
-        """Every stored observation of a channel, oldest first, page by page."""
-        for item in self._items_under(keys.channel_pk(channel_id), keys.OBS_PREFIX):
-            yield Observation.model_validate(item)
-
-    def scope_pins(self, scope: str, limit: int) -> list[Pin]:
-        response = self._client.query(
-            TableName=self.table_name,
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
-            ExpressionAttributeValues={
-                ":pk": {"S": keys.scope_pk(scope)},
-                ":prefix": {"S": keys.PIN_PREFIX},
-            },
-            Limit=limit,
-        )
-        return [Pin.model_validate(from_item(i)) for i in response["Items"]]
-
-    # Erasure: paged listings, pointers, the name registry, the in-progress marker --------
-
-    def mark_erasing(self, user_hash: str, now_ms: int, expires_at: int) -> None:
-        """Write or refresh the marker that makes consolidation refuse to commit anything of
-        this person while an erasure runs (keys.ERASED_PK, TTL `expires_at`)."""
-        self._client.update_item(
-            TableName=self.table_name,
-            Key=key(keys.ERASED_PK, user_hash),
-            UpdateExpression="SET since_ms = if_not_exists(since_ms, :now), expires_at = :exp",
-            ExpressionAttributeValues={
-                ":now": {"N": str(now_ms)},
-                ":exp": {"N": str(expires_at)},
-            },
-        )
-
-    def user_items_page(
-        self,
-        user_id: str,
-        limit: int,
-        start: dict[str, Any] | None = None,
-        kind: keys.ItemKind | None = None,
-    ) -> tuple[list[ItemRef], dict[str, Any] | None]:
-        """One page of the items that hold this person's id (the by_user index), and where
-        the next page starts (None after the last). The start is plain JSON: a caller may
-        keep it in a checkpoint."""
-        request: dict[str, Any] = {
-            "TableName": self.table_name,
-            "IndexName": BY_USER_INDEX,
-            "KeyConditionExpression": "user_id = :user",
-            "ExpressionAttributeValues": {":user": {"S": user_id}},
-            "Limit": limit,
-        }
-        if kind is not None:  # only items of one kind: their sort keys share a prefix
-            request["KeyConditionExpression"] += " AND begins_with(sk, :prefix)"
-            request["ExpressionAttributeValues"][":prefix"] = {"S": _USER_KIND_PREFIX[kind]}
-        if start:
-            request["ExclusiveStartKey"] = start
-        response = self._client.query(**request)
-        refs = [ItemRef(i["pk"]["S"], i["sk"]["S"]) for i in response["Items"]]
-        return refs, cast("dict[str, Any] | None", response.get("LastEvaluatedKey"))
-
-    def observation_heads(self, refs: Iterable[ItemRef]) -> list[dict[str, Any]]:
-        """Channel, scope and author name of these observations (plain values), batched."""
-        wanted = list(dict.fromkeys(refs))
-        found: list[dict[str, Any]] = []
-        for start in range(0, len(wanted), BATCH_GET_LIMIT):
-            batch: dict[str, Any] = {
-                "Keys": [key(r.pk, r.sk) for r in wanted[start : start + BATCH_GET_LIMIT]],
-                "ProjectionExpression": "channel_id, #scope, author_name",
-                "ExpressionAttributeNames": {"#scope": "scope"},
-            }
-            request: dict[str, Any] = {self.table_name: batch}
-            while request:
-                response = self._client.batch_get_item(RequestItems=request)
-                found += [from_item(i) for i in response["Responses"].get(self.table_name, [])]
-                request = response.get("UnprocessedKeys") or {}
-        return found
-
-    def delete_if_present(self, ref: ItemRef) -> bool:
-        """Delete one item; whether it was there."""
-        response = self._client.delete_item(
-            TableName=self.table_name, Key=key(ref.pk, ref.sk), ReturnValues="ALL_OLD"
-        )
-        return "Attributes" in response
-
-    def named_at(self, ref: ItemRef) -> Named | None:
-        item = self._get(ref)
-        return Named.model_validate(item) if item else None
-
-    def target_of(self, named: Named) -> ItemRef:
-        """The channel item a Named pointer points at."""
-        return ItemRef(keys.channel_pk(named.channel_id), named.target_sk)
-
-    def users_with_name(self, scope: str, name: str) -> list[str]:
-        """Every member of the scope seen using this display name (the name registry)."""
-        response = self._client.get_item(
-            TableName=self.table_name,
-            Key=key(keys.scope_pk(scope), keys.name_sk(normalized(name))),
-            ProjectionExpression="user_ids",
-        )
-        return list(from_item(response.get("Item", {})).get("user_ids", []))
-
-    def drop_from_name(self, scope: str, name: str, user_id: str) -> None:
-        """Take a person out of a name's registry entry; an entry left with nobody goes."""
-        entry = key(keys.scope_pk(scope), keys.name_sk(normalized(name)))
-        try:
-            response = self._client.update_item(
-                TableName=self.table_name,
-                Key=entry,
-                UpdateExpression="DELETE user_ids :user",
-                ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeValues={":user": {"SS": [user_id]}},
-                ReturnValues="ALL_NEW",
-            )
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return
-            raise
-        if "user_ids" not in response.get("Attributes", {}):
-            try:
-                self._client.delete_item(
-                    TableName=self.table_name,
-                    Key=entry,
-                    ConditionExpression="attribute_not_exists(user_ids)",
-                )
-            except ClientError as exc:
-                if _code(exc) != "ConditionalCheckFailedException":
-                    raise
-
-    def redact_observation(self, observation: Observation, content: str) -> None:
-        """Replace a stored observation's text (erasure takes a name out of it)."""
-        self._client.update_item(
-            TableName=self.table_name,
-            Key=observation_key(observation.channel_id, observation.sk),
-            UpdateExpression="SET content = :content",
-            ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeValues={":content": {"S": content}},
-        )
-
-
-# The person's items of one kind, as the by_user index lists them (sort key prefixes).
-_USER_KIND_PREFIX = {
-    keys.ItemKind.PROFILE: keys.PROFILE_SK,
-    keys.ItemKind.OBSERVATION: keys.OBS_PREFIX,
-    keys.ItemKind.FACT: keys.FACT_PREFIX,
-    keys.ItemKind.NAMED: keys.NAMED_PREFIX,
-}
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
 
 def _delete_sk(message_id: str) -> str:
     return keys.observation_sk(snowflake_ms(message_id), ObservationKind.DELETE, message_id)
-
-
-def ttl_alive(expires_at: int | None, now_ms: int) -> bool:
-    """DynamoDB deletes expired items lazily (moto never does): filter them on read."""
-    return expires_at is None or expires_at > epoch_seconds(now_ms)

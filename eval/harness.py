@@ -1,0 +1,342 @@
+"""One LoCoMo conversation through the real path, then every question through recall.
+
+Everything runs in this process: moto's DynamoDB (`mock_aws`, with `localrun.fastmoto`'s one
+backup per transaction), the services `botmemory.runtime.build_services` wires, the offline
+`rules` model, and a ManualClock moved along the conversation's own session dates:
+
+- each gateway event is recorded a second after its snowflake's time; the events that fall
+  within the stream's batching window (10 s in template.yaml) are one stream batch, and each
+  batch is followed by `consolidate(channel)`, as ConsolidateFunction does per stream batch;
+- the sweep (`rate(5 minutes)` in template.yaml) runs at every five-minute tick of the clock
+  while anything could be due, so a session's tail is consolidated when the channel has been
+  quiet for `MEMORY_IDLE_FLUSH_MINUTES`, as deployed; ticks in a quiet gap stop once a sweep
+  found nothing to do and nothing is pending (later ticks would find nothing either);
+- the questions are asked when the conversation is over and the sweep has taken everything,
+  with retention and TTL filtering read at that time.
+
+Then every question of categories 1 to 4 goes to recall, with both speakers as participants,
+once per block size, and the turns each block shows are compared with the question's evidence;
+the two baselines pack raw turns into the same sizes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from botmemory.clock import ManualClock
+from botmemory.config import Settings
+from botmemory.consolidate import Outcome, Status
+from botmemory.memory_model.rules import RulesModel
+from botmemory.recall import BLOCK_FOOTER, BLOCK_HEADER, Recaller, RecallRequest
+from botmemory.records import Fact, scope_of
+from botmemory.runtime import MemoryServices, build_services
+from botmemory.schema import create_table
+from botmemory.snowflake import snowflake_ms
+from eval.baselines import RawTurns
+from eval.dataset import Conversation, Question, load_conversation
+from eval.evidence import EvidenceIndex
+
+TABLE = "LocomoEval"
+STREAM_WINDOW_MS = 10_000  # ConsolidateFunction's MaximumBatchingWindowInSeconds
+STREAM_BATCH = 100  # and its BatchSize
+SWEEP_EVERY_MS = 5 * 60_000  # SweepFunction's rate(5 minutes)
+DELIVERY_MS = 1_000  # from a message's snowflake time to its observation in the table
+DRAIN_TICKS = 12 * 24  # after the last turn, at most a day of sweeps to take what is pending
+# Block sizes: today's settings, then total block sizes in characters.
+DEFAULT = "today"
+BLOCK_SIZES = (2_000, 4_000, 8_000)
+# Section budgets at a given total size: what is left after the block's own lines, split
+# between facts and episodes as today's defaults split them (1,600 : 1,200). LoCoMo has no
+# pins, so a pin budget would be characters no block could use; it gets none.
+FACT_SHARE = 1_600 / (1_600 + 1_200)
+# The settings' own maxima of MEMORY_RECALL_FACTS_PER_PERSON and MEMORY_RECALL_EPISODES.
+MAX_FACTS_PER_PERSON = 50
+MAX_EPISODES = 20
+# "\n\n".join([header, pins, facts, episodes, footer]), with room for all three sections.
+BLOCK_OVERHEAD = len(BLOCK_HEADER) + len(BLOCK_FOOTER) + 4 * len("\n\n")
+
+
+def label(chars: int | None) -> str:
+    return DEFAULT if chars is None else f"{chars:,}"
+
+
+def sized_settings(base: Settings, total_chars: int | None) -> Settings:
+    """Recall settings whose whole block is at most `total_chars` characters.
+
+    The character budgets are the only limits: the caps on facts per person and on episodes
+    go to their maximum, so a bigger budget is filled by whatever memory holds (the channel
+    still keeps at most `MEMORY_EPISODES_PER_CHANNEL` episodes, as deployed).
+    """
+    if total_chars is None:
+        return base
+    room = total_chars - BLOCK_OVERHEAD
+    facts = int(room * FACT_SHARE)
+    values = base.model_dump() | {
+        "recall_pin_chars": 0,
+        "recall_fact_chars": facts,
+        "recall_episode_chars": room - facts,
+        "recall_facts_per_person": MAX_FACTS_PER_PERSON,
+        "recall_episodes": MAX_EPISODES,
+    }
+    return Settings.model_validate(values)
+
+
+@dataclass
+class ReplayStats:
+    turns: int = 0
+    stored: int = 0
+    stream_batches: int = 0
+    sweeps: int = 0
+    rounds: int = 0  # consolidation rounds that committed (one model call each)
+    facts: int = 0  # facts of the two speakers at question time (any status)
+    episodes: int = 0  # episodes the channel holds at question time
+    replay_s: float = 0.0
+    recall_s: float = 0.0
+
+
+@dataclass
+class QuestionOutcome:
+    conversation: str
+    number: int
+    category: int
+    system: dict[str, bool] = field(default_factory=dict)
+    loose: dict[str, bool] = field(default_factory=dict)
+    recency: dict[str, bool] = field(default_factory=dict)
+    bm25: dict[str, bool] = field(default_factory=dict)
+    block_chars: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ConversationReport:
+    sample_id: str
+    speakers: list[str]
+    unanswerable: int
+    stats: ReplayStats
+    questions: list[QuestionOutcome]
+    latencies_ms: dict[str, list[float]]
+    requests: dict[str, list[int]]
+
+
+# The local stack -----------------------------------------------------------------------
+
+
+def offline_environment() -> None:
+    """Fake credentials, a region and a person-hash key: never a real AWS account."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "MEMORY_HASH_KEY_SECRET"):
+        os.environ.pop(name, None)
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+        MEMORY_HASH_KEY="eval-person-hash-key-0123456789",
+    )
+
+
+class RequestCounter:
+    """Counts a client's DynamoDB requests (botocore's `before-call` event), across threads."""
+
+    def __init__(self, client: Any) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+        client.meta.events.register("before-call.dynamodb.*", self._before)
+
+    def _before(self, **_: Any) -> None:
+        with self._lock:
+            self._count += 1
+
+    def take(self) -> int:
+        with self._lock:
+            taken, self._count = self._count, 0
+        return taken
+
+
+@contextmanager
+def local_dynamodb() -> Iterator[Any]:
+    """A DynamoDB client on moto, in this process, with the memory table created."""
+    import boto3
+    from moto import mock_aws
+
+    from localrun.fastmoto import one_backup_per_transaction
+
+    offline_environment()
+    with mock_aws(), one_backup_per_transaction():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_table(client, TABLE)
+        yield client
+
+
+# Replay on the conversation's clock ----------------------------------------------------
+
+
+def _event_ms(event: dict[str, Any]) -> int:
+    return snowflake_ms(event["d"]["id"])
+
+
+def stream_batches(events: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    """Consecutive events within one batching window (and batch size) of the first."""
+    batch: list[dict[str, Any]] = []
+    for event in events:
+        if batch and (
+            _event_ms(event) - _event_ms(batch[0]) > STREAM_WINDOW_MS or len(batch) >= STREAM_BATCH
+        ):
+            yield batch
+            batch = []
+        batch.append(event)
+    if batch:
+        yield batch
+
+
+class Replayer:
+    """Drives ingest, the stream's consolidation and the scheduled sweep along the clock."""
+
+    def __init__(self, services: MemoryServices, clock: ManualClock, channel_id: str) -> None:
+        self._services = services
+        self._clock = clock
+        self._channel = channel_id
+        self.stats = ReplayStats()
+
+    def replay(self, events: list[dict[str, Any]]) -> ReplayStats:
+        started = time.perf_counter()
+        last_ms: int | None = None
+        for batch in stream_batches(events):
+            if last_ms is not None:
+                self._sweeps(last_ms, _event_ms(batch[0]))
+            last_ms = _event_ms(batch[-1])
+            self._clock.set(last_ms + DELIVERY_MS)
+            self.stats.stored += self._services.recorder.record(batch).stored
+            self.stats.stream_batches += 1
+            self._count(self._services.consolidator.consolidate(self._channel))
+        if last_ms is not None:
+            self._sweeps(last_ms, last_ms + DRAIN_TICKS * SWEEP_EVERY_MS)
+        self.stats.turns = len(events)
+        self.stats.replay_s = time.perf_counter() - started
+        return self.stats
+
+    def _sweeps(self, after_ms: int, before_ms: int) -> None:
+        """The sweep at each schedule tick in (after, before), while one could do anything."""
+        tick = (after_ms + DELIVERY_MS) // SWEEP_EVERY_MS * SWEEP_EVERY_MS + SWEEP_EVERY_MS
+        while tick < before_ms:
+            self._clock.set(tick)
+            outcomes = self._services.consolidator.sweep()
+            self.stats.sweeps += 1
+            self._count(outcomes)
+            if not outcomes and not self._services.repository.count_pending(self._channel, 1):
+                return
+            tick += SWEEP_EVERY_MS
+
+    def _count(self, outcomes: list[Outcome]) -> None:
+        self.stats.rounds += sum(1 for o in outcomes if o.status == Status.CONSOLIDATED)
+
+
+# Questions through recall --------------------------------------------------------------
+
+
+def recall_request(conversation: Conversation, question: str) -> RecallRequest:
+    """The question as the message being answered; both speakers in the conversation.
+
+    Today's recall has no query; once RecallRequest has a `query` field the question goes in
+    it, and nothing else here changes.
+    """
+    speakers = list(conversation.speakers.values())
+    payload: dict[str, Any] = {
+        "guild_id": conversation.replay.guild_id,
+        "channel_id": conversation.replay.channel_id,
+        "user_id": speakers[0],
+        "participants": speakers,
+    }
+    if "query" in RecallRequest.model_fields:
+        payload["query"] = question
+    return RecallRequest.model_validate(payload)
+
+
+class Measurer:
+    """Asks every question at every block size, and packs the baselines to match."""
+
+    def __init__(
+        self,
+        services: MemoryServices,
+        conversation: Conversation,
+        counter: RequestCounter,
+        sizes: tuple[int | None, ...],
+    ) -> None:
+        self._conversation = conversation
+        self._counter = counter
+        self._recallers = {
+            label(chars): Recaller(
+                services.repository, sized_settings(services.settings, chars), services.clock
+            )
+            for chars in sizes
+        }
+        self._budgets = {label(chars): chars for chars in sizes}
+        scope = scope_of(conversation.replay.guild_id)
+        facts: list[Fact] = []
+        for user_id in conversation.speakers.values():
+            facts += services.repository.all_facts(scope, user_id)
+        self.facts = len(facts)
+        self._evidence = EvidenceIndex(conversation.turns, facts)
+        self._raw = RawTurns(conversation.turns)
+        self._recency: dict[int, frozenset[str]] = {}
+        self.latencies_ms: dict[str, list[float]] = {name: [] for name in self._recallers}
+        self.requests: dict[str, list[int]] = {name: [] for name in self._recallers}
+
+    def ask(self, question: Question) -> QuestionOutcome:
+        outcome = QuestionOutcome(self._conversation.sample_id, question.number, question.category)
+        evidence = set(question.evidence)
+        ranking = self._raw.ranking(question.text)
+        request = recall_request(self._conversation, question.text)
+        for name, recaller in self._recallers.items():
+            self._counter.take()
+            started = time.perf_counter()
+            result = recaller.recall(request)
+            self.latencies_ms[name].append((time.perf_counter() - started) * 1000)
+            self.requests[name].append(self._counter.take())
+            shown = self._evidence.shown(result)
+            # Today's settings have no total size: the baselines get this block's length.
+            budget = self._budgets[name] or len(result.memory)
+            if budget not in self._recency:
+                self._recency[budget] = self._raw.recency(budget)
+            outcome.system[name] = bool(evidence & shown.strict)
+            outcome.loose[name] = bool(evidence & shown.loose)
+            outcome.recency[name] = bool(evidence & self._recency[budget])
+            outcome.bm25[name] = bool(evidence & self._raw.pack(ranking, budget))
+            outcome.block_chars[name] = len(result.memory)
+        return outcome
+
+
+def run_conversation(
+    path: Path, limit: int | None = None, sizes: tuple[int | None, ...] = (None, *BLOCK_SIZES)
+) -> ConversationReport:
+    """Replay one conversation on a fresh local table and ask it all its questions."""
+    conversation = load_conversation(path, limit)
+    with local_dynamodb() as client:
+        counter = RequestCounter(client)
+        events = conversation.replay.events
+        clock = ManualClock(_event_ms(events[0]))
+        settings = Settings(table_name=TABLE, memory_model="rules")
+        services = build_services(settings, dynamodb=client, clock=clock, model=RulesModel())
+        stats = Replayer(services, clock, conversation.replay.channel_id).replay(events)
+        clock.set(clock.now_ms() + SWEEP_EVERY_MS)
+        started = time.perf_counter()
+        measurer = Measurer(services, conversation, counter, sizes)
+        stats.facts = measurer.facts
+        stats.episodes = len(
+            services.repository.recent_episodes(conversation.replay.channel_id, 100)
+        )
+        outcomes = [measurer.ask(q) for q in conversation.questions]
+        stats.recall_s = time.perf_counter() - started
+    return ConversationReport(
+        sample_id=conversation.sample_id,
+        speakers=list(conversation.speakers),
+        unanswerable=conversation.unanswerable,
+        stats=stats,
+        questions=outcomes,
+        latencies_ms=measurer.latencies_ms,
+        requests=measurer.requests,
+    )
