@@ -63,7 +63,7 @@ from moto.core.botocore_stubber import BotocoreStubber  # noqa: E402
 from botmemory import keys  # noqa: E402
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds  # noqa: E402
 from botmemory.config import Settings  # noqa: E402
-from botmemory.consolidate import Outcome, Status  # noqa: E402
+from botmemory.consolidation_outcome import Outcome, Status  # noqa: E402
 from botmemory.items import fact_values, observation_values  # noqa: E402
 from botmemory.keys import episode_sk, observation_sk  # noqa: E402
 from botmemory.memory_model.contract import (  # noqa: E402

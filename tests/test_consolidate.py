@@ -11,7 +11,7 @@ import pytest
 
 from botmemory.clock import DAY_MS, ManualClock
 from botmemory.config import Settings
-from botmemory.consolidate import Status
+from botmemory.consolidation_outcome import Status
 from botmemory.memory_model.contract import (
     ConsolidationAnswer,
     MemoryModelError,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from botmemory.clock import ManualClock
-from botmemory.consolidate import Status
+from botmemory.consolidation_outcome import Status
 from botmemory.memory_model.contract import ModelInput
 from botmemory.runtime import MemoryServices
 from tests import gateway as gw

@@ -20,7 +20,7 @@ import pytest
 from botmemory import keys
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
 from botmemory.config import Settings
-from botmemory.consolidate import Outcome, Status
+from botmemory.consolidation_outcome import Outcome, Status
 from botmemory.erasure import Eraser
 from botmemory.memory_model.contract import (
     ConsolidationAnswer,

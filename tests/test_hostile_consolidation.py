@@ -16,7 +16,8 @@ import pytest
 
 from botmemory.clock import DAY_MS, ManualClock
 from botmemory.config import Settings
-from botmemory.consolidate import ROUND_RESERVE_MS, Outcome, Status, outcome_metrics
+from botmemory.consolidate import ROUND_RESERVE_MS
+from botmemory.consolidation_outcome import Outcome, Status, outcome_metrics
 from botmemory.erasure import Eraser
 from botmemory.items import quarantine_values
 from botmemory.keys import observation_sk

@@ -276,7 +276,7 @@ def test_consolidating_functions_time_out_before_the_lock_lease(
 def test_quarantined_batches_raise_an_alarm(
     template: dict[str, Any], resources: dict[str, Any]
 ) -> None:
-    from botmemory.consolidate import Outcome, Status, outcome_metrics
+    from botmemory.consolidation_outcome import Outcome, Status, outcome_metrics
 
     emitted = dict(outcome_metrics([Outcome("c", Status.QUARANTINED, consumed=1)]))
     alarm = resources["BatchesQuarantinedAlarm"]

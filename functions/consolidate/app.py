@@ -21,7 +21,7 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from botmemory.consolidate import Outcome, outcome_metrics
+from botmemory.consolidation_outcome import Outcome, outcome_metrics
 from botmemory.keys import channel_id_of
 from botmemory.runtime import services_from_environment
 

@@ -9,7 +9,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from botmemory.consolidate import outcome_metrics
+from botmemory.consolidation_outcome import outcome_metrics
 from botmemory.runtime import services_from_environment
 
 logger = Logger()

@@ -16,7 +16,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from botmemory import keys
 from botmemory.attempts import MINUTE_MS, Attempts, RetryPolicy
@@ -30,6 +29,7 @@ from botmemory.consolidation_commit import (
     NameSeen,
     newest_evidence_ms,
 )
+from botmemory.consolidation_outcome import DiscardedFact, Outcome, Status
 from botmemory.keys import episode_sk
 from botmemory.memory_model.contract import (
     MAX_FACTS,
@@ -84,44 +84,6 @@ MAX_REGISTRY_NAMES = 2000
 # anyone beyond are written after the commit, for those not barred by then. A message naming
 # fifty people cannot crowd a batch out of its transaction.
 NAMED_GUARDS = 8
-
-
-class Status(StrEnum):
-    OFF = "memory_off"
-    NOTHING_PENDING = "nothing_pending"
-    BELOW_THRESHOLD = "below_threshold"
-    BUSY = "busy"  # another run holds the lock
-    CONSOLIDATED = "consolidated"
-    MODEL_FAILED = "model_failed"
-    REJECTED = "commit_rejected"  # lock lost or inputs consumed meanwhile
-    QUARANTINED = "quarantined"  # a batch that kept failing, even alone: consumed without facts
-    DEFERRED = "deferred"  # the channel backs off after a failure: no model call before its time
-
-
-@dataclass
-class DiscardedFact:
-    user_id: str
-    text: str
-    reason: str
-
-
-@dataclass
-class Outcome:
-    channel_id: str
-    status: Status
-    consumed: int = 0
-    facts_written: int = 0
-    superseded: int = 0
-    episode_id: str | None = None
-    discarded: list[DiscardedFact] = field(default_factory=list)
-    model_calls: int = 0
-    model_input_chars: int = 0
-    purged: int = 0
-    retired: int = 0  # facts that lost their last evidence to a deleted message
-    more_pending: bool = False  # the batch was full: a backlog waits behind it
-    detail: str = ""
-    retry_at_ms: int | None = None  # after a failure, or when deferred: the channel's next try
-    splitting: bool = False  # a failing batch is being split: the next round goes on at once
 
 
 @dataclass
@@ -192,24 +154,6 @@ def _message_of(observation_sk: str) -> str | None:
     """The message whose words an observation holds (a message or its edit), from its key."""
     parts = keys.observation_parts(observation_sk)
     return keys.message_of(observation_sk) if parts and parts[1] in WORDS else None
-
-
-def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
-    """Counts worth a metric, named the same wherever consolidation runs."""
-    figures: list[tuple[str, int]] = []
-    for outcome in outcomes:
-        figures.append((f"Consolidation_{outcome.status.value}", 1))
-        figures.append(("ModelCalls", outcome.model_calls))
-        if outcome.status == Status.CONSOLIDATED:
-            figures += [
-                ("ObservationsConsumed", outcome.consumed),
-                ("FactsWritten", outcome.facts_written),
-                ("FactsSuperseded", outcome.superseded),
-                ("FactsDiscarded", len(outcome.discarded)),
-            ]
-        if outcome.status == Status.QUARANTINED:
-            figures += [("BatchesQuarantined", 1), ("ObservationsQuarantined", outcome.consumed)]
-    return figures
 
 
 def _channel_scope(observations: Iterable[Observation]) -> str:

@@ -1,0 +1,64 @@
+"""What one consolidation round came to: its status and its counts, as the handlers,
+metrics, the bench and the tests read them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    OFF = "memory_off"
+    NOTHING_PENDING = "nothing_pending"
+    BELOW_THRESHOLD = "below_threshold"
+    BUSY = "busy"  # another run holds the lock
+    CONSOLIDATED = "consolidated"
+    MODEL_FAILED = "model_failed"
+    REJECTED = "commit_rejected"  # lock lost or inputs consumed meanwhile
+    QUARANTINED = "quarantined"  # a batch that kept failing, even alone: consumed without facts
+    DEFERRED = "deferred"  # the channel backs off after a failure: no model call before its time
+
+
+@dataclass
+class DiscardedFact:
+    user_id: str
+    text: str
+    reason: str
+
+
+@dataclass
+class Outcome:
+    channel_id: str
+    status: Status
+    consumed: int = 0
+    facts_written: int = 0
+    superseded: int = 0
+    episode_id: str | None = None
+    discarded: list[DiscardedFact] = field(default_factory=list)
+    model_calls: int = 0
+    model_input_chars: int = 0
+    purged: int = 0
+    retired: int = 0  # facts that lost their last evidence to a deleted message
+    more_pending: bool = False  # the batch was full: a backlog waits behind it
+    detail: str = ""
+    retry_at_ms: int | None = None  # after a failure, or when deferred: the channel's next try
+    splitting: bool = False  # a failing batch is being split: the next round goes on at once
+
+
+def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
+    """Counts worth a metric, named the same wherever consolidation runs."""
+    figures: list[tuple[str, int]] = []
+    for outcome in outcomes:
+        figures.append((f"Consolidation_{outcome.status.value}", 1))
+        figures.append(("ModelCalls", outcome.model_calls))
+        if outcome.status == Status.CONSOLIDATED:
+            figures += [
+                ("ObservationsConsumed", outcome.consumed),
+                ("FactsWritten", outcome.facts_written),
+                ("FactsSuperseded", outcome.superseded),
+                ("FactsDiscarded", len(outcome.discarded)),
+            ]
+        if outcome.status == Status.QUARANTINED:
+            figures += [("BatchesQuarantined", 1), ("ObservationsQuarantined", outcome.consumed)]
+    return figures
