@@ -11,7 +11,7 @@ BASE_PYTHON := $(shell python3.13 -c 'import sys' >/dev/null 2>&1 && echo python
 LOCK := requirements-dev.lock
 LOCK_PYTHONS := python3.11 python3.13
 
-.PHONY: venv lock sam-venv test lint format typecheck unit bench demo register clean
+.PHONY: venv lock sam-venv test lint format typecheck unit bench eval demo register clean
 
 venv: $(VENV)/.installed
 
@@ -54,6 +54,10 @@ format: venv
 # Cost and speed figures, side by side (DynamoDB requests, model calls, sizes).
 bench: venv
 	$(PY) bench/bench.py
+
+# Memory quality: the LoCoMo evidence benchmark (`make eval ARGS=--quick` for 2 conversations).
+eval: venv
+	$(PY) -m eval.locomo $(ARGS)
 
 # The whole system locally on embedded defaults: no AWS, no Docker, no network.
 demo: venv

@@ -17,8 +17,7 @@ K1 = 1.2
 B = 0.75
 
 _WORD = re.compile(r"[a-z0-9]+")
-STOPWORDS = frozenset(
-    """
+_STOPWORD_LIST = """
     a about after again all also am an and any are as at be been before being both but by
     can could did do does doing done for from had has have having he her here hers herself
     him himself his how i if in into is it its itself just me more most my myself no nor not
@@ -26,8 +25,8 @@ STOPWORDS = frozenset(
     than that the their theirs them themselves then there these they this those through to
     too under until up very was we were what when where which while who whom why will with
     would you your yours yourself d ll m re ve don didn doesn isn wasn aren weren won
-    """.split()
-)
+"""
+STOPWORDS = frozenset(_STOPWORD_LIST.split())
 # Doubled consonants that stay doubled when a suffix comes off ("falling" -> "fall").
 _KEEP_DOUBLE = frozenset("lsz")
 

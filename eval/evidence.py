@@ -7,7 +7,8 @@ A turn counts as shown (strictly) when the block holds:
 - a fact that cites the turn's observation as evidence (`Fact.provenance`);
 - an episode that quotes the turn: its summary holds "Name: “…”" where the quoted text is
   the start of one of the episode's turns by that speaker (the `rules` model's episodes are
-  extractive: the first sentence of its longest messages).
+  extractive: the first sentence of its longest messages); a quote that starts several of
+  them is credited to one.
 
 The looser figure also counts every turn an episode was made from (its time range), quoted
 or not: the episode was built from it, but its words are not in the block.
@@ -78,15 +79,27 @@ class EvidenceIndex:
             first = bisect.bisect_left(self._times, episode.start_ms)
             last = bisect.bisect_right(self._times, episode.end_ms)
             span = range(first, last)
-            quoted = {
-                self._turns[i].dia_id
-                for name, quote in _quotes(episode.summary)
-                for i in span
-                if name.endswith(self._turns[i].speaker) and self._texts[i].startswith(quote)
-            }
+            quoted = {self._quoted(name, quote, span) for name, quote in _quotes(episode.summary)}
+            quoted.discard("")
             sources = {self._turns[i].dia_id for i in span}
             self._episodes[key] = (frozenset(quoted), frozenset(sources))
         return self._episodes[key]
+
+    def _quoted(self, name: str, quote: str, span: range) -> str:
+        """The turn a quote is from: one by that speaker, in the episode, that starts with it.
+
+        A quote that starts several of them ("Thanks!") is credited once, to the longest:
+        the one an extractive summary picks.
+        """
+        candidates = [
+            i
+            for i in span
+            if name.endswith(self._turns[i].speaker) and self._texts[i].startswith(quote)
+        ]
+        if not candidates:
+            return ""
+        best = max(candidates, key=lambda i: (len(self._texts[i]), -i))
+        return self._turns[best].dia_id
 
     def _passage_turns(self, result: RecallResult) -> frozenset[str]:
         """Passages, when the result has them: each names its observations in `provenance`."""

@@ -32,7 +32,7 @@ from typing import Any
 
 from botmemory.clock import ManualClock
 from botmemory.config import Settings
-from botmemory.consolidate import Outcome, Status
+from botmemory.consolidation_outcome import Outcome, Status
 from botmemory.memory_model.rules import RulesModel
 from botmemory.recall import BLOCK_FOOTER, BLOCK_HEADER, Recaller, RecallRequest
 from botmemory.records import Fact, scope_of
@@ -129,7 +129,12 @@ class ConversationReport:
 
 def offline_environment() -> None:
     """Fake credentials, a region and a person-hash key: never a real AWS account."""
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "MEMORY_HASH_KEY_SECRET"):
+    for name in (
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "MEMORY_HASH_KEY_SECRET",
+    ):
         os.environ.pop(name, None)
     os.environ.update(
         AWS_ACCESS_KEY_ID="testing",
