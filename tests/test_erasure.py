@@ -12,6 +12,7 @@ import pytest
 from botmemory import keys
 from botmemory.clock import DAY_MS, epoch_seconds
 from botmemory.commands import ERASE_FAILED, Commands
+from botmemory.discord_api import DiscordApiError
 from botmemory.erasure import Eraser, ErasureReport
 from botmemory.followup import finish_and_reply
 from botmemory.items import named_values, observation_values
@@ -376,3 +377,33 @@ def test_erasure_bars_consolidation_while_it_runs_and_only_briefly_after(
     )["Item"]
     settle = services.settings.lock_lease_seconds
     assert int(marker["expires_at"]["N"]) <= epoch_seconds(services.clock.now_ms()) + settle
+
+
+def test_an_erasure_that_outlived_the_interaction_token_is_still_finished(
+    fake_discord: FakeDiscordRest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Discord honours an interaction token for 15 minutes; a long erasure ends after it.
+    monkeypatch.setenv("DISCORD_API_BASE", fake_discord.url)
+    fake_discord.script(401, {"message": "Invalid Webhook Token", "code": 50027}, method="PATCH")
+    job = {"work": "erase", "interaction": {"application_id": "2", "token": "old"}}
+    finished: list[str] = []
+
+    def erase(_: dict[str, Any]) -> dict[str, Any]:
+        finished.append("done")
+        return {"content": "Done.", "components": []}
+
+    finish_and_reply(job, erase)  # no exception: no retry, nothing in the failure queue
+
+    assert finished == ["done"]
+    assert fake_discord.wait_for(lambda r: r.method == "PATCH" and "old" in r.path, timeout=5)
+
+
+def test_any_other_refusal_of_the_final_answer_is_raised_for_the_retries(
+    fake_discord: FakeDiscordRest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DISCORD_API_BASE", fake_discord.url)
+    fake_discord.script(400, {"message": "Invalid Form Body", "code": 50035}, method="PATCH")
+    job = {"work": "erase", "interaction": {"application_id": "2", "token": "tok"}}
+
+    with pytest.raises(DiscordApiError):
+        finish_and_reply(job, lambda _: {"content": "Done.", "components": []})

@@ -16,9 +16,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from botmemory.discord_api import DiscordApi, api_base_from_environment
+from botmemory.discord_api import DiscordApi, DiscordApiError, api_base_from_environment
 
 log = logging.getLogger(__name__)
+
+# How Discord refuses an interaction webhook whose 15-minute token has expired
+# (401 Invalid Webhook Token, 404 Unknown Webhook).
+EXPIRED_TOKEN_STATUSES = (401, 404)
 
 FAILED = (
     "Sorry, something went wrong before I could finish. Nothing was left half done: "
@@ -29,7 +33,6 @@ FAILED = (
 def finish_and_reply(
     job: dict[str, Any], finish: Callable[[dict[str, Any]], dict[str, Any]]
 ) -> None:
-    interaction = job["interaction"]
     api = DiscordApi(base_url=api_base_from_environment())
     try:
         edit = finish(job)  # what replaces the "thinking…" answer (commands.webhook_edit)
@@ -37,13 +40,24 @@ def finish_and_reply(
         log.exception("deferred work failed", extra={"work": job.get("work")})
         # The job may say what to tell the person (an erasure is retried, not undone).
         # Raised again so an asynchronous invoke is retried, then sent to its failure queue.
-        api.edit_original_response(
-            interaction["application_id"],
-            interaction["token"],
-            {"content": str(job.get("failed") or FAILED), "components": []},
-        )
+        _tell(api, job, {"content": str(job.get("failed") or FAILED), "components": []})
         raise
-    api.edit_original_response(interaction["application_id"], interaction["token"], edit)
+    _tell(api, job, edit)
+
+
+def _tell(api: DiscordApi, job: dict[str, Any], edit: dict[str, Any]) -> None:
+    """Edit the deferred answer. Its token lasts 15 minutes: once Discord refuses it, the
+    work stands (an erasure finished late is still finished), so that is logged, not raised."""
+    interaction = job["interaction"]
+    try:
+        api.edit_original_response(interaction["application_id"], interaction["token"], edit)
+    except DiscordApiError as refused:
+        if refused.status not in EXPIRED_TOKEN_STATUSES:
+            raise
+        log.warning(
+            "the interaction's token expired before the answer; the person was not told",
+            extra={"work": job.get("work"), "status": refused.status},
+        )
 
 
 def deferrer(
