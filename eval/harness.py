@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,9 +36,11 @@ from botmemory.config import Settings
 from botmemory.consolidation_outcome import Outcome, Status
 from botmemory.memory_model.rules import RulesModel
 from botmemory.recall import BLOCK_FOOTER, BLOCK_HEADER, Recaller, RecallRequest
+from botmemory.recall_search import SearchLeg
 from botmemory.records import Fact, scope_of
 from botmemory.runtime import MemoryServices, build_services
 from botmemory.schema import create_table
+from botmemory.search.sqlite_index import SqliteSearchIndex
 from botmemory.snowflake import snowflake_ms
 from eval.baselines import RawTurns
 from eval.dataset import Conversation, Question, load_conversation
@@ -53,14 +56,15 @@ DRAIN_TICKS = 12 * 24  # after the last turn, at most a day of sweeps to take wh
 DEFAULT = "today"
 BLOCK_SIZES = (2_000, 4_000, 8_000)
 # Section budgets at a given total size: what is left after the block's own lines, split
-# between facts and episodes as today's defaults split them (1,600 : 1,200). LoCoMo has no
-# pins, so a pin budget would be characters no block could use; it gets none.
-FACT_SHARE = 1_600 / (1_600 + 1_200)
-# The settings' own maxima of MEMORY_RECALL_FACTS_PER_PERSON and MEMORY_RECALL_EPISODES.
-MAX_FACTS_PER_PERSON = 50
-MAX_EPISODES = 20
-# "\n\n".join([header, pins, facts, episodes, footer]), with room for all three sections.
-BLOCK_OVERHEAD = len(BLOCK_HEADER) + len(BLOCK_FOOTER) + 4 * len("\n\n")
+# between facts, passages and episodes as the defaults split them (1,600 : 2,000 : 1,200).
+# LoCoMo has no pins, so a pin budget would be characters no block could use; it gets none.
+DEFAULT_SHARES = {
+    "recall_fact_chars": 1_600,
+    "recall_search_chars": 2_000,
+    "recall_episode_chars": 1_200,
+}
+# "\n\n".join([header, pins, facts, passages, episodes, footer]): room for every section.
+BLOCK_OVERHEAD = len(BLOCK_HEADER) + len(BLOCK_FOOTER) + 5 * len("\n\n")
 
 
 def label(chars: int | None) -> str:
@@ -70,21 +74,16 @@ def label(chars: int | None) -> str:
 def sized_settings(base: Settings, total_chars: int | None) -> Settings:
     """Recall settings whose whole block is at most `total_chars` characters.
 
-    The character budgets are the only limits: the caps on facts per person and on episodes
-    go to their maximum, so a bigger budget is filled by whatever memory holds (the channel
-    still keeps at most `MEMORY_EPISODES_PER_CHANNEL` episodes, as deployed).
+    The caps on facts per person and on episodes stay at their defaults, as deployed: the
+    room they leave goes to the passages, as recall gives it (the block is never larger than
+    the sum of its budgets).
     """
     if total_chars is None:
         return base
     room = total_chars - BLOCK_OVERHEAD
-    facts = int(room * FACT_SHARE)
-    values = base.model_dump() | {
-        "recall_pin_chars": 0,
-        "recall_fact_chars": facts,
-        "recall_episode_chars": room - facts,
-        "recall_facts_per_person": MAX_FACTS_PER_PERSON,
-        "recall_episodes": MAX_EPISODES,
-    }
+    whole = sum(DEFAULT_SHARES.values())
+    budgets = {name: room * share // whole for name, share in DEFAULT_SHARES.items()}
+    values = base.model_dump() | budgets | {"recall_pin_chars": 0}
     return Settings.model_validate(values)
 
 
@@ -99,6 +98,8 @@ class ReplayStats:
     episodes: int = 0  # episodes the channel holds at question time
     replay_s: float = 0.0
     recall_s: float = 0.0
+    passages: int = 0  # search index entries at question time
+    search: dict[str, int] = field(default_factory=dict)  # recalls by search status
 
 
 @dataclass
@@ -244,21 +245,16 @@ class Replayer:
 
 
 def recall_request(conversation: Conversation, question: str) -> RecallRequest:
-    """The question as the message being answered; both speakers in the conversation.
-
-    Today's recall has no query; once RecallRequest has a `query` field the question goes in
-    it, and nothing else here changes.
-    """
+    """The question as the message being answered (the query); both speakers in the
+    conversation."""
     speakers = list(conversation.speakers.values())
-    payload: dict[str, Any] = {
-        "guild_id": conversation.replay.guild_id,
-        "channel_id": conversation.replay.channel_id,
-        "user_id": speakers[0],
-        "participants": speakers,
-    }
-    if "query" in RecallRequest.model_fields:
-        payload["query"] = question
-    return RecallRequest.model_validate(payload)
+    return RecallRequest(
+        guild_id=conversation.replay.guild_id,
+        channel_id=conversation.replay.channel_id,
+        user_id=speakers[0],
+        participants=speakers,
+        query=question,
+    )
 
 
 class Measurer:
@@ -273,12 +269,7 @@ class Measurer:
     ) -> None:
         self._conversation = conversation
         self._counter = counter
-        self._recallers = {
-            label(chars): Recaller(
-                services.repository, sized_settings(services.settings, chars), services.clock
-            )
-            for chars in sizes
-        }
+        self._recallers = {label(chars): _recaller(services, chars) for chars in sizes}
         self._budgets = {label(chars): chars for chars in sizes}
         scope = scope_of(conversation.replay.guild_id)
         facts: list[Fact] = []
@@ -290,6 +281,7 @@ class Measurer:
         self._recency: dict[int, frozenset[str]] = {}
         self.latencies_ms: dict[str, list[float]] = {name: [] for name in self._recallers}
         self.requests: dict[str, list[int]] = {name: [] for name in self._recallers}
+        self.search: Counter[str] = Counter()  # search statuses (ok, timeout, failed)
 
     def ask(self, question: Question) -> QuestionOutcome:
         outcome = QuestionOutcome(self._conversation.sample_id, question.number, question.category)
@@ -302,6 +294,7 @@ class Measurer:
             result = recaller.recall(request)
             self.latencies_ms[name].append((time.perf_counter() - started) * 1000)
             self.requests[name].append(self._counter.take())
+            self.search[result.search.value] += 1
             shown = self._evidence.shown(result)
             # Today's settings have no total size: the baselines get this block's length.
             budget = self._budgets[name] or len(result.memory)
@@ -315,6 +308,14 @@ class Measurer:
         return outcome
 
 
+def _recaller(services: MemoryServices, chars: int | None) -> Recaller:
+    """A recaller whose block is at most `chars` characters, searching the same index."""
+    settings = sized_settings(services.settings, chars)
+    index = services.search_index
+    search = SearchLeg(index, services.repository, settings) if index is not None else None
+    return Recaller(services.repository, settings, services.clock, search)
+
+
 def run_conversation(
     path: Path, limit: int | None = None, sizes: tuple[int | None, ...] = (None, *BLOCK_SIZES)
 ) -> ConversationReport:
@@ -325,7 +326,11 @@ def run_conversation(
         events = conversation.replay.events
         clock = ManualClock(_event_ms(events[0]))
         settings = Settings(table_name=TABLE, memory_model="rules")
-        services = build_services(settings, dynamodb=client, clock=clock, model=RulesModel())
+        # The embedded search index, keyword leg only: no embedding model is reachable here.
+        index = SqliteSearchIndex(":memory:")
+        services = build_services(
+            settings, dynamodb=client, clock=clock, model=RulesModel(), search_index=index
+        )
         stats = Replayer(services, clock, conversation.replay.channel_id).replay(events)
         clock.set(clock.now_ms() + SWEEP_EVERY_MS)
         started = time.perf_counter()
@@ -336,6 +341,9 @@ def run_conversation(
         )
         outcomes = [measurer.ask(q) for q in conversation.questions]
         stats.recall_s = time.perf_counter() - started
+        stats.passages = sum(1 for _ in index.passages())
+        stats.search = dict(measurer.search)
+        index.close()
     return ConversationReport(
         sample_id=conversation.sample_id,
         speakers=list(conversation.speakers),

@@ -100,9 +100,14 @@ def conversation_line(report: ConversationReport) -> str:
     return (
         f"  {report.sample_id} ({' & '.join(report.speakers)}): {stats.turns} turns, "
         f"{len(report.questions)} questions{skipped}; {stats.rounds} consolidations, "
-        f"{stats.sweeps} sweeps, {stats.facts} facts written, {stats.episodes} episodes kept; "
-        f"replay {stats.replay_s:.1f} s, recall {stats.recall_s:.1f} s"
+        f"{stats.sweeps} sweeps, {stats.facts} facts written, {stats.episodes} episodes kept, "
+        f"{stats.passages} passages indexed; replay {stats.replay_s:.1f} s, "
+        f"recall {stats.recall_s:.1f} s; searches {_statuses(stats.search)}"
     )
+
+
+def _statuses(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none"
 
 
 def render(reports: Sequence[ConversationReport], sizes: Sequence[str]) -> list[str]:

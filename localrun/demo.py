@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from botmemory.keys import ItemKind, kind_of
+from botmemory.recall import PASSAGE_HEADING
 from botmemory.records import FactStatus
 from localrun.motoserver import LocalRunError, MotoServer
 from localrun.replay import Replay, default_source, load_replay
@@ -96,6 +97,7 @@ def report(stack: LocalStack, conversation: Replay) -> None:
         ("facts", f"{counts['facts']} ({counts['active facts']} active, {superseded} superseded)"),
         ("episodes", counts["episodes"]),
         ("discarded facts", int(stack.metrics["FactsDiscarded"])),
+        ("search index", f"{int(stack.metrics['SearchIndexWrites'])} passages written"),
     ]
     for name, value in rows:
         say(f"  {name:<16} {value}")
@@ -115,6 +117,30 @@ def report(stack: LocalStack, conversation: Replay) -> None:
     say()
     say(f"Staff listing for {second[0]} (/memory user):")
     say(user_facts_listing(services_from_environment(), conversation.guild_id, second[1]))
+    if conversation.early_questions:
+        ask_early(stack, conversation, first[1])
+
+
+def ask_early(stack: LocalStack, conversation: Replay, user_id: str) -> None:
+    """Recall with a query: a question about something said in the first session, long
+    before the latest episodes, answered from the search index."""
+    question, answer = conversation.early_questions[0]
+    say()
+    say(f"Recall with a query, about the first session: {question!r} (LoCoMo's answer: {answer})")
+    result = stack.invoke(
+        "RecallFunction",
+        {
+            "guild_id": conversation.guild_id,
+            "channel_id": conversation.channel_id,
+            "user_id": user_id,
+            "query": question,
+        },
+    )
+    passages = result["memory"].split(PASSAGE_HEADING, 1)
+    if len(passages) == 2:
+        say(PASSAGE_HEADING + passages[1].split("\n\n", 1)[0])
+    else:
+        say(f"(no passages: search {result['search']})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,12 +156,18 @@ def main(argv: list[str] | None = None) -> int:
             server.url,
             parameters={"MemoryModel": "rules", "DiscordApplicationId": "1399999999999999999"},
             # Time is compressed: the schedule's sweep takes whatever is still pending.
-            environment={"MEMORY_IDLE_FLUSH_MINUTES": "0", "POWERTOOLS_LOG_LEVEL": "WARNING"},
+            # The embedded search index (SQLite FTS5, keyword leg): no embedding model offline.
+            environment={
+                "MEMORY_IDLE_FLUSH_MINUTES": "0",
+                "POWERTOOLS_LOG_LEVEL": "WARNING",
+                "MEMORY_SEARCH_INDEX": "sqlite::memory:",
+            },
         ).start()
         functions = ", ".join(stack.template.function_ids())
         say(f"  table {stack.table_name} created from template.yaml; functions: {functions}")
         say(
-            "  memory model: rules (offline); the stream feeds ConsolidateFunction through its filter"
+            "  memory model: rules (offline); search: SQLite FTS5 (embedded); the stream feeds "
+            "ConsolidateFunction and SearchIndexFunction through their filters"
         )
         replay(stack, server, conversation)
         say("The schedule fires: SweepFunction consolidates what is still pending.")

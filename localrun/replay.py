@@ -32,6 +32,8 @@ class Replay:
     events: list[dict[str, Any]]
     guild_id: str = GUILD_ID
     channel_id: str = CHANNEL_ID
+    # LoCoMo's questions whose evidence was all said in the first session: (question, answer).
+    early_questions: tuple[tuple[str, str], ...] = ()
 
 
 def default_source() -> Path:
@@ -89,8 +91,18 @@ def load_replay(path: Path, limit: int | None = None) -> Replay:
                 }
             )
             if limit and len(events) >= limit:
-                return Replay(path, speakers, events)
+                return Replay(path, speakers, events, early_questions=_early(conversation))
         session += 1
     if not events:
         raise LocalRunError(f"{path} holds no turns to replay")
-    return Replay(path, speakers, events)
+    return Replay(path, speakers, events, early_questions=_early(conversation))
+
+
+def _early(conversation: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """Questions whose every evidence turn is in the first session (`D1:...`)."""
+    found = []
+    for qa in conversation.get("qa") or []:
+        evidence = qa.get("evidence") or []
+        if evidence and all(str(e).startswith("D1:") for e in evidence) and "answer" in qa:
+            found.append((str(qa["question"]), str(qa["answer"])))
+    return tuple(found)

@@ -2,9 +2,9 @@
 
 The table is created from the template's own MemoryTable definition on a local DynamoDB;
 each function's handler is loaded from its CodeUri with the layer on the path and the
-template's environment; the table's stream feeds ConsolidateFunction through the
-template's FilterCriteria, batch size, batching window and retry count; the schedule
-invokes SweepFunction.
+template's environment; the table's stream feeds ConsolidateFunction and
+SearchIndexFunction, each through its FilterCriteria, batch size, batching window and retry
+count; the schedule invokes SweepFunction.
 """
 
 from __future__ import annotations
@@ -27,6 +27,14 @@ from localrun.samtemplate import Template, load_handler, passes_filters
 TABLE_ID = "MemoryTable"
 CONSOLIDATE_ID = "ConsolidateFunction"
 SWEEP_ID = "SweepFunction"
+
+
+@dataclass
+class _Queue:
+    """Stream records waiting for one function's next batch."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    since: float = 0.0
 
 
 @dataclass
@@ -105,8 +113,7 @@ class LocalStack:
         self.metrics: Counter[str] = Counter()
         self.output = io.StringIO()  # what the functions printed (JSON logs, metrics)
         self._shard_iterators: dict[str, str] = {}
-        self._waiting: list[dict[str, Any]] = []
-        self._waiting_since: float | None = None
+        self._waiting: dict[str, _Queue] = {}  # per stream-fed function
         self.dead_lettered = 0
 
     # Set-up -----------------------------------------------------------------------
@@ -210,41 +217,57 @@ class LocalStack:
                     break
         return records
 
-    def pump_stream(self, *, flush: bool = False) -> int:
-        """Deliver new stream records to ConsolidateFunction as its event source would.
+    def stream_consumers(self) -> list[str]:
+        """The functions the table's stream feeds (ConsolidateFunction, SearchIndexFunction)."""
+        consumers = []
+        for logical_id in self.template.function_ids():
+            events = self.template.resources[logical_id].get("Properties", {}).get("Events", {})
+            if any(e.get("Type") == "DynamoDB" for e in events.values()):
+                consumers.append(logical_id)
+        return consumers
 
-        Records pass the template's FilterCriteria, then go out in batches of at most
-        BatchSize once a batch is full, the batching window has passed, or `flush` is set.
-        Returns how many records were delivered.
+    def pump_stream(self, *, flush: bool = False) -> int:
+        """Deliver new stream records to each function the stream feeds, as its event source
+        would.
+
+        For each function, records pass its FilterCriteria, then go out in batches of at
+        most BatchSize once a batch is full, the batching window has passed, or `flush` is
+        set. Returns how many records were delivered to ConsolidateFunction.
         """
-        source = self.template.stream_source(CONSOLIDATE_ID)
-        filters = self.template.stream_filters(CONSOLIDATE_ID)
-        fresh = [r for r in self._read_stream() if passes_filters(filters, r)]
-        if fresh and not self._waiting:
-            self._waiting_since = time.monotonic()
-        self._waiting += fresh
+        fresh = self._read_stream()
+        delivered: dict[str, int] = {}
+        for logical_id in self.stream_consumers():
+            delivered[logical_id] = self._pump(logical_id, fresh, flush)
+        return delivered.get(CONSOLIDATE_ID, 0)
+
+    def _pump(self, logical_id: str, records: list[dict[str, Any]], flush: bool) -> int:
+        source = self.template.stream_source(logical_id)
+        filters = self.template.stream_filters(logical_id)
+        queue = self._waiting.setdefault(logical_id, _Queue())
+        passing = [r for r in records if passes_filters(filters, r)]
+        if passing and not queue.records:
+            queue.since = time.monotonic()
+        queue.records += passing
         window = float(source.get("MaximumBatchingWindowInSeconds", 0))
         size = int(source.get("BatchSize", 100))
         delivered = 0
-        while self._waiting and (
-            flush
-            or len(self._waiting) >= size
-            or time.monotonic() - (self._waiting_since or 0) >= window
+        while queue.records and (
+            flush or len(queue.records) >= size or time.monotonic() - queue.since >= window
         ):
-            batch, self._waiting = self._waiting[:size], self._waiting[size:]
-            self._deliver(batch, int(source.get("MaximumRetryAttempts", 0)))
+            batch, queue.records = queue.records[:size], queue.records[size:]
+            self._deliver(logical_id, batch, int(source.get("MaximumRetryAttempts", 0)))
             delivered += len(batch)
-            self._waiting_since = time.monotonic()
+            queue.since = time.monotonic()
         return delivered
 
-    def _deliver(self, batch: list[dict[str, Any]], retries: int) -> None:
+    def _deliver(self, logical_id: str, batch: list[dict[str, Any]], retries: int) -> None:
         """Invoke with a batch; on partial failure retry from the first failed record."""
         for _attempt in range(retries + 1):
             try:
-                answer = self.invoke(CONSOLIDATE_ID, {"Records": batch})
+                answer = self.invoke(logical_id, {"Records": batch})
                 failed = {f["itemIdentifier"] for f in answer.get("batchItemFailures", [])}
             except Exception as error:  # a function error fails the whole batch
-                print(f"ConsolidateFunction failed: {error}")
+                print(f"{logical_id} failed: {error}")
                 failed = {batch[0]["dynamodb"]["SequenceNumber"]}
             if not failed:
                 return

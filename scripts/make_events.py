@@ -249,17 +249,88 @@ def stream_batch(batch: dict[str, Any]) -> dict[str, Any]:
     return {"Records": records}
 
 
+def _stream_record(
+    n: int, event_name: str, old: dict[str, Any], new: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    change: dict[str, Any] = {
+        "ApproximateCreationDateTime": BASE_MS // 1000 + 30 * 86_400,
+        "Keys": {"pk": old["pk"], "sk": old["sk"]},
+        "OldImage": old,
+        "SequenceNumber": f"{200000000000000000000 + n}",
+        "SizeBytes": 300,
+        "StreamViewType": "NEW_AND_OLD_IMAGES",
+    }
+    if new is not None:
+        change["NewImage"] = new
+    return {
+        "eventID": f"sample-removal-{n}",
+        "eventName": event_name,
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": change,
+        "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/MemoryTable/stream/2026-01-01T00:00:00.000",
+    }
+
+
+def search_removals() -> dict[str, Any]:
+    """What the stream gives SearchIndexFunction: an observation expired by TTL (with the
+    passages that copy it), a fact superseded, an episode deleted beyond the cap."""
+    channel_pk = {"S": f"CH#{CHANNEL}"}
+    obs_sk = f"OBS#{BASE_MS:013d}#msg#{snowflake(BASE_MS, 1)}"
+    next_sk = f"OBS#{BASE_MS + 30_000:013d}#msg#{snowflake(BASE_MS + 30_000, 2)}"
+    expired = _stream_record(
+        0,
+        "REMOVE",
+        {
+            "pk": channel_pk,
+            "sk": {"S": obs_sk},
+            "kind": {"S": "msg"},
+            "author_id": {"S": ALICE},
+            "content": {"S": "Hi! I'm a nurse and I love hiking in the Alps."},
+            "passages": {"L": [{"S": f"M#{CHANNEL}#{sk}"} for sk in (obs_sk, next_sk)]},
+            "expires_at": {"N": str(BASE_MS // 1000 + 30 * 86_400)},
+        },
+    )
+    # DynamoDB's TTL deletions carry this identity.
+    expired["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+    fact = {
+        "pk": {"S": f"SC#{GUILD}#U#{ALICE}"},
+        "sk": {"S": "FACT#f1a2b3c4"},
+        "scope": {"S": GUILD},
+        "user_id": {"S": ALICE},
+        "fact_id": {"S": "f1a2b3c4"},
+        "text": {"S": "Works as a nurse"},
+        "status": {"S": "active"},
+    }
+    superseded = _stream_record(1, "MODIFY", fact, {**fact, "status": {"S": "superseded"}})
+    episode = _stream_record(
+        2,
+        "REMOVE",
+        {
+            "pk": channel_pk,
+            "sk": {"S": f"EP#{BASE_MS + 60_000:013d}#e1a2b3c4"},
+            "channel_id": {"S": CHANNEL},
+            "episode_id": {"S": "e1a2b3c4"},
+            "summary": {"S": "Alice talked about nursing and hiking."},
+        },
+    )
+    return {"Records": [expired, superseded, episode]}
+
+
 def main() -> None:
     batch = gateway_batch()
     samples: dict[str, Any] = {
         "ingest/gateway-batch.json": batch,
         "consolidate/stream-batch.json": stream_batch(batch),
+        "search_index/stream-removals.json": search_removals(),
         "recall/request.json": {
             "guild_id": GUILD,
             "channel_id": CHANNEL,
             "user_id": ALICE,
             "participants": [BOB],
             "template": "You are Memorybot, a friendly assistant.\n\n{memory}",
+            "query": "Where does Alice like to go hiking?",
         },
         "recall/function-url-request.json": function_url_event(
             json.dumps({"guild_id": GUILD, "channel_id": CHANNEL, "user_id": ALICE}),
@@ -327,7 +398,12 @@ def main() -> None:
                     "DISCORD_PUBLIC_KEY": public_key,
                     "DISCORD_APPLICATION_ID": BOT,
                     "DISCORD_TIMESTAMP_TOLERANCE_SECONDS": SAMPLE_TIMESTAMP_TOLERANCE_SECONDS,
-                }
+                },
+                # Locally, search runs on the embedded index (the template's is S3 Vectors).
+                **{
+                    function: {"MEMORY_SEARCH_INDEX": "sqlite:/tmp/botmemory-search.sqlite3"}
+                    for function in ("ConsolidateFunction", "RecallFunction", "SearchIndexFunction")
+                },
             },
             indent=2,
         )

@@ -81,4 +81,8 @@ def sample_env() -> dict[str, dict[str, str]]:
     """events/env.json (what `--env-vars` gives sam local), plus the offline model."""
     env = json.loads((EVENTS / "env.json").read_text())
     env["Parameters"] = {"MEMORY_MODEL": "rules", "POWERTOOLS_TRACE_DISABLED": "true"}
+    for variables in env.values():
+        # Each test gets an index of its own, never a file another run left behind.
+        if variables.get("MEMORY_SEARCH_INDEX", "").startswith("sqlite:"):
+            variables["MEMORY_SEARCH_INDEX"] = "sqlite::memory:"
     return env

@@ -44,3 +44,35 @@ def channel_state(repository: MemoryRepository, channel_id: str) -> dict[str, An
         TableName=repository.table_name, Key=state_key(channel_id), ConsistentRead=True
     )
     return from_item(response.get("Item", {}))
+
+
+class StreamTail:
+    """The table's stream (moto serves it in-process), read from the start; each call
+    returns only the records not returned before, as Lambda's event source hands them on."""
+
+    def __init__(self, client: Any, region: str = "us-east-1") -> None:
+        import boto3
+
+        self._streams = boto3.client("dynamodbstreams", region_name=region)
+        table = client.describe_table(TableName="MemoryTable")["Table"]
+        self._arn = table["LatestStreamArn"]
+        self._seen: set[str] = set()
+
+    def new_records(self) -> list[dict[str, Any]]:
+        records: list[dict[str, Any]] = []
+        description = self._streams.describe_stream(StreamArn=self._arn)["StreamDescription"]
+        for shard in description["Shards"]:
+            iterator = self._streams.get_shard_iterator(
+                StreamArn=self._arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+            while iterator:
+                page = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+                records += [dict(r) for r in page["Records"]]
+                if not page["Records"]:
+                    break
+                iterator = page.get("NextShardIterator")
+        fresh = [r for r in records if r["dynamodb"]["SequenceNumber"] not in self._seen]
+        self._seen |= {r["dynamodb"]["SequenceNumber"] for r in fresh}
+        for record in fresh:
+            record["eventSourceARN"] = self._arn
+        return fresh

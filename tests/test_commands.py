@@ -253,11 +253,11 @@ def test_forget_never_touches_another_members_fact(discord: Discord) -> None:
 
 def test_opting_out_erases_what_exists_and_stops_recording(discord: Discord) -> None:
     ingest_and_consolidate(discord, [(ALICE, "I love hiking in the Alps.")] + [(BOB, "ok")] * 3)
-    assert facts_of(discord.services(), ALICE) == ["Likes hiking in the Alps"]
+    assert facts_of(discord.services(), ALICE) == ["Alice loves hiking in the Alps"]
 
     prompt = discord.run("memory", "optout")
     assert "erase" in prompt["data"]["content"]  # it asks first, and says what it does
-    assert facts_of(discord.services(), ALICE) == ["Likes hiking in the Alps"]
+    assert facts_of(discord.services(), ALICE) == ["Alice loves hiking in the Alps"]
     done = confirm_flow(discord, "memory", "optout", "optout:confirm")
     assert "You are opted out" in done["content"] and "1 facts" in done["content"]
     assert discord.dynamodb.scan(
@@ -359,7 +359,7 @@ def test_forgetme_leaves_nothing_of_the_person(discord: Discord) -> None:
     # 3 facts from the conversation, 1 remembered, 1 in another server, 1 in DMs.
     assert "6 facts" in done["content"] and "1 pins" in done["content"]
     assert everything_about(discord.dynamodb, [ALICE, "Alice"]) == []
-    assert facts_of(discord.services(), BOB) == ["Uses Emacs"]  # others keep theirs
+    assert facts_of(discord.services(), BOB) == ["Bob uses Emacs"]  # others keep theirs
 
 
 def test_forgetme_can_be_cancelled(discord: Discord) -> None:

@@ -410,12 +410,12 @@ def test_a_superseded_fact_is_kept_but_marked(services: MemoryServices, dynamodb
     services.consolidator.consolidate(gw.CHANNEL)
 
     by_text = {f["text"]["S"]: f for f in facts(dynamodb)}
-    assert by_text["Lives in Lyon"]["status"]["S"] == FactStatus.SUPERSEDED.value
-    assert "fact_rank" not in by_text["Lives in Lyon"]
-    assert by_text["Lives in Berlin"]["status"]["S"] == FactStatus.ACTIVE.value
+    assert by_text["Alice lives in Lyon"]["status"]["S"] == FactStatus.SUPERSEDED.value
+    assert "fact_rank" not in by_text["Alice lives in Lyon"]
+    assert by_text["Alice moved to Berlin"]["status"]["S"] == FactStatus.ACTIVE.value
     assert [
         f.text for f in services.repository.active_facts("100000000000000001", gw.ALICE, 10)
-    ] == ["Lives in Berlin"]
+    ] == ["Alice moved to Berlin"]
 
 
 def test_episodes_beyond_the_cap_are_dropped(dynamodb: Any, clock: ManualClock) -> None:
@@ -441,7 +441,7 @@ def test_facts_past_retention_are_purged_for_the_participants_touched(
         [gw.message(gw.ALICE, "I love kayaking.", T0)] + chat(19, start_ms=T0 + 1)
     )
     services.consolidator.consolidate(gw.CHANNEL)
-    assert [f["text"]["S"] for f in facts(dynamodb)] == ["Likes kayaking"]
+    assert [f["text"]["S"] for f in facts(dynamodb)] == ["Alice loves kayaking"]
 
     clock.advance(days=181)
     services.recorder.record(chat(20, start_ms=T0 + 181 * DAY_MS))

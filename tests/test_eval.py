@@ -121,7 +121,8 @@ def test_block_settings_fit_the_total_size() -> None:
     for chars in BLOCK_SIZES:
         sized = sized_settings(base, chars)
         assert sized.recall_pin_chars == 0
-        assert sized.recall_fact_chars + sized.recall_episode_chars < chars
+        sections = sized.recall_fact_chars + sized.recall_search_chars + sized.recall_episode_chars
+        assert sections < chars
     assert sized_settings(base, None) == base
 
 
@@ -182,5 +183,7 @@ def test_a_slice_of_a_real_conversation_runs() -> None:
     assert report.stats.turns == 40
     assert report.stats.rounds >= 2 and report.stats.facts and report.stats.episodes
     assert report.questions  # those whose evidence lies in the first 40 turns
-    # Today's block ignores the question: the same block, whatever was asked.
-    assert len({q.block_chars[label(None)] for q in report.questions}) == 1
+    # The block follows the question: a query finds different passages for each.
+    assert len({q.block_chars[label(None)] for q in report.questions}) > 1
+    assert report.stats.passages and report.stats.search.get("ok") == 4 * len(report.questions)
+    assert any(q.system[label(4_000)] for q in report.questions)

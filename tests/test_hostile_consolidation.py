@@ -84,7 +84,7 @@ def fact_texts(dynamodb: Any) -> list[str]:
 
 
 def topics(n: int, start_ms: int = T0, channel: str = gw.CHANNEL) -> list[dict[str, Any]]:
-    """`n` messages, each stating one fact ("Likes topic i"), from three speakers in turn."""
+    """`n` messages, each stating one fact ("<Name> likes topic i"), three speakers in turn."""
     speakers = [gw.ALICE, gw.BOB, gw.CAROL]
     return [
         gw.message(speakers[i % 3], f"I like topic {i}", start_ms + i * 1000, channel=channel)
@@ -133,8 +133,8 @@ def test_a_member_stating_125_things_at_once_blocks_nobody(
     assert outcome.status == Status.CONSOLIDATED and outcome.consumed == 20
     assert len(model.calls) == 1 and pending(services) == 0
     texts = fact_texts(dynamodb)
-    assert "Lives in Lyon" in texts and "Uses Vim for everything" in texts
-    assert sum(t.startswith("Likes thing") for t in texts) == 5 * FACTS_PER_OBSERVATION
+    assert "Alice lives in Lyon" in texts and "Bob uses Vim for everything" in texts
+    assert sum(t.startswith("Carol likes thing") for t in texts) == 5 * FACTS_PER_OBSERVATION
 
 
 def test_invalid_facts_in_an_answer_are_dropped_one_by_one(
@@ -216,7 +216,10 @@ def test_a_poison_message_is_retried_three_times_split_then_quarantined_and_the_
     assert [o.status for o in outcomes].count(Status.QUARANTINED) == 1
     assert pending(services) == 0
     # Everything else became facts; the quarantined words never do.
-    assert fact_texts(dynamodb) == sorted(f"Likes topic {i}" for i in range(50) if i != 37)
+    speakers = ["Alice", "Bob", "Carol"]
+    assert fact_texts(dynamodb) == sorted(
+        f"{speakers[i % 3]} likes topic {i}" for i in range(50) if i != 37
+    )
     (record,) = services.repository.quarantined(gw.CHANNEL)
     poison_sk = next(
         o.sk for o in services.repository.channel_observations(gw.CHANNEL) if "POISON" in o.content
@@ -382,11 +385,12 @@ def test_a_batch_whose_first_event_lacks_its_guild_keeps_the_guilds_facts_in_the
 
     assert outcome.status == Status.CONSOLIDATED and outcome.consumed == 20
     repository = services.repository
-    assert "Lives in Lyon" in [f.text for f in repository.active_facts(gw.GUILD, gw.BOB, 10)]
+    assert "Bob lives in Lyon" in [f.text for f in repository.active_facts(gw.GUILD, gw.BOB, 10)]
     assert repository.active_facts(DM, gw.BOB, 10) == []
     # Alice's words without a guild are facts of that scope, never the guild's.
-    assert [f.text for f in repository.active_facts(DM, gw.ALICE, 10)] == ["Uses Emacs"]
-    assert "Uses Emacs" not in [f.text for f in repository.active_facts(gw.GUILD, gw.ALICE, 10)]
+    assert [f.text for f in repository.active_facts(DM, gw.ALICE, 10)] == ["Alice uses Emacs"]
+    guild_facts = [f.text for f in repository.active_facts(gw.GUILD, gw.ALICE, 10)]
+    assert "Alice uses Emacs" not in guild_facts
     # The episode and the profiles: the channel's scope, and each person's own.
     (episode,) = [i for i in scan_all(dynamodb) if i["sk"]["S"].startswith("EP#")]
     assert episode["scope"]["S"] == gw.GUILD

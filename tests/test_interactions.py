@@ -183,5 +183,5 @@ def test_memory_show_lists_the_callers_facts_with_ids(
 
     content = json.loads(response["body"])["data"]["content"]
     assert content.startswith("What I remember about you here:")
-    assert "Is a nurse" in content and "Likes hiking in the Alps" in content
+    assert "Alice is a nurse" in content and "Alice loves hiking in the Alps" in content
     assert "sushi" not in content  # Bob said it, not Alice

@@ -21,6 +21,7 @@ FUNCTION_OF_FOLDER = {
     "consolidate": "ConsolidateFunction",
     "recall": "RecallFunction",
     "sweep": "SweepFunction",
+    "search_index": "SearchIndexFunction",
 }
 
 
@@ -39,6 +40,7 @@ def check_stream(r: Any) -> None:
 def check_recall(r: Any) -> None:
     assert r["enabled"] is True
     assert r["system_prompt"].startswith("You are Memorybot")
+    assert r["search"] == "ok" and r["query_note"] is None
 
 
 def check_recall_over_http(r: Any) -> None:
@@ -83,6 +85,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "recall/request.json": check_recall,
     "recall/function-url-request.json": check_recall_over_http,
     "sweep/schedule.json": check_sweep,
+    "search_index/stream-removals.json": check_stream,
     "interactions/ping.json": check_ping,
     "interactions/memory-show.json": check_show,
     "interactions/memory-remember.json": check_remember,
@@ -213,11 +216,13 @@ def test_end_to_end_ingest_stream_consolidate_recall(
         },
     )
     assert set(result["facts"]) == set(people)
-    assert [f["text"] for f in result["facts"][gw.ALICE]] == ["Likes hiking in the Alps"]
-    assert [f["text"] for f in result["facts"][gw.BOB]] == ["Uses Neovim for everything"]
-    assert [f["text"] for f in result["facts"][gw.CAROL]] == ["Is a teacher"]
+    assert [f["text"] for f in result["facts"][gw.ALICE]] == ["Alice loves hiking in the Alps"]
+    assert [f["text"] for f in result["facts"][gw.BOB]] == ["Bob uses Neovim for everything"]
+    assert [f["text"] for f in result["facts"][gw.CAROL]] == [
+        "Carol is a teacher at the village school"
+    ]
     assert len(result["episodes"]) == 1
-    assert "Alice, Bob, Carol talked" in result["episodes"][0]["summary"]
+    assert "Alice, Bob and Carol talked about" in result["episodes"][0]["summary"]
     assert result["system_prompt"].startswith("Bot.\n<memory>")
 
 

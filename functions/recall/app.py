@@ -16,12 +16,14 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from botmemory.recall import respond
+from botmemory.recall_search import SearchStatus
 from botmemory.runtime import services_from_environment
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 app = LambdaFunctionUrlResolver()
+SEARCH_FAILURES = {SearchStatus.TIMEOUT.value, SearchStatus.FAILED.value}
 
 
 def recall(payload: Any) -> tuple[int, dict[str, Any]]:
@@ -31,6 +33,10 @@ def recall(payload: Any) -> tuple[int, dict[str, Any]]:
     )
     if status != 200:
         logger.warning("rejected recall request", extra={"fields": body.get("fields")})
+    elif body.get("search") in SEARCH_FAILURES:
+        # Fail-open: the caller got its block without passages; the alarm sees this count.
+        metrics.add_metric(name="RecallSearchFailed", unit=MetricUnit.Count, value=1)
+        logger.warning("recalled without passages", extra={"search": body["search"]})
     return status, body
 
 

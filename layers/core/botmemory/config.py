@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -35,7 +36,8 @@ class Settings(BaseModel):
     max_batch: int = Field(default=50, ge=1, le=60)
     episodes_per_channel: int = Field(default=10, ge=1, le=50)
     fact_retention_days: int = Field(default=180, ge=1)
-    observation_retention_days: int = Field(default=30, ge=1)
+    # Long enough to search the history a community refers back to (DESIGN.md section 9).
+    observation_retention_days: int = Field(default=365, ge=1)
     episode_retention_days: int = Field(default=90, ge=1)
     lock_lease_seconds: int = Field(default=900, ge=10)
     idle_flush_minutes: int = Field(default=30, ge=0)
@@ -55,6 +57,19 @@ class Settings(BaseModel):
     recall_facts_per_person: int = Field(default=5, ge=0, le=50)
     recall_episodes: int = Field(default=3, ge=0, le=20)
     recall_max_participants: int = Field(default=8, ge=1, le=25)
+
+    # Search over the whole history (DESIGN.md section 9). `sqlite:<path>` (embedded, local
+    # runs), `s3vectors:<bucket>/<index>` (AWS, needs an embedding model), unset: no search.
+    search_index: str | None = None
+    # `channel`: a channel's passages only; `guild`: every channel of the server (README warns).
+    search_scope: Literal["channel", "guild"] = "channel"
+    search_timeout_ms: int = Field(default=800, ge=50, le=10_000)
+    recall_search_chars: int = Field(default=2000, ge=0)
+    # `bedrock:<model id>` or `openai:<model>`; unset: the keyword leg alone.
+    embedding_model: str | None = None
+    embedding_base_url: str | None = None  # unset: MEMORY_MODEL_BASE_URL
+    embedding_api_key: str | None = None  # unset: MEMORY_MODEL_API_KEY
+    embedding_dimensions: int = Field(default=512, ge=64, le=4096)
 
     # The bot's own user id: its messages are recorded as answers, never mined for facts.
     bot_user_id: str | None = None
@@ -112,6 +127,14 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_RECALL_FACTS_PER_PERSON": "recall_facts_per_person",
     "MEMORY_RECALL_EPISODES": "recall_episodes",
     "MEMORY_RECALL_MAX_PARTICIPANTS": "recall_max_participants",
+    "MEMORY_SEARCH_INDEX": "search_index",
+    "MEMORY_SEARCH_SCOPE": "search_scope",
+    "MEMORY_SEARCH_TIMEOUT_MS": "search_timeout_ms",
+    "MEMORY_RECALL_SEARCH_CHARS": "recall_search_chars",
+    "EMBEDDING_MODEL": "embedding_model",
+    "EMBEDDING_MODEL_BASE_URL": "embedding_base_url",
+    "EMBEDDING_MODEL_API_KEY": "embedding_api_key",
+    "EMBEDDING_DIMENSIONS": "embedding_dimensions",
     "DISCORD_BOT_USER_ID": "bot_user_id",
 }
 

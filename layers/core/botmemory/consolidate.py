@@ -30,6 +30,7 @@ from botmemory.consolidation_commit import (
     newest_evidence_ms,
 )
 from botmemory.consolidation_outcome import DiscardedFact, Outcome, Status
+from botmemory.index_sync import IndexWriter
 from botmemory.keys import episode_sk
 from botmemory.memory_model.contract import (
     MAX_FACTS,
@@ -43,6 +44,7 @@ from botmemory.memory_model.contract import (
 )
 from botmemory.names import NameIndex, nobody_named
 from botmemory.optout import OptOuts
+from botmemory.passages import episode_passage, fact_passage, holders, message_passages
 from botmemory.records import (
     Episode,
     Fact,
@@ -54,6 +56,7 @@ from botmemory.records import (
     scope_of,
 )
 from botmemory.repository import MemoryRepository
+from botmemory.search.port import Passage
 from botmemory.table import ttl_alive
 from botmemory.text import clean, content_hash, has_pings, normalized, short_id
 
@@ -100,6 +103,7 @@ class _Batch:
     waiting: bool  # anything is left pending (a backlog, or rows the index lagged on)
     names: NameIndex | None = None  # who a text names, in this scope
     redacted: dict[str, str] = field(default_factory=dict)  # sk -> text without barred people
+    unindexed: list[str] = field(default_factory=list)  # passages of messages deleted since
 
 
 @dataclass
@@ -182,8 +186,10 @@ class Consolidator:
         model: MemoryModel | None,
         clock: Clock,
         opt_outs: OptOuts,
+        index_writer: IndexWriter | None = None,
     ) -> None:
         self._repository = repository
+        self._index_writer = index_writer
         self._settings = settings
         self._model = model
         self._clock = clock
@@ -301,7 +307,12 @@ class Consolidator:
         # Before the commit, so that a failed commit leaves the deletes pending to retry.
         outcome.retired = self._retire_deleted(batch)
         commit = self._build_commit(lock, batch, judgement, outcome)
-        return self._commit(commit, batch, outcome)
+        passages = self._message_passages(batch)
+        commit.holders = holders(passages)
+        outcome = self._commit(commit, batch, outcome)
+        if outcome.status == Status.CONSOLIDATED:
+            self._index(commit, batch, passages, outcome)
+        return outcome
 
     def _read_batch(self, lock: Lock) -> _Batch | None:
         """The oldest pending observations that are still pending, trimmed to one
@@ -551,6 +562,44 @@ class Consolidator:
         )
         return outcome
 
+    # The search index ----------------------------------------------------------------
+
+    def _message_passages(self, batch: _Batch) -> list[Passage]:
+        if self._index_writer is None:
+            return []
+        # The words the model was shown: never a message deleted before it was consolidated.
+        shown = batch.by_number.values()
+        return message_passages(shown, batch.scope, self._settings.bot_user_id)
+
+    def _index(
+        self,
+        commit: ConsolidationCommit,
+        batch: _Batch,
+        passages: list[Passage],
+        outcome: Outcome,
+    ) -> None:
+        """After the commit: the round's messages, facts and episode go to the search index.
+        A failure leaves the memory whole (the table has it all) and is counted
+        (SearchIndexFailed); those passages stay out of search."""
+        if self._index_writer is None:
+            return
+        names = dict(batch.authors)
+        facts = [fact_passage(f, names.get(f.user_id)) for f in commit.facts]
+        everything = passages + [p for p in facts if p is not None]
+        if commit.episode is not None:
+            everything.append(episode_passage(commit.episode, batch.scope))
+        try:
+            report = self._index_writer.write(everything, remove=batch.unindexed)
+        except Exception as exc:  # the search index is never a reason to lose a round
+            log.warning(
+                "search indexing failed",
+                extra={"channel_id": outcome.channel_id, "error": repr(exc)[:300]},
+            )
+            outcome.index_failed = True
+            return
+        outcome.index_writes = report.written
+        outcome.index_withdrawn = report.withdrawn
+
     # A round that failed --------------------------------------------------------------
 
     def _failed(self, lock: Lock, batch: _Batch, outcome: Outcome, error: str) -> Outcome:
@@ -701,9 +750,15 @@ class Consolidator:
         for bulk in batch.observations:
             if bulk.kind == ObservationKind.BULK_DELETE:
                 self._repository.mark_deleted(bulk)
+        messages = self._repository.message_observations(channel_id, deleted)
+        # Deleted means never remembered: their search passages go too (after the commit).
+        batch.unindexed = sorted(
+            {keys.message_passage_id(channel_id, m) for m in deleted}
+            | {p for message in messages for p in message.passages}
+        )
         authors = {
             (message.scope, message.author_id)
-            for message in self._repository.message_observations(channel_id, deleted)
+            for message in messages
             if message.author_id and not message.author_is_bot
         }
         retired = 0

@@ -119,6 +119,9 @@ class ConsolidationCommit:
     named_later: Sequence[Named] = ()
     # Consumed observations whose stored text loses a barred person's mention: sk -> text.
     redacted: Mapping[str, str] = field(default_factory=dict)
+    # Consumed observations -> the search passages that copy their words (botmemory.passages),
+    # stored on each so that its deletion or rewrite names the passages to remove.
+    holders: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def action_count(self) -> int:
         return (
@@ -171,7 +174,8 @@ class ConsolidationCommit:
                 }
             )
         actions += [
-            {"Update": _consume(channel_id, o, self.redacted.get(o.sk))} for o in self.consumed
+            {"Update": _consume(channel_id, o, self.redacted.get(o.sk), self.holders.get(o.sk))}
+            for o in self.consumed
         ]
         actions += [
             {
@@ -289,17 +293,30 @@ class ConsolidationCommit:
         }
 
 
-def _consume(channel_id: str, observation: Observation, redacted: str | None) -> dict[str, Any]:
+def _consume(
+    channel_id: str,
+    observation: Observation,
+    redacted: str | None,
+    passages: Sequence[str] | None,
+) -> dict[str, Any]:
     """Take an observation out of the pending index, only if no one else has; its text
-    loses the mention of someone barred when `redacted` says so."""
+    loses the mention of someone barred when `redacted` says so, and it records the search
+    passages that copy it."""
+    sets: list[str] = []
+    values: dict[str, Any] = {}
+    if redacted is not None:
+        sets.append("content = :content")
+        values[":content"] = {"S": redacted}
+    if passages:
+        sets.append("passages = :passages")
+        values[":passages"] = attribute(list(passages))
     update: dict[str, Any] = {
         "Key": observation_key(channel_id, observation.sk),
-        "UpdateExpression": "REMOVE pending_sk",
+        "UpdateExpression": (f"SET {', '.join(sets)} " if sets else "") + "REMOVE pending_sk",
         "ConditionExpression": "attribute_exists(pending_sk)",
     }
-    if redacted is not None:
-        update["UpdateExpression"] = "SET content = :content REMOVE pending_sk"
-        update["ExpressionAttributeValues"] = {":content": {"S": redacted}}
+    if values:
+        update["ExpressionAttributeValues"] = values
     return update
 
 

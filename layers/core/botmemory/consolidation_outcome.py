@@ -44,6 +44,9 @@ class Outcome:
     detail: str = ""
     retry_at_ms: int | None = None  # after a failure, or when deferred: the channel's next try
     splitting: bool = False  # a failing batch is being split: the next round goes on at once
+    index_writes: int = 0  # search index writes after the commit
+    index_withdrawn: int = 0  # passages removed again: their source went meanwhile
+    index_failed: bool = False  # the search index refused the round's passages (counted)
 
 
 def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
@@ -58,7 +61,10 @@ def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
                 ("FactsWritten", outcome.facts_written),
                 ("FactsSuperseded", outcome.superseded),
                 ("FactsDiscarded", len(outcome.discarded)),
+                ("SearchIndexWrites", outcome.index_writes),
             ]
+            if outcome.index_failed:
+                figures.append(("SearchIndexFailed", 1))
         if outcome.status == Status.QUARANTINED:
             figures += [("BatchesQuarantined", 1), ("ObservationsQuarantined", outcome.consumed)]
     return figures

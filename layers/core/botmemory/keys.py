@@ -144,3 +144,18 @@ def pin_sk(target: str, pin_id: str) -> str:
 def quarantine_sk(quarantined_ms: int, quarantine_id: str) -> str:
     """A quarantined batch of a channel, under the channel's partition, oldest first."""
     return f"{QUARANTINE_PREFIX}{quarantined_ms:013d}#{quarantine_id}"
+
+
+# Search index ids (botmemory.search): each entry is named after the table item it follows,
+# so a deletion of that item tells which entry to remove.
+def message_passage_id(channel_id: str, message_id: str) -> str:
+    """One entry per Discord message: an edit replaces the words its creation put there."""
+    return f"M#{channel_id}#{message_id}"
+
+
+def fact_passage_id(scope: str, user_id: str, fact_id: str) -> str:
+    return f"F#{scope}#{user_id}#{fact_id}"
+
+
+def episode_passage_id(channel_id: str, episode_id: str) -> str:
+    return f"E#{channel_id}#{episode_id}"

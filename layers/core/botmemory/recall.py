@@ -13,15 +13,29 @@ stored strings the same way. Budgets are measured on those emitted lines.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from botmemory.clock import Clock, day
 from botmemory.config import Settings
-from botmemory.records import Episode, Fact, FactStatus, ObservationKind, Pin, scope_of
+from botmemory.names import NameIndex
+from botmemory.recall_search import (
+    Found,
+    FoundMessage,
+    SearchLeg,
+    SearchStatus,
+    rank_episodes,
+    rank_facts,
+)
+from botmemory.records import Episode, Fact, ObservationKind, Pin, scope_of
 from botmemory.repository import MemoryRepository
+from botmemory.search.keywords import clip_query
 from botmemory.snowflake import Snowflake
 from botmemory.table import ttl_alive
 from botmemory.text import quote_for_prompt, scrub
@@ -40,16 +54,27 @@ BLOCK_FOOTER = "</memory>"
 PIN_HEADING = "Pinned by the server's staff:"
 FACT_HEADING = "About the people in this conversation:"
 EPISODE_HEADING = "Recently in this channel:"
+PASSAGE_HEADING = "From earlier conversations:"
 LEGACY_HEADING = "Notes kept for this channel:"
 # The block's own lines, which stored text may not pass for (commands refuse them too).
-SECTION_HEADINGS = (PIN_HEADING, FACT_HEADING, EPISODE_HEADING, LEGACY_HEADING)
+SECTION_HEADINGS = (PIN_HEADING, FACT_HEADING, PASSAGE_HEADING, EPISODE_HEADING, LEGACY_HEADING)
 # A name is cut to this many characters, quotes included.
 NAME_CHARS = 62
 # How many recent observations are read to find the conversation's participants.
 PARTICIPANT_TAIL = 30
 # Facts read per person before ranking: a small window of the newest, never all of them.
 FACT_WINDOW_FACTOR = 2
+# With a query, facts are ranked by relevance: each person's newest this many are read.
+FACT_WINDOW_WITH_QUERY = 50
 MAX_PINS_READ = 20
+# People named in a query (not in the conversation) whose relevant facts may be shown.
+MAX_NAMED_IN_QUERY = 3
+# The name registry read to find them (one Query of the scope's NAME# items).
+MAX_REGISTRY_NAMES = 2000
+# A shown message's context (the message before it) is cut to this, quotes included.
+CONTEXT_QUOTE_CHARS = 100
+
+log = logging.getLogger(__name__)
 
 _pool: ThreadPoolExecutor | None = None
 
@@ -70,6 +95,9 @@ class RecallRequest(BaseModel):
     user_id: Snowflake
     participants: list[Snowflake] | None = Field(default=None, max_length=100)
     template: str | None = Field(default=None, max_length=MAX_TEMPLATE_CHARS)
+    # The message being answered. Any length is accepted and clipped (MAX_QUERY_CHARS); an
+    # empty or unsearchable one is ignored, with the reason in the result's `query_note`.
+    query: str | None = None
 
 
 class RecallError(ValueError):
@@ -118,55 +146,143 @@ class RecalledEpisode(BaseModel):
     end_ms: int
 
 
+class RecalledPassage(BaseModel):
+    """A message search found, to cite: `provenance` holds the observation sort keys shown."""
+
+    id: str
+    channel_id: str
+    time_ms: int
+    authors: list[str]
+    author_names: list[str]
+    text: str
+    context: str | None = None
+    provenance: list[str]
+
+
 class RecallResult(BaseModel):
     memory: str
     system_prompt: str | None
     pins: list[RecalledPin] = []
     facts: dict[str, list[RecalledFact]] = {}
+    passages: list[RecalledPassage] = []
     episodes: list[RecalledEpisode] = []
     enabled: bool
+    search: SearchStatus = SearchStatus.OFF
+    query_note: str | None = None  # why the query was clipped or ignored
 
 
 class Recaller:
-    def __init__(self, repository: MemoryRepository, settings: Settings, clock: Clock) -> None:
+    def __init__(
+        self,
+        repository: MemoryRepository,
+        settings: Settings,
+        clock: Clock,
+        search: SearchLeg | None = None,
+    ) -> None:
         self._repository = repository
         self._settings = settings
         self._clock = clock
+        self._search = search
 
     def recall(self, request: RecallRequest) -> RecallResult:
         if not self._settings.memory_enabled:
             return self._legacy(request)
+        started = time.monotonic()
         settings = self._settings
         scope = scope_of(request.guild_id)
         repository = self._repository
         pool = _executor()
-        # Pins and episodes do not depend on who is talking: they go out with the first wave.
+        now = self._clock.now_ms()
+        query, query_note = clip_query(request.query) if request.query else (None, None)
+        if request.query is not None and not request.query:
+            query_note = "empty query"
+        # First wave, side by side: search (index, then its check against the table), pins,
+        # episodes, the name registry for people the query names, the conversation's tail.
+        search = self._start_search(request, query, now)
         pin_futures = [
             pool.submit(repository.pins, scope, target, MAX_PINS_READ)
             for target in ("global", request.channel_id)
         ]
         episodes_future = pool.submit(
-            repository.recent_episodes, request.channel_id, settings.recall_episodes
+            repository.recent_episodes,
+            request.channel_id,
+            settings.episodes_per_channel if query else settings.recall_episodes,
+        )
+        registry_future = (
+            pool.submit(repository.name_registry, scope, MAX_REGISTRY_NAMES)
+            if query and request.guild_id
+            else None
         )
         names: dict[str, str] = {}
         participants = self._participants(request, names)
-        window = settings.recall_facts_per_person * FACT_WINDOW_FACTOR
+        named = _named_in(query, registry_future, participants)
+        # Second wave: the facts of the people in the conversation and of those named.
+        window = (
+            FACT_WINDOW_WITH_QUERY
+            if query
+            else settings.recall_facts_per_person * FACT_WINDOW_FACTOR
+        )
         fact_futures = {
             user_id: pool.submit(repository.active_facts, scope, user_id, window)
-            for user_id in participants
+            for user_id in participants + named
         }
-        now = self._clock.now_ms()
         pins = [p for f in pin_futures for p in f.result() if ttl_alive(p.expires_at, now)]
-        episodes = [e for e in episodes_future.result() if ttl_alive(e.expires_at, now)]
+        found, status = self._finish_search(search, started)
+        episodes = rank_episodes(episodes_future.result(), query, found.episodes, now)
+        episodes = episodes[: settings.recall_episodes]
         for episode in episodes:
             for user_id, name in zip(
                 episode.participant_ids, episode.participant_names, strict=False
             ):
                 names.setdefault(user_id, name)
-        facts = {
-            user_id: self._rank(future.result(), now) for user_id, future in fact_futures.items()
-        }
-        return self._assemble(request, pins, facts, episodes, names)
+        for message in found.messages:
+            if message.message.author_id and message.message.author_name:
+                names.setdefault(message.message.author_id, message.message.author_name)
+        facts = rank_facts(
+            {user_id: future.result() for user_id, future in fact_futures.items()},
+            query,
+            found.facts,
+            now,
+            settings.recall_facts_per_person,
+            only_relevant=set(named),
+        )
+        result = self._assemble(request, pins, facts, found.messages, episodes, names)
+        result.search, result.query_note = status, query_note
+        return result
+
+    # Search -------------------------------------------------------------------------
+
+    def _start_search(
+        self, request: RecallRequest, query: str | None, now_ms: int
+    ) -> Future[Found] | SearchStatus:
+        if self._search is None:
+            return SearchStatus.OFF
+        if not query or self._settings.recall_search_chars <= 0:
+            return SearchStatus.NO_QUERY
+        leg = self._search
+        search_query = leg.query_for(request.guild_id, request.channel_id, query, now_ms)
+        return _executor().submit(leg.find, search_query, now_ms)
+
+    def _finish_search(
+        self, search: Future[Found] | SearchStatus, started: float
+    ) -> tuple[Found, SearchStatus]:
+        """What search found within its budget; on a timeout or an error, nothing (counted
+        by the caller from the status)."""
+        if isinstance(search, SearchStatus):
+            return Found(), search
+        budget_s = self._settings.search_timeout_ms / 1000
+        try:
+            return search.result(timeout=max(0.0, budget_s - (time.monotonic() - started))), (
+                SearchStatus.OK
+            )
+        except FutureTimeout:
+            log.warning("search over its time budget; recalled without passages")
+            return Found(), SearchStatus.TIMEOUT
+        except Exception as error:  # the index or the embedding model: fail open
+            log.warning(
+                "search failed; recalled without passages", extra={"error": repr(error)[:300]}
+            )
+            return Found(), SearchStatus.FAILED
 
     # Reads --------------------------------------------------------------------------
 
@@ -185,14 +301,6 @@ class Recaller:
         ordered = list(dict.fromkeys([request.user_id, *others]))
         return ordered[: self._settings.recall_max_participants]
 
-    def _rank(self, facts: list[Fact], now_ms: int) -> list[Fact]:
-        """Most used first, then most recent; expired and superseded never."""
-        alive = [
-            f for f in facts if f.status == FactStatus.ACTIVE and ttl_alive(f.expires_at, now_ms)
-        ]
-        alive.sort(key=lambda f: (f.hits, f.updated_ms), reverse=True)
-        return alive[: self._settings.recall_facts_per_person]
-
     # The block ----------------------------------------------------------------------
 
     def _assemble(
@@ -200,6 +308,7 @@ class Recaller:
         request: RecallRequest,
         pins: list[Pin],
         facts: dict[str, list[Fact]],
+        messages: list[FoundMessage],
         episodes: list[Episode],
         names: dict[str, str],
     ) -> RecallResult:
@@ -210,31 +319,8 @@ class Recaller:
             for p in pins
             if pin_section.add(f"- {quote_for_prompt(p.text)}")
         ]
-
         fact_section = _Section(FACT_HEADING, settings.recall_fact_chars)
-        shown_facts: dict[str, list[RecalledFact]] = {}
-        for user_id, person_facts in facts.items():
-            if not person_facts:
-                continue
-            name = _line(names.get(user_id, ""))
-            who = quote_for_prompt(name, limit=NAME_CHARS) if name else "someone"
-            if not fact_section.add(f"- {who} (user {user_id}):"):
-                break
-            kept = [f for f in person_facts if fact_section.add(f"  - {quote_for_prompt(f.text)}")]
-            shown_facts[user_id] = [
-                RecalledFact(
-                    id=f.fact_id,
-                    text=_line(f.text),
-                    kind=f.kind.value,
-                    source=f.source.value,
-                    updated_ms=f.updated_ms,
-                )
-                for f in kept
-            ]
-            if not kept:
-                fact_section.drop_last()
-                shown_facts.pop(user_id)
-
+        shown_facts = _fact_lines(fact_section, facts, names)
         episode_section = _Section(EPISODE_HEADING, settings.recall_episode_chars)
         shown_episodes = [
             RecalledEpisode(
@@ -247,14 +333,23 @@ class Recaller:
             for e in episodes
             if episode_section.add(f"- {day(e.end_ms)}: {quote_for_prompt(e.summary)}")
         ]
-
-        sections = [s.text() for s in (pin_section, fact_section, episode_section) if s.lines]
+        # Passages are what a query needs most: they also get the room facts and episodes
+        # left unused, so the block is never larger than the sum of the budgets.
+        spare = fact_section.unused() + episode_section.unused()
+        passage_section = _Section(PASSAGE_HEADING, settings.recall_search_chars + spare)
+        shown_passages = _passage_lines(passage_section, messages) if messages else []
+        sections = [
+            s.text()
+            for s in (pin_section, fact_section, passage_section, episode_section)
+            if s.lines
+        ]
         memory = "\n\n".join([BLOCK_HEADER, *sections, BLOCK_FOOTER]) if sections else ""
         return RecallResult(
             memory=memory,
             system_prompt=_fill(request.template, memory),
             pins=shown_pins,
             facts=shown_facts,
+            passages=[_recalled_passage(m) for m in shown_passages],
             episodes=shown_episodes,
             enabled=True,
         )
@@ -293,6 +388,10 @@ class _Section:
         self.lines.append(line)
         return True
 
+    def unused(self) -> int:
+        """Characters of the budget this section leaves unused (all of it when empty)."""
+        return self._budget - self._used if self.lines else self._budget
+
     def room(self) -> int:
         """The longest line that still fits."""
         return self._budget - self._used - 1
@@ -303,6 +402,94 @@ class _Section:
 
     def text(self) -> str:
         return "\n".join([self._heading, *self.lines])
+
+
+def _fact_lines(
+    section: _Section, facts: dict[str, list[Fact]], names: dict[str, str]
+) -> dict[str, list[RecalledFact]]:
+    """Each person's heading line and facts while they fit; a person none of whose facts
+    fit is left out entirely."""
+    shown: dict[str, list[RecalledFact]] = {}
+    for user_id, person_facts in facts.items():
+        if not person_facts:
+            continue
+        if not section.add(f"- {_who(names.get(user_id, ''))} (user {user_id}):"):
+            break
+        kept = [f for f in person_facts if section.add(f"  - {quote_for_prompt(f.text)}")]
+        if not kept:
+            section.drop_last()
+            continue
+        shown[user_id] = [
+            RecalledFact(
+                id=f.fact_id,
+                text=_line(f.text),
+                kind=f.kind.value,
+                source=f.source.value,
+                updated_ms=f.updated_ms,
+            )
+            for f in kept
+        ]
+    return shown
+
+
+def _who(name: str) -> str:
+    """A stored display name as the block shows it: quoted like any stored text."""
+    plain = _line(name)
+    return quote_for_prompt(plain, limit=NAME_CHARS) if plain else "someone"
+
+
+def _passage_lines(section: _Section, messages: list[FoundMessage]) -> list[FoundMessage]:
+    """Best first while they fit; a message already shown (as a hit or as context) is not
+    shown again, nor is it repeated as another's context."""
+    shown: list[FoundMessage] = []
+    seen: set[str] = set()
+    for found in messages:
+        if found.message.sk in seen:
+            continue
+        if found.context is not None and found.context.sk in seen:
+            found = replace(found, context=None)
+        if section.add(_passage_line(found)):
+            shown.append(found)
+            seen.update(o.sk for o in (found.message, found.context) if o is not None)
+    return shown
+
+
+def _passage_line(found: FoundMessage) -> str:
+    """`- 2023-05-08, "Caroline": "..."`, with the message before it when it needs one."""
+    message = found.message
+    line = f"- {day(message.at_ms)}, {_who(message.author_name or '')}: "
+    line += quote_for_prompt(message.content)
+    if found.context is not None:
+        context = found.context
+        line += f" (after {_who(context.author_name or '')}: "
+        line += f"{quote_for_prompt(context.content, limit=CONTEXT_QUOTE_CHARS)})"
+    return line
+
+
+def _recalled_passage(found: FoundMessage) -> RecalledPassage:
+    shown = [o for o in (found.context, found.message) if o is not None]
+    return RecalledPassage(
+        id=found.passage_id,
+        channel_id=found.channel_id,
+        time_ms=found.message.at_ms,
+        authors=list(dict.fromkeys(o.author_id for o in shown if o.author_id)),
+        author_names=list(dict.fromkeys(_line(o.author_name) for o in shown if o.author_name)),
+        text=_line(found.message.content),
+        context=_line(found.context.content) if found.context is not None else None,
+        provenance=[o.sk for o in shown],
+    )
+
+
+def _named_in(
+    query: str | None,
+    registry: Future[dict[str, list[str]]] | None,
+    participants: list[str],
+) -> list[str]:
+    """Members of this server the query names by name or mention, beyond the participants."""
+    if not query or registry is None:
+        return []
+    named = NameIndex(registry.result(), {}).named_in(query) - set(participants)
+    return sorted(named)[:MAX_NAMED_IN_QUERY]
 
 
 def _line(text: str) -> str:

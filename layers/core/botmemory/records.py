@@ -59,6 +59,8 @@ class Observation(Record):
     emoji: str | None = None
     message_ids: list[str] = []
     expires_at: int | None = None
+    # Once consolidated: the search passages that copy its words (botmemory.passages).
+    passages: list[str] = []
 
 
 class Fact(Record):

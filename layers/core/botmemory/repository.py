@@ -33,12 +33,14 @@ from botmemory.items import (
     fact_key,
     fact_values,
     from_item,
+    key,
     observation_values,
     pin_key,
     pin_values,
     state_key,
     to_item,
 )
+from botmemory.passages import source_keys
 from botmemory.records import (
     Episode,
     Fact,
@@ -46,12 +48,14 @@ from botmemory.records import (
     ObservationKind,
     Pin,
     Quarantine,
+    Record,
 )
 from botmemory.schema import (
     ACTIVE_FACTS_INDEX,
     PENDING_INDEX,
     SWEEP_INDEX,
 )
+from botmemory.search.port import Passage, PassageKind
 from botmemory.snowflake import snowflake_ms
 
 if TYPE_CHECKING:
@@ -436,6 +440,28 @@ class MemoryRepository(PeopleRepository):
         )
         return [Episode.model_validate(from_item(i)) for i in response["Items"]]
 
+    # Search sources ---------------------------------------------------------------
+
+    def passage_sources(self, passages: Iterable[Passage]) -> dict[str, list[Record]]:
+        """Each passage's source items that the table still holds, in its sources' order,
+        read strongly consistent in one BatchGetItem per 100 keys. A message whose delete
+        was observed counts as gone, whether or not that delete was consolidated yet."""
+        ordered = list(passages)
+        wanted: set[tuple[str, str]] = set()
+        for passage in ordered:
+            wanted.update(source_keys(passage))
+            wanted.update(_deletion_keys(passage))
+        found: dict[tuple[str, str], Record] = {}
+        for item in self._items_at([key(pk, sk) for pk, sk in sorted(wanted)]):
+            plain = from_item(item)
+            record = _source_record(plain)
+            if record is not None:
+                found[(plain["pk"], plain["sk"])] = record
+        return {
+            p.id: [found[k] for k in source_keys(p) if k in found and not _deleted(k, found)]
+            for p in ordered
+        }
+
     def quarantined(self, channel_id: str, limit: int = 25) -> list[Quarantine]:
         """The channel's quarantined batches (consumed without facts after failing even
         alone), newest first, for staff. TTL deletes them lazily: filter with `ttl_alive`."""
@@ -559,3 +585,29 @@ class MemoryRepository(PeopleRepository):
 
 def _delete_sk(message_id: str) -> str:
     return keys.observation_sk(snowflake_ms(message_id), ObservationKind.DELETE, message_id)
+
+
+def _deletion_keys(passage: Passage) -> list[tuple[str, str]]:
+    """Where the deletes of a message passage's messages would be recorded."""
+    if passage.kind != PassageKind.MESSAGE:
+        return []
+    pk = keys.channel_pk(passage.channel_id)
+    messages = (keys.message_of(sk) for sk in passage.sources)
+    return [(pk, _delete_sk(m)) for m in messages if m]
+
+
+def _deleted(source: tuple[str, str], found: dict[tuple[str, str], Record]) -> bool:
+    message = keys.message_of(source[1])
+    return bool(message) and (source[0], _delete_sk(message or "")) in found
+
+
+def _source_record(plain: dict[str, Any]) -> Record | None:
+    """A search source item as its record: an observation, a fact or an episode."""
+    kind = keys.kind_of(plain["sk"])
+    if kind == keys.ItemKind.OBSERVATION:
+        return Observation.model_validate(plain)
+    if kind == keys.ItemKind.FACT:
+        return Fact.model_validate(plain)
+    if kind == keys.ItemKind.EPISODE:
+        return Episode.model_validate(plain)
+    return None

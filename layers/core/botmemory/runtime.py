@@ -9,11 +9,14 @@ from typing import Any
 from botmemory.clock import Clock, SystemClock
 from botmemory.config import Settings, get_settings
 from botmemory.consolidate import Consolidator
+from botmemory.index_sync import IndexFollower, IndexWriter
 from botmemory.memory_model import MemoryModel, build_memory_model
 from botmemory.observe import ObservationRecorder
 from botmemory.optout import OptOuts
 from botmemory.recall import Recaller
+from botmemory.recall_search import SearchLeg
 from botmemory.repository import MemoryRepository
+from botmemory.search import SearchIndex, build_search_index
 
 
 @dataclass
@@ -25,6 +28,8 @@ class MemoryServices:
     recorder: ObservationRecorder
     consolidator: Consolidator
     recaller: Recaller
+    search_index: SearchIndex | None
+    index_follower: IndexFollower | None
 
 
 def build_services(
@@ -33,8 +38,10 @@ def build_services(
     dynamodb: Any | None = None,
     clock: Clock | None = None,
     model: MemoryModel | None = None,
+    search_index: SearchIndex | None = None,
 ) -> MemoryServices:
-    """Build the services; anything not given comes from the environment and the system clock."""
+    """Build the services; anything not given comes from the environment and the system clock
+    (the search index from MEMORY_SEARCH_INDEX, only when memory is on)."""
     settings = settings or get_settings()
     if dynamodb is None:
         import boto3  # deferred: a handler that never touches the table never pays for it
@@ -45,14 +52,20 @@ def build_services(
         model = build_memory_model(settings)
     repository = MemoryRepository(dynamodb, settings.table_name)
     opt_outs = OptOuts(repository, clock)
+    if search_index is None and settings.memory_enabled:
+        search_index = build_search_index(settings)
+    writer = IndexWriter(search_index, repository, clock) if search_index else None
+    leg = SearchLeg(search_index, repository, settings) if search_index else None
     return MemoryServices(
         settings=settings,
         clock=clock,
         repository=repository,
         opt_outs=opt_outs,
         recorder=ObservationRecorder(repository, settings, clock, opt_outs),
-        consolidator=Consolidator(repository, settings, model, clock, opt_outs),
-        recaller=Recaller(repository, settings, clock),
+        consolidator=Consolidator(repository, settings, model, clock, opt_outs, writer),
+        recaller=Recaller(repository, settings, clock, leg),
+        search_index=search_index,
+        index_follower=IndexFollower(search_index) if search_index else None,
     )
 
 

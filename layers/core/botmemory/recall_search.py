@@ -1,0 +1,205 @@
+"""What a query changes in recall: the passages search finds, checked against the table, and
+relevance-first order for facts and episodes (DESIGN.md section 9).
+
+Search fails open: it runs with its own time budget beside the table reads, and a timeout
+or an error of the index or the embedding model leaves the block without its passages,
+never the caller without an answer. Every hit is read back from the table before it is
+shown: a passage whose message was deleted, erased, rewritten or has expired is dropped,
+whatever the index still says.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from botmemory.clock import epoch_seconds
+from botmemory.config import Settings
+from botmemory.passages import still_held
+from botmemory.records import Episode, Fact, FactStatus, Observation, Record, scope_of
+from botmemory.repository import MemoryRepository
+from botmemory.search.keywords import Bm25
+from botmemory.search.port import PassageKind, SearchHit, SearchIndex, SearchQuery
+from botmemory.table import ttl_alive
+
+log = logging.getLogger(__name__)
+
+# Hits asked of the index: more than a section shows, since some are dropped on checking.
+SEARCH_DEPTH = 24
+
+
+class SearchStatus(StrEnum):
+    OFF = "off"  # no index configured, or memory off
+    NO_QUERY = "no_query"  # no query, or nothing searchable in it
+    OK = "ok"
+    TIMEOUT = "timeout"  # over MEMORY_SEARCH_TIMEOUT_MS: the block went out without passages
+    FAILED = "failed"  # the index or the embedding model failed: likewise
+
+
+@dataclass
+class FoundMessage:
+    """A message hit, as the table holds it now: the message and the one before it (context)."""
+
+    passage_id: str
+    channel_id: str
+    message: Observation
+    context: Observation | None
+
+
+@dataclass
+class Found:
+    """What search found, checked: messages to show, and facts and episodes to promote."""
+
+    messages: list[FoundMessage] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)
+    episodes: list[Episode] = field(default_factory=list)
+    dropped: int = 0  # hits whose table items are gone or changed
+
+
+class SearchLeg:
+    """The index query and the check of its hits against the table: one unit of work with
+    one time budget."""
+
+    def __init__(
+        self, index: SearchIndex, repository: MemoryRepository, settings: Settings
+    ) -> None:
+        self._index = index
+        self._repository = repository
+        self._settings = settings
+
+    def query_for(
+        self, guild_id: str | None, channel_id: str, text: str, now_ms: int
+    ) -> SearchQuery:
+        scope = scope_of(guild_id)
+        # Direct messages share one scope for everyone: they never search beyond the channel.
+        whole_scope = self._settings.search_scope == "guild" and guild_id is not None
+        return SearchQuery(
+            scope=scope,
+            # Facts belong to the scope, not a channel (their passages have channel ""); only
+            # those of the people recall shows are kept (rank_facts).
+            channel_ids=None if whole_scope else [channel_id, ""],
+            text=text,
+            limit=SEARCH_DEPTH,
+            now_s=epoch_seconds(now_ms),
+        )
+
+    def find(self, query: SearchQuery, now_ms: int) -> Found:
+        hits = self._index.search(query)
+        sources = self._repository.passage_sources(h.passage for h in hits)
+        return checked(hits, sources, query, now_ms)
+
+
+def checked(
+    hits: Sequence[SearchHit], sources: dict[str, list[Record]], query: SearchQuery, now_ms: int
+) -> Found:
+    """The hits the table still holds as indexed, in the query's scope and channels."""
+    found = Found()
+    for hit in hits:
+        passage = hit.passage
+        records = sources.get(passage.id, [])
+        in_scope = passage.scope == query.scope and (
+            query.channel_ids is None
+            or passage.kind == PassageKind.FACT
+            or passage.channel_id in query.channel_ids
+        )
+        if not in_scope or not still_held(passage, records, now_ms):
+            found.dropped += 1
+            continue
+        last = records[-1]
+        if isinstance(last, Observation):
+            context = records[0] if len(records) > 1 else None
+            found.messages.append(
+                FoundMessage(
+                    passage.id,
+                    passage.channel_id,
+                    last,
+                    context if isinstance(context, Observation) else None,
+                )
+            )
+        elif isinstance(last, Fact):
+            found.facts.append(last)
+        elif isinstance(last, Episode):
+            found.episodes.append(last)
+    return found
+
+
+# Relevance-first order ---------------------------------------------------------------
+
+
+def relevance(query: str, texts: Sequence[str]) -> list[float]:
+    """A keyword score per text (0.0: nothing of the query in it)."""
+    if not texts:
+        return []
+    return Bm25(texts).scores(query)
+
+
+def rank_facts(
+    facts: dict[str, list[Fact]],
+    query: str | None,
+    promoted: Iterable[Fact],
+    now_ms: int,
+    per_person: int,
+    only_relevant: set[str],
+) -> dict[str, list[Fact]]:
+    """Each person's facts, best first: relevant to the query first (search's own finds
+    count as relevant), then most used, then newest. People in `only_relevant` (named in the
+    query, not in the conversation) keep only their relevant facts."""
+    found = {f.fact_id for f in promoted}
+    merged: dict[str, dict[str, Fact]] = {u: {f.fact_id: f for f in fs} for u, fs in facts.items()}
+    for fact in promoted:
+        if fact.user_id in merged:
+            merged[fact.user_id].setdefault(fact.fact_id, fact)
+    alive = {
+        user: [
+            f
+            for f in by_id.values()
+            if f.status == FactStatus.ACTIVE and ttl_alive(f.expires_at, now_ms)
+        ]
+        for user, by_id in merged.items()
+    }
+    everything = [f for fs in alive.values() for f in fs]
+    scores = _scores_by_id(everything, query)
+    ranked: dict[str, list[Fact]] = {}
+    for user, person_facts in alive.items():
+
+        def order(fact: Fact) -> tuple[bool, float, int, int]:
+            score = scores.get(fact.fact_id, 0.0)
+            return (score > 0 or fact.fact_id in found, score, fact.hits, fact.updated_ms)
+
+        person_facts.sort(key=order, reverse=True)
+        if user in only_relevant:
+            person_facts = [f for f in person_facts if order(f)[0]]
+        ranked[user] = person_facts[:per_person]
+    return ranked
+
+
+def _scores_by_id(facts: list[Fact], query: str | None) -> dict[str, float]:
+    if not query:
+        return {}
+    return dict(
+        zip((f.fact_id for f in facts), relevance(query, [f.text for f in facts]), strict=True)
+    )
+
+
+def rank_episodes(
+    episodes: Sequence[Episode], query: str | None, promoted: Iterable[Episode], now_ms: int
+) -> list[Episode]:
+    """The channel's episodes: relevant to the query first (search's finds count), then
+    newest; without a query, newest first as read."""
+    by_id = {e.episode_id: e for e in episodes}
+    found = set()
+    for episode in promoted:
+        by_id.setdefault(episode.episode_id, episode)
+        found.add(episode.episode_id)
+    alive = [e for e in by_id.values() if ttl_alive(e.expires_at, now_ms)]
+    if not query:
+        return sorted(alive, key=lambda e: e.end_ms, reverse=True)
+    scores = relevance(query, [e.summary for e in alive])
+
+    def order(pair: tuple[Episode, float]) -> tuple[bool, float, int]:
+        episode, score = pair
+        return (score > 0 or episode.episode_id in found, score, episode.end_ms)
+
+    return [e for e, _ in sorted(zip(alive, scores, strict=True), key=order, reverse=True)]

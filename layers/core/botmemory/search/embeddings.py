@@ -1,0 +1,335 @@
+"""Text embeddings for the vector leg of search: Amazon Titan Text Embeddings V2 on Bedrock, or
+any OpenAI-compatible /embeddings endpoint.
+
+Nothing heavy is imported at module level: boto3 and httpx load only when a provider is built
+and used, so a cold start that never embeds does not pay for them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from botmemory.config import ConfigError
+
+if TYPE_CHECKING:
+    import httpx
+
+# Titan V2 takes up to 8,192 tokens / 50,000 characters; passages are far shorter, so a cut
+# here only stops a pathological text from failing the whole batch.
+MAX_INPUT_CHARS = 20_000
+TITAN_DIMENSIONS = frozenset({256, 512, 1024})
+OPENAI_BATCH = 64  # inputs per /embeddings request
+
+# Waits are bounded: an embedding sits on the indexing and recall paths.
+_MAX_RETRY_AFTER_SECONDS = 10.0
+_BACKOFF_BASE_SECONDS = 0.25
+_BACKOFF_CAP_SECONDS = 4.0
+_JITTER_SECONDS = 0.1
+_BODY_EXCERPT_CHARS = 300
+_RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
+
+
+class EmbeddingError(RuntimeError):
+    """An embedding could not be produced (provider error, timeout or a malformed answer)."""
+
+
+class Embedder(Protocol):
+    name: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order; raises EmbeddingError on any failure."""
+        ...
+
+
+def _cut(text: str) -> str:
+    # A lone surrogate cannot be sent as UTF-8 JSON: it becomes "?" rather than an error.
+    return text[:MAX_INPUT_CHARS].encode("utf-8", "replace").decode("utf-8")
+
+
+def _vector(raw: Any, dimensions: int, name: str) -> list[float]:
+    """A provider's vector, checked: a list of finite numbers of the configured length."""
+    if not isinstance(raw, list) or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in raw
+    ):
+        raise EmbeddingError(f"{name} returned an embedding that is not a list of numbers")
+    if len(raw) != dimensions:
+        raise EmbeddingError(
+            f"{name} returned {len(raw)} dimensions where {dimensions} were configured"
+        )
+    vector = [float(x) for x in raw]
+    if not all(math.isfinite(x) for x in vector):
+        raise EmbeddingError(f"{name} returned an embedding with non-finite values")
+    return vector
+
+
+class BedrockTitanEmbedder:
+    """Titan Text Embeddings V2: one InvokeModel call per text, several texts in parallel."""
+
+    def __init__(
+        self,
+        model_id: str,
+        *,
+        dimensions: int = 512,
+        client: Any | None = None,
+        region_name: str | None = None,
+        timeout_seconds: float = 10.0,
+        max_attempts: int = 3,
+        max_workers: int = 8,
+    ) -> None:
+        if dimensions not in TITAN_DIMENSIONS:
+            raise ValueError(f"Titan V2 dimensions must be one of {sorted(TITAN_DIMENSIONS)}")
+        if max_attempts < 1 or max_workers < 1:
+            raise ValueError("max_attempts and max_workers must be at least 1")
+        self.name = f"bedrock:{model_id}"
+        self.dimensions = dimensions
+        self._model_id = model_id
+        self._client = client
+        self._region_name = region_name
+        self._timeout_seconds = timeout_seconds
+        self._max_attempts = max_attempts
+        self._max_workers = max_workers
+
+    def _bedrock(self) -> Any:
+        # Built on first use: importing boto3 and creating a client are slow on a cold start.
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            config = Config(
+                connect_timeout=self._timeout_seconds,
+                read_timeout=self._timeout_seconds,
+                # total_max_attempts counts the first call; botocore's max_attempts would not,
+                # and MEMORY_MODEL_MAX_ATTEMPTS means every call, as for the OpenAI embedder.
+                retries={"total_max_attempts": self._max_attempts, "mode": "standard"},
+                max_pool_connections=max(10, self._max_workers),
+            )
+            self._client = boto3.client(
+                "bedrock-runtime", region_name=self._region_name, config=config
+            )
+        return self._client
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        client = self._bedrock()  # once, before any thread could race to build it
+        if len(texts) == 1:
+            return [self._embed_one(client, texts[0])]
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=min(self._max_workers, len(texts)))
+        try:
+            # map yields in input order whatever order the calls finish in.
+            return list(pool.map(lambda text: self._embed_one(client, text), texts))
+        finally:
+            # After a failure the answer is lost anyway: do not start the calls still queued.
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _embed_one(self, client: Any, text: str) -> list[float]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        body = {"inputText": _cut(text), "dimensions": self.dimensions, "normalize": True}
+        try:
+            response = client.invoke_model(
+                modelId=self._model_id,
+                body=json.dumps(body),
+                contentType="application/json",
+                accept="application/json",
+            )
+            raw = response["body"].read()
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code = error.get("Code", "Unknown")
+            raise EmbeddingError(
+                f"{self.name} call failed: {code}: {error.get('Message', '')}"
+            ) from exc
+        except BotoCoreError as exc:  # connection and read timeouts, after botocore's retries
+            raise EmbeddingError(f"{self.name} call failed: {exc}") from exc
+        try:
+            payload = json.loads(raw)
+        except ValueError as exc:
+            raise EmbeddingError(f"{self.name} returned a body that is not JSON") from exc
+        embedding = payload.get("embedding") if isinstance(payload, dict) else None
+        return _vector(embedding, self.dimensions, self.name)
+
+
+class OpenAIEmbedder:
+    """POST {base_url}/embeddings in batches, with bounded retries on transient failures."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str,
+        api_key: str | None,
+        dimensions: int = 512,
+        timeout_seconds: float = 10.0,
+        max_attempts: int = 3,
+        http: httpx.Client | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if dimensions < 1:
+            raise ValueError("dimensions must be at least 1")
+        self.name = f"openai:{model}"
+        self.dimensions = dimensions
+        self._model = model
+        self._url = f"{base_url.rstrip('/')}/embeddings"
+        self._api_key = api_key
+        self._timeout_seconds = timeout_seconds
+        self._max_attempts = max_attempts
+        self._sleep = sleep
+        self._client = http
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), OPENAI_BATCH):
+            batch = [_cut(t) for t in texts[start : start + OPENAI_BATCH]]
+            vectors += self._embed_batch(batch)
+        return vectors
+
+    # -- request -------------------------------------------------------------------------------
+
+    def _http(self) -> httpx.Client:
+        # Imported and built on first use, for the cold start (see the module docstring).
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.Client(timeout=self._timeout_seconds)
+        return self._client
+
+    def _headers(self) -> dict[str, str]:
+        # Local servers (Ollama, vLLM) often run keyless: send no header rather than an empty one.
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+        body = {"model": self._model, "input": batch, "dimensions": self.dimensions}
+        return self._parse(self._post_with_retries(body), len(batch))
+
+    def _post_with_retries(self, body: dict[str, Any]) -> httpx.Response:
+        import httpx
+
+        last_problem = "no attempt made"
+        for attempt in range(self._max_attempts):
+            wait: float | None = None
+            try:
+                response = self._http().post(self._url, json=body, headers=self._headers())
+            except httpx.TimeoutException as exc:
+                last_problem = f"timed out after {self._timeout_seconds:g} s ({type(exc).__name__})"
+            except httpx.TransportError as exc:
+                last_problem = f"transport error ({type(exc).__name__}: {self._redact(str(exc))})"
+            else:
+                status = response.status_code
+                if 200 <= status < 300:
+                    return response
+                last_problem = f"HTTP {status}: {self._excerpt(response)}"
+                if status not in _RETRYABLE_CLIENT_STATUSES and status < 500:
+                    # The request itself is wrong (auth, model, dimensions): repeating it is waste.
+                    raise EmbeddingError(f"{self.name} rejected the request: {last_problem}")
+                wait = _retry_after(response)
+            if attempt < self._max_attempts - 1:
+                self._sleep(_backoff(attempt) if wait is None else wait)
+        raise EmbeddingError(
+            f"{self.name} failed after {self._max_attempts} attempts: {last_problem}"
+        )
+
+    # -- response ------------------------------------------------------------------------------
+
+    def _parse(self, response: httpx.Response, expected: int) -> list[list[float]]:
+        try:
+            payload = response.json()
+        except ValueError as exc:
+            raise EmbeddingError(f"{self.name} returned a body that is not JSON") from exc
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(data, list) or len(data) != expected:
+            count = len(data) if isinstance(data, list) else "no"
+            raise EmbeddingError(f"{self.name} returned {count} embeddings for {expected} inputs")
+        if not all(isinstance(d, dict) and isinstance(d.get("index"), int) for d in data):
+            raise EmbeddingError(f"{self.name} returned embeddings without an index")
+        # The spec does not promise answer order; `index` says which input each belongs to.
+        ordered = sorted(data, key=lambda d: int(d["index"]))
+        if [d["index"] for d in ordered] != list(range(expected)):
+            raise EmbeddingError(f"{self.name} returned embedding indexes that do not match")
+        return [_vector(d.get("embedding"), self.dimensions, self.name) for d in ordered]
+
+    # -- error text ----------------------------------------------------------------------------
+
+    def _excerpt(self, response: httpx.Response) -> str:
+        try:
+            text = response.text
+        except Exception:  # undecodable body: the status code still says enough
+            return "<unreadable body>"
+        text = self._redact(" ".join(text.split()))
+        if len(text) > _BODY_EXCERPT_CHARS:
+            return text[:_BODY_EXCERPT_CHARS] + "…"
+        return text or "<empty body>"
+
+    def _redact(self, text: str) -> str:
+        # Some servers echo the bad key back in their 401 body; error messages end up in logs.
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+
+def _backoff(attempt: int) -> float:
+    # Jitter keeps concurrent callers from retrying in lockstep.
+    base: float = min(_BACKOFF_BASE_SECONDS * 2**attempt, _BACKOFF_CAP_SECONDS)
+    return base + random.uniform(0, _JITTER_SECONDS)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The server's requested wait in seconds, capped; None when absent or not a number."""
+    raw = response.headers.get("Retry-After")
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw.strip())
+    except ValueError:
+        return None  # the HTTP-date form: our own backoff instead
+    if math.isnan(seconds) or seconds < 0:
+        return None
+    return min(seconds, _MAX_RETRY_AFTER_SECONDS)
+
+
+def build_embedder(
+    spec: str | None,
+    *,
+    base_url: str,
+    api_key: str | None,
+    dimensions: int,
+    timeout_seconds: float,
+    max_attempts: int,
+) -> Embedder | None:
+    """The embedder EMBEDDING_MODEL names, or None when it is unset (keyword search only)."""
+    spec = (spec or "").strip()
+    if not spec:
+        return None
+    provider, _, model = spec.partition(":")
+    model = model.strip()
+    try:
+        if provider == "bedrock" and model:
+            return BedrockTitanEmbedder(
+                model,
+                dimensions=dimensions,
+                timeout_seconds=timeout_seconds,
+                max_attempts=max_attempts,
+            )
+        if provider == "openai" and model:
+            return OpenAIEmbedder(
+                model,
+                base_url=base_url,
+                api_key=api_key,
+                dimensions=dimensions,
+                timeout_seconds=timeout_seconds,
+                max_attempts=max_attempts,
+            )
+    except ValueError as exc:
+        raise ConfigError(f"EMBEDDING_MODEL={spec!r} with EMBEDDING_DIMENSIONS: {exc}") from exc
+    raise ConfigError(
+        f"EMBEDDING_MODEL={spec!r} is not one of 'bedrock:<model id>' (Titan Text Embeddings "
+        "V2), 'openai:<model>' or unset"
+    )

@@ -1,0 +1,202 @@
+"""The keyword leg's text rules, shared by every index adapter and by recall.
+
+One tokenizer decides what a word is for documents and queries alike, so a query finds a
+passage exactly when they share a token: the SQLite adapter indexes `tokens()` output
+rather than raw text, BM25 here ranks on it, and `fts_match` builds FTS5 queries from it.
+Changing a rule here changes what stored indexes hold: rebuild them after such a change.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Sequence
+
+MAX_QUERY_CHARS = 4000
+# Longer runs are hashes or keyboard mashing: cut, identically on both sides.
+MAX_TOKEN_CHARS = 64
+
+# Python's \w leaves out combining marks, which would break words apart in scripts such as
+# Devanagari or Arabic; these ranges let a mark continue the word it belongs to.
+_MARKS = (
+    "\u0300-\u036f\u0483-\u0489\u0591-\u05bd\u05bf\u05c1\u05c2\u05c4\u05c5\u05c7"
+    "\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06dc\u06df-\u06e4\u06e7\u06e8\u06ea-\u06ed"
+    "\u0900-\u0963\u0966-\u0dff\u0e31\u0e34-\u0e3a\u0e47-\u0e4e"
+    "\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+)
+# A word starts with a letter or digit (never "_") and runs on through letters, digits and marks.
+_WORD_RE = re.compile(rf"[^\W_](?:[^\W_]|[{_MARKS}])*")
+# Zero-width and soft-hyphen characters can sit inside a word unseen: drop them so they
+# do not split it.
+_INVISIBLE_RE = re.compile("[\u00ad\u200b\u200c\u200d\u2060\ufeff]")
+# C0/C1 controls (tab and line breaks become spaces first), bidi controls, lone surrogates.
+_CONTROL_RE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+_BREAKS_RE = re.compile("[\t\n\r\v\f\u2028\u2029]")
+_SPACES_RE = re.compile(r"\s+")
+
+# Small on purpose: words that carry no topic. Modal "will", "may", "can" are left out
+# because they are also names.
+_STOPWORD_TEXT = """
+    a about after again all also am an and any are as at be because been before being but
+    by d did do does doing during each few for from had has have having he her here
+    hers herself him himself his how i if in into is it its itself just ll m me more most
+    my myself no nor not of off on once only or other our ours ourselves out over own re
+    s same she should so some such t than that the their theirs them themselves then there
+    these they this those through to too under until up ve very was we were what when
+    where which while who whom why with would you your yours yourself yourselves
+"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+_VOWELS = frozenset("aeiouy")
+# Pairs that stay doubled when a suffix goes: vowels, and fall, miss, buzz.
+_KEEP_DOUBLE = _VOWELS | {"l", "s", "z"}
+
+
+def _has_vowel(stem: str) -> bool:
+    return any(ch in _VOWELS for ch in stem)
+
+
+def _strip_plural(word: str) -> str:
+    if word.endswith("sses"):
+        return word[:-2]  # classes -> class
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "i"  # potteries -> potteri, as pottery becomes below
+    if word.endswith(("xes", "ches", "shes", "zzes")):
+        return word[:-2]  # boxes -> box
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")) and len(word) > 3:
+        return word[:-1]
+    return word
+
+
+def _undouble(stem: str) -> str:
+    # running -> runn -> run; "add" stays whole.
+    if len(stem) > 3 and stem[-1] == stem[-2] and stem[-1] not in _KEEP_DOUBLE:
+        return stem[:-1]
+    return stem
+
+
+def _strip_suffix(word: str) -> str:
+    if word.endswith("ing") and len(word) >= 6 and _has_vowel(word[:-3]):
+        return _undouble(word[:-3])  # painting -> paint; "thing", "sing" stay whole
+    # painted -> paint; "shed", "speed" stay whole.
+    if (
+        word.endswith("ed")
+        and not word.endswith("eed")
+        and len(word) >= 5
+        and _has_vowel(word[:-2])
+    ):
+        return _undouble(word[:-2])
+    # quickly -> quick; "family" goes through the y rule, "supply" (pp) keeps its y.
+    if word.endswith("ly") and not word.endswith("ily") and len(word) >= 6 and word[-3] != word[-4]:
+        return word[:-2]
+    return word
+
+
+def stem(word: str) -> str:
+    """A light English stemmer: plural, then one of -ing/-ed/-ly, then y->i and a final e.
+
+    Only lowercase ASCII words are touched; numbers, mixed tokens and other scripts pass
+    through unchanged. Meant to make query and document forms meet, not to be a lemma.
+    """
+    if not (word.isascii() and word.isalpha()) or len(word) < 3:
+        return word
+    word = _strip_suffix(_strip_plural(word))
+    if word.endswith("y") and len(word) >= 3 and word[-2] not in _VOWELS:
+        word = word[:-1] + "i"  # pottery -> potteri, family -> famili
+    if word.endswith("e") and not word.endswith("ee") and len(word) >= 4:
+        word = word[:-1]  # hike / hiking / hiked all become "hik"
+    return word
+
+
+def tokens(text: str) -> list[str]:
+    """The searchable tokens of a text, in order: words lowercased and stemmed, stopwords
+    removed, numbers always kept ("1.5" gives "1" and "5")."""
+    text = _INVISIBLE_RE.sub("", unicodedata.normalize("NFKC", text)).casefold()
+    out: list[str] = []
+    for match in _WORD_RE.finditer(text):
+        word = match.group()[:MAX_TOKEN_CHARS]
+        if word in STOPWORDS:
+            continue
+        out.append(stem(word))
+    return out
+
+
+def fts_match(text: str, max_terms: int = 32) -> str | None:
+    """A SQLite FTS5 MATCH expression for any query text, or None when it has no token.
+
+    Each distinct token becomes one double-quoted string, so nothing the user typed is
+    read as FTS5 syntax; strings are ORed so any shared token is a hit and bm25() ranks.
+    Meant for a column that holds `tokens()` output under the unicode61 tokenizer.
+    """
+    distinct = list(dict.fromkeys(tokens(text[: MAX_QUERY_CHARS * 4])))[: max(max_terms, 0)]
+    if not distinct:
+        return None
+    # Tokens never hold a quote; doubling one anyway keeps the string closed if that changes.
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in distinct)
+
+
+def clip_query(text: str) -> tuple[str | None, str | None]:
+    """Clean a query for search: (query, None), (clipped query, reason) or (None, reason).
+
+    Controls and invisible characters go, line breaks become spaces, runs of whitespace
+    collapse, and the result is cut to MAX_QUERY_CHARS. A query with no letter or digit
+    left is empty.
+    """
+    text = _BREAKS_RE.sub(" ", text)
+    text = _INVISIBLE_RE.sub("", _CONTROL_RE.sub("", text))
+    text = _SPACES_RE.sub(" ", text).strip()
+    if _WORD_RE.search(text) is None:
+        return None, "empty query"
+    if len(text) <= MAX_QUERY_CHARS:
+        return text, None
+    return text[:MAX_QUERY_CHARS].rstrip(), f"query clipped to {MAX_QUERY_CHARS} characters"
+
+
+class Bm25:
+    """Okapi BM25 over a fixed list of documents, in memory.
+
+    IDF is the non-negative form log(1 + (N - df + 0.5) / (df + 0.5)), so a term found in
+    most documents still counts a little instead of counting against a match.
+    """
+
+    def __init__(self, documents: Sequence[str], k1: float = 1.2, b: float = 0.75) -> None:
+        self._k1 = k1
+        self._b = b
+        self._counts = [Counter(tokens(doc)) for doc in documents]
+        self._lengths = [sum(c.values()) for c in self._counts]
+        total = sum(self._lengths)
+        self._avg_length = total / len(self._counts) if total else 1.0
+        self._df: Counter[str] = Counter()
+        for counts in self._counts:
+            self._df.update(counts.keys())
+
+    def _idf(self, term: str) -> float:
+        n, df = len(self._counts), self._df[term]
+        return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+    def scores(self, query: str) -> list[float]:
+        """One score per document, in document order; 0.0 where no query token occurs."""
+        terms = [t for t in dict.fromkeys(tokens(query)) if self._df[t]]
+        idf = {t: self._idf(t) for t in terms}
+        out: list[float] = []
+        for counts, length in zip(self._counts, self._lengths, strict=True):
+            norm = self._k1 * (1.0 - self._b + self._b * length / self._avg_length)
+            score = 0.0
+            for term in terms:
+                tf = counts.get(term, 0)
+                if tf:
+                    score += idf[term] * tf * (self._k1 + 1.0) / (tf + norm)
+            out.append(score)
+        return out
+
+
+def rank(query: str, documents: Sequence[str]) -> list[tuple[int, float]]:
+    """(document index, score) for the documents that share a token with the query, best
+    first, ties by lower index."""
+    scored = [(i, s) for i, s in enumerate(Bm25(documents).scores(query)) if s > 0.0]
+    scored.sort(key=lambda pair: (-pair[1], pair[0]))
+    return scored

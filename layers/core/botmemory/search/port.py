@@ -1,0 +1,79 @@
+"""The search port: what the memory stores for search, and the one interface every index
+adapter implements.
+
+A passage is what search returns: a remembered message with enough neighbouring context
+to stand alone, a fact, or an episode summary, with where it lives in the table (its
+sources), so recall can check that the table still holds it before showing it. The index
+is a copy that follows the table (invariant 14): entries are written at consolidation and
+removed by id when their table items go (botmemory.index_sync).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from enum import StrEnum
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class PassageKind(StrEnum):
+    MESSAGE = "message"
+    FACT = "fact"
+    EPISODE = "episode"
+
+
+class Passage(BaseModel):
+    """One index entry."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str  # unique in the index; built by botmemory.keys (passage ids)
+    kind: PassageKind
+    scope: str  # the guild scope ("G#<guild id>") or "dm": search never crosses it
+    channel_id: str  # where it was said ("" for a fact: facts belong to a scope)
+    text: str  # what is searched: the message with its context, the fact, the summary
+    time_ms: int  # when it was said (a message), last updated (a fact), ended (an episode)
+    authors: list[str] = []  # user ids whose words are in `text` (a fact: its subject)
+    sources: list[str] = []  # table sort keys the passage was built from (provenance)
+    expires_at: int | None = None  # epoch seconds, as the table's TTL attribute
+
+
+class SearchQuery(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    scope: str
+    channel_ids: list[str] | None = None  # None: the whole scope (MEMORY_SEARCH_SCOPE=guild)
+    text: str
+    kinds: list[PassageKind] | None = None  # None: every kind
+    limit: int = Field(default=20, ge=1, le=100)
+    now_s: int  # entries whose expires_at is before this are never returned
+
+
+class SearchHit(BaseModel):
+    passage: Passage
+    score: float  # fused score: higher is better; only the order means anything
+    keyword_rank: int | None = None  # 1-based rank in the keyword leg, None when absent
+    vector_rank: int | None = None  # 1-based rank in the vector leg, None when absent
+
+
+class SearchIndex(Protocol):
+    """An index adapter. Every method is idempotent; every failure raises (callers fail open)."""
+
+    def add(self, passages: Sequence[Passage]) -> int:
+        """Insert or replace the passages by id; returns the number of index writes."""
+        ...
+
+    def search(self, query: SearchQuery) -> list[SearchHit]:
+        """The passages most relevant to the query, best first, within its scope, channels,
+        kinds and expiry."""
+        ...
+
+    def remove(self, ids: Iterable[str]) -> int:
+        """Remove the passages with these ids (absent ids are fine); returns how many ids
+        were sent for removal."""
+        ...
+
+    def passages(self) -> Iterator[Passage]:
+        """Every stored passage, expired or not: for audits and the erasure tests."""
+        ...

@@ -1,0 +1,272 @@
+"""The search index on Amazon S3 Vectors (MEMORY_SEARCH_INDEX=s3vectors:<bucket>/<index>).
+
+The vector leg is the index's own nearest-neighbour query, filtered by scope, channels, kinds
+and expiry; the keyword leg re-ranks the candidates it returns with BM25 and the two orders
+are fused by reciprocal rank. S3 Vectors has no keyword search of its own that every
+bucket offers, so keywords only ever re-rank: a passage must be a vector candidate to be
+found at all.
+
+Each vector carries its whole passage as metadata, so a query needs no second read to show
+one. The index (template.yaml, SearchVectorIndex) declares `text`, `authors`, `sources` and
+`time_ms` non-filterable; `scope`, `channel_id`, `kind` and `expires_at` stay filterable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from botmemory.search.embeddings import Embedder, EmbeddingError
+from botmemory.search.fusion import reciprocal_rank_fusion
+from botmemory.search.keywords import clip_query, rank
+from botmemory.search.port import Passage, PassageKind, SearchHit, SearchQuery
+
+log = logging.getLogger(__name__)
+
+# Service limits (S3 Vectors "Limitations and restrictions").
+PUT_BATCH = 500  # vectors per PutVectors call
+DELETE_BATCH = 500  # keys per DeleteVectors call
+LIST_PAGE = 1000  # vectors per ListVectors page
+MAX_TOP_K = 100  # results per QueryVectors call
+# A request may carry 20 MiB; stay well under it whatever the texts weigh.
+PUT_PAYLOAD_BYTES = 16 * 1024 * 1024
+# A vector's metadata may total 40 KB (filterable and not); the text takes what the other
+# fields leave of this, with room to spare for how the service counts.
+METADATA_BYTES = 36_000
+# Stands for "never expires" in the filterable expires_at (epoch seconds, year 2286), so an
+# expiry filter needs no $or on a missing key.
+NEVER_EXPIRES = 9_999_999_999
+
+T = TypeVar("T")
+
+
+def _batches(
+    items: Sequence[T], count: int, budget: int, size: Callable[[T], int]
+) -> Iterator[list[T]]:
+    """Consecutive runs of at most `count` items whose sizes add up to at most `budget`
+    (an item bigger than the budget goes alone)."""
+    batch: list[T] = []
+    used = 0
+    for item in items:
+        weight = size(item)
+        if batch and (len(batch) >= count or used + weight > budget):
+            yield batch
+            batch, used = [], 0
+        batch.append(item)
+        used += weight
+    if batch:
+        yield batch
+
+
+def _cut_utf8(text: str, limit: int) -> str:
+    """The longest prefix of the text whose UTF-8 encoding fits in `limit` bytes (a lone
+    surrogate, which UTF-8 cannot carry, becomes "?")."""
+    encoded = text.encode("utf-8", "replace")
+    # "ignore" only ever drops the partial character the cut leaves at the end.
+    return encoded[: max(limit, 0)].decode("utf-8", "ignore")
+
+
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False).encode("utf-8", "replace"))
+
+
+def metadata_of(passage: Passage) -> dict[str, Any]:
+    """A passage as vector metadata: everything but its id, which is the vector's key."""
+    metadata: dict[str, Any] = {
+        "scope": passage.scope,
+        "channel_id": passage.channel_id,
+        "kind": passage.kind.value,
+        "expires_at": NEVER_EXPIRES if passage.expires_at is None else passage.expires_at,
+        "authors": list(passage.authors),
+        "sources": list(passage.sources),
+        "time_ms": passage.time_ms,
+        "text": "",
+    }
+    room = METADATA_BYTES - _json_bytes(metadata)
+    metadata["text"] = _cut_utf8(passage.text, room)
+    return metadata
+
+
+def passage_of(key: str, metadata: Any) -> Passage:
+    """The passage stored under a key; ValueError when its metadata is not one of ours."""
+    if not isinstance(metadata, dict):
+        raise ValueError(f"vector {key!r} has no metadata")
+    try:
+        expires_at = int(metadata["expires_at"])
+        return Passage(
+            id=key,
+            kind=PassageKind(metadata["kind"]),
+            scope=str(metadata["scope"]),
+            channel_id=str(metadata["channel_id"]),
+            text=str(metadata["text"]),
+            # Numbers may come back as floats from the service's JSON.
+            time_ms=int(metadata["time_ms"]),
+            authors=[str(a) for a in metadata.get("authors") or []],
+            sources=[str(s) for s in metadata.get("sources") or []],
+            expires_at=None if expires_at >= NEVER_EXPIRES else expires_at,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"vector {key!r} has unreadable metadata: {exc!r}"[:300]) from exc
+
+
+def query_filter(query: SearchQuery) -> dict[str, Any]:
+    """The metadata filter of a query: its scope, channels, kinds and expiry."""
+    conditions: list[dict[str, Any]] = [
+        {"scope": {"$eq": query.scope}},
+        {"expires_at": {"$gte": query.now_s}},
+    ]
+    if query.channel_ids is not None:
+        conditions.append({"channel_id": {"$in": list(query.channel_ids)}})
+    if query.kinds is not None:
+        conditions.append({"kind": {"$in": [k.value for k in query.kinds]}})
+    return {"$and": conditions}
+
+
+def _distance(hit: dict[str, Any]) -> float:
+    distance = hit.get("distance")
+    return float(distance) if isinstance(distance, int | float) else math.inf
+
+
+class S3VectorsSearchIndex:
+    """SearchIndex on one S3 Vectors index. Service errors propagate (botocore's
+    ClientError/BotoCoreError), as do embedding failures (EmbeddingError)."""
+
+    def __init__(
+        self,
+        bucket: str,
+        index: str,
+        embedder: Embedder,
+        *,
+        client: Any | None = None,
+        candidates: int = 50,
+        region_name: str | None = None,
+    ) -> None:
+        if candidates < 1:
+            raise ValueError("candidates must be at least 1")
+        self._bucket = bucket
+        self._index = index
+        self._embedder = embedder
+        self._client = client
+        self._candidates = candidates
+        self._region_name = region_name
+
+    def _s3vectors(self) -> Any:
+        # boto3 is imported and the client built only when needed: both are slow on a cold start.
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            config = Config(
+                connect_timeout=3,
+                read_timeout=10,
+                retries={"total_max_attempts": 3, "mode": "standard"},
+            )
+            self._client = boto3.client("s3vectors", region_name=self._region_name, config=config)
+        return self._client
+
+    def _where(self) -> dict[str, str]:
+        return {"vectorBucketName": self._bucket, "indexName": self._index}
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def add(self, passages: Sequence[Passage]) -> int:
+        # A blank text has nothing to be found by, and embedding services refuse it.
+        passages = [p for p in passages if p.text.strip()]
+        if not passages:
+            return 0
+        vectors = self._embedder.embed([p.text for p in passages])
+        if len(vectors) != len(passages):
+            raise EmbeddingError(
+                f"{self._embedder.name} returned {len(vectors)} vectors for {len(passages)} texts"
+            )
+        entries = [
+            {"key": p.id, "data": {"float32": v}, "metadata": metadata_of(p)}
+            for p, v in zip(passages, vectors, strict=True)
+        ]
+        client = self._s3vectors()
+        for batch in _batches(entries, PUT_BATCH, PUT_PAYLOAD_BYTES, _json_bytes):
+            client.put_vectors(**self._where(), vectors=batch)
+        return len(entries)
+
+    def remove(self, ids: Iterable[str]) -> int:
+        keys = list(dict.fromkeys(ids))
+        if keys:
+            client = self._s3vectors()
+            for start in range(0, len(keys), DELETE_BATCH):
+                client.delete_vectors(**self._where(), keys=keys[start : start + DELETE_BATCH])
+        return len(keys)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def passages(self) -> Iterator[Passage]:
+        client = self._s3vectors()
+        request: dict[str, Any] = {
+            **self._where(),
+            "maxResults": LIST_PAGE,
+            "returnData": False,
+            "returnMetadata": True,
+        }
+        while True:
+            page = client.list_vectors(**request)
+            for vector in page.get("vectors", []):
+                # An audit must see every entry: one it cannot read is an error, not a skip.
+                yield passage_of(vector["key"], vector.get("metadata"))
+            token = page.get("nextToken")
+            if not token:
+                return
+            request["nextToken"] = token
+
+    def search(self, query: SearchQuery) -> list[SearchHit]:
+        text, _ = clip_query(query.text)
+        # An empty $in list is refused by the service and could match nothing anyway.
+        if text is None or query.channel_ids == [] or query.kinds == []:
+            return []
+        candidates = self._vector_candidates(query, text)
+        if not candidates:
+            return []
+        vector_order = [p.id for p in candidates]
+        keyword_order = [vector_order[i] for i, _ in rank(text, [p.text for p in candidates])]
+        fused = reciprocal_rank_fusion([vector_order, keyword_order])
+        by_id = {p.id: p for p in candidates}
+        vector_rank = {pid: n for n, pid in enumerate(vector_order, start=1)}
+        keyword_rank = {pid: n for n, pid in enumerate(keyword_order, start=1)}
+        return [
+            SearchHit(
+                passage=by_id[pid],
+                score=score,
+                vector_rank=vector_rank[pid],
+                keyword_rank=keyword_rank.get(pid),
+            )
+            for pid, score in fused[: query.limit]
+        ]
+
+    def _vector_candidates(self, query: SearchQuery, text: str) -> list[Passage]:
+        """The nearest passages within the query's filter, nearest first."""
+        vector = self._embedder.embed([text])[0]
+        response = self._s3vectors().query_vectors(
+            **self._where(),
+            topK=min(max(self._candidates, query.limit), MAX_TOP_K),
+            queryVector={"float32": vector},
+            filter=query_filter(query),
+            returnMetadata=True,
+            returnDistance=True,
+        )
+        found: list[Passage] = []
+        seen: set[str] = set()
+        # Nearest first; the sort is stable, so the service's order breaks ties.
+        hits = sorted(response.get("vectors", []), key=_distance)
+        for hit in hits:
+            key = hit.get("key")
+            try:
+                passage = passage_of(str(key), hit.get("metadata"))
+            except ValueError as exc:
+                log.warning("unreadable search index entry skipped", extra={"error": str(exc)})
+                continue
+            # Defence in depth: whatever the filter did, a passage never leaves its scope.
+            if passage.scope == query.scope and passage.id not in seen:
+                seen.add(passage.id)
+                found.append(passage)
+        return found

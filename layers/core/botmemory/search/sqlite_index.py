@@ -1,0 +1,276 @@
+"""A SearchIndex on the standard library's sqlite3 with FTS5: the local and test adapter.
+
+The FTS5 table indexes `keywords.tokens()` output (joined by spaces) under the plain
+unicode61 tokenizer, so documents and queries are stemmed by the same Python rules. With
+an embedder, vectors are stored beside each passage and compared in Python: fine at local
+scale, and the vector leg is capped at the newest rows that pass the filters.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import sqlite3
+import threading
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from botmemory.search.fusion import reciprocal_rank_fusion
+from botmemory.search.keywords import clip_query, fts_match, tokens
+from botmemory.search.port import Passage, SearchHit, SearchQuery
+
+if TYPE_CHECKING:
+    from botmemory.search.embeddings import Embedder
+
+# Rows the vector leg compares per query, newest first: bounds a Python-side scan.
+VECTOR_SCAN_ROWS = 4000
+# Candidates each leg passes to fusion, as a multiple of the query's limit.
+CANDIDATE_FACTOR = 4
+_BUSY_TIMEOUT_S = 10.0  # another process (the local dev stack) may hold the write lock
+_PAGE_ROWS = 500
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS passages (
+        pk INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        channel_id TEXT NOT NULL,
+        time_ms INTEGER NOT NULL,
+        expires_at INTEGER,
+        passage TEXT NOT NULL,
+        terms TEXT NOT NULL,
+        vector BLOB,
+        vector_model TEXT
+    )""",
+    "CREATE INDEX IF NOT EXISTS passages_scope_time ON passages (scope, time_ms)",
+    # External content: the text lives once, in passages.terms; triggers keep FTS in step.
+    """CREATE VIRTUAL TABLE IF NOT EXISTS passages_fts USING fts5(
+        terms, content='passages', content_rowid='pk', tokenize='unicode61'
+    )""",
+    """CREATE TRIGGER IF NOT EXISTS passages_ai AFTER INSERT ON passages BEGIN
+        INSERT INTO passages_fts (rowid, terms) VALUES (new.pk, new.terms);
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS passages_ad AFTER DELETE ON passages BEGIN
+        INSERT INTO passages_fts (passages_fts, rowid, terms) VALUES ('delete', old.pk, old.terms);
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS passages_au AFTER UPDATE ON passages BEGIN
+        INSERT INTO passages_fts (passages_fts, rowid, terms) VALUES ('delete', old.pk, old.terms);
+        INSERT INTO passages_fts (rowid, terms) VALUES (new.pk, new.terms);
+    END""",
+)
+
+# An upsert, not INSERT OR REPLACE: REPLACE deletes without firing the delete trigger
+# (recursive_triggers is off), which would leave a stale FTS row behind.
+_UPSERT = """
+INSERT INTO passages
+    (id, kind, scope, channel_id, time_ms, expires_at, passage, terms, vector, vector_model)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET
+    kind = excluded.kind, scope = excluded.scope, channel_id = excluded.channel_id,
+    time_ms = excluded.time_ms, expires_at = excluded.expires_at,
+    passage = excluded.passage, terms = excluded.terms,
+    vector = excluded.vector, vector_model = excluded.vector_model
+"""
+
+_KEYWORD_SQL = """
+SELECT p.id, p.passage FROM passages_fts JOIN passages AS p ON p.pk = passages_fts.rowid
+WHERE passages_fts MATCH ? AND {where}
+ORDER BY bm25(passages_fts), p.time_ms DESC, p.id LIMIT ?
+"""
+
+_VECTOR_SQL = """
+SELECT p.id, p.passage, p.vector FROM passages AS p
+WHERE p.vector IS NOT NULL AND p.vector_model = ? AND {where}
+ORDER BY p.time_ms DESC, p.id LIMIT ?
+"""
+
+Param = str | int | bytes | None
+Candidate = tuple[str, str]  # (passage id, passage JSON)
+
+
+def _unit_vector(values: Sequence[float]) -> array[float]:
+    """float32, scaled to length 1 so cosine similarity is a dot product."""
+    norm = math.sqrt(math.fsum(v * v for v in values))
+    return array("f", (v / norm for v in values) if norm > 0.0 else values)
+
+
+def _filters(query: SearchQuery) -> tuple[str, list[Param]]:
+    """The WHERE clause every leg shares: scope always, channels and kinds when given,
+    and expiry. Only fixed SQL and placeholders: no query text enters the statement."""
+    clauses = ["p.scope = ?", "(p.expires_at IS NULL OR p.expires_at >= ?)"]
+    params: list[Param] = [query.scope, query.now_s]
+    if query.channel_ids is not None:
+        clauses.append(f"p.channel_id IN ({', '.join('?' * len(query.channel_ids))})")
+        params.extend(query.channel_ids)
+    if query.kinds is not None:
+        clauses.append(f"p.kind IN ({', '.join('?' * len(query.kinds))})")
+        params.extend(kind.value for kind in query.kinds)
+    return " AND ".join(clauses), params
+
+
+def _ranked_by_similarity(
+    target: array[float], rows: list[tuple[str, str, bytes]], depth: int
+) -> list[Candidate]:
+    """Rows with a positive cosine to the target, best first (ties keep the newer row)."""
+    scored: list[tuple[float, int, Candidate]] = []
+    for position, (passage_id, body, blob) in enumerate(rows):
+        vector = array("f")
+        vector.frombytes(blob)
+        if len(vector) != len(target):
+            continue  # written under another dimension setting: not comparable
+        similarity = sum(map(operator.mul, target, vector))
+        if similarity > 0.0:
+            scored.append((-similarity, position, (passage_id, body)))
+    scored.sort(key=lambda entry: (entry[0], entry[1]))
+    return [candidate for _, _, candidate in scored[:depth]]
+
+
+def _fuse(keyword: list[Candidate], vector: list[Candidate], limit: int) -> list[SearchHit]:
+    bodies = dict(keyword) | dict(vector)
+    keyword_ids = [passage_id for passage_id, _ in keyword]
+    vector_ids = [passage_id for passage_id, _ in vector]
+    keyword_rank = {passage_id: i for i, passage_id in enumerate(keyword_ids, start=1)}
+    vector_rank = {passage_id: i for i, passage_id in enumerate(vector_ids, start=1)}
+    return [
+        SearchHit(
+            passage=Passage.model_validate_json(bodies[passage_id]),
+            score=score,
+            keyword_rank=keyword_rank.get(passage_id),
+            vector_rank=vector_rank.get(passage_id),
+        )
+        for passage_id, score in reciprocal_rank_fusion([keyword_ids, vector_ids])[:limit]
+    ]
+
+
+class SqliteSearchIndex:
+    """SearchIndex on one SQLite connection shared by threads behind a lock."""
+
+    def __init__(self, path: str = ":memory:", embedder: Embedder | None = None) -> None:
+        self._embedder = embedder
+        self._lock = threading.Lock()
+        # Autocommit: transactions are begun explicitly, so 3.11 and 3.13 behave alike.
+        self._conn = sqlite3.connect(
+            path, timeout=_BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
+        )
+        if path not in (":memory:", ""):
+            # WAL lets the other process of the dev stack read while this one writes.
+            self._conn.execute("PRAGMA journal_mode=WAL").fetchall()
+        with self._transaction() as conn:
+            for statement in _SCHEMA:
+                conn.execute(statement)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            # IMMEDIATE takes the write lock up front, so a busy file waits here, not mid-way.
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _read(self, sql: str, params: Sequence[Param]) -> list[Any]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def _vectors(self, passages: Sequence[Passage]) -> list[bytes | None]:
+        if self._embedder is None:
+            return [None] * len(passages)
+        vectors = self._embedder.embed([passage.text for passage in passages])
+        if len(vectors) != len(passages):
+            raise ValueError(
+                f"embedder {self._embedder.name} returned {len(vectors)} vectors "
+                f"for {len(passages)} texts"
+            )
+        return [_unit_vector(vector).tobytes() for vector in vectors]
+
+    def add(self, passages: Sequence[Passage]) -> int:
+        """Insert or replace by id; embeds all texts in one call first (outside the lock,
+        as it may be a network call). Returns the number of passages written."""
+        if not passages:
+            return 0
+        vectors = self._vectors(passages)
+        model = self._embedder.name if self._embedder is not None else None
+        rows = [
+            (
+                p.id,
+                p.kind.value,
+                p.scope,
+                p.channel_id,
+                p.time_ms,
+                p.expires_at,
+                p.model_dump_json(),
+                " ".join(tokens(p.text)),
+                vector,
+                model if vector is not None else None,
+            )
+            for p, vector in zip(passages, vectors, strict=True)
+        ]
+        with self._transaction() as conn:
+            conn.executemany(_UPSERT, rows)
+        return len(passages)
+
+    def search(self, query: SearchQuery) -> list[SearchHit]:
+        """Keyword (FTS5 bm25) and, with an embedder, vector candidates fused by RRF.
+
+        An embedder failure propagates: the caller fails open and counts it."""
+        text, _ = clip_query(query.text)
+        if text is None or query.channel_ids == [] or query.kinds == []:
+            return []
+        where, params = _filters(query)
+        depth = CANDIDATE_FACTOR * query.limit
+        match = fts_match(text)
+        keyword = self._keyword_leg(match, where, params, depth) if match is not None else []
+        vector = self._vector_leg(text, where, params, depth)
+        return _fuse(keyword, vector, query.limit)
+
+    def _keyword_leg(
+        self, match: str, where: str, params: list[Param], depth: int
+    ) -> list[Candidate]:
+        rows = self._read(_KEYWORD_SQL.format(where=where), [match, *params, depth])
+        return [(str(passage_id), str(body)) for passage_id, body in rows]
+
+    def _vector_leg(
+        self, text: str, where: str, params: list[Param], depth: int
+    ) -> list[Candidate]:
+        if self._embedder is None:
+            return []
+        # Embedded before taking the lock: a slow provider must not stall writers.
+        target = _unit_vector(self._embedder.embed([text])[0])
+        rows = self._read(
+            _VECTOR_SQL.format(where=where), [self._embedder.name, *params, VECTOR_SCAN_ROWS]
+        )
+        typed = [(str(pid), str(body), bytes(blob)) for pid, body, blob in rows]
+        return _ranked_by_similarity(target, typed, depth)
+
+    def remove(self, ids: Iterable[str]) -> int:
+        """Delete by id (the trigger drops the FTS row too); absent ids are fine."""
+        distinct = list(dict.fromkeys(ids))
+        if distinct:
+            with self._transaction() as conn:
+                conn.executemany("DELETE FROM passages WHERE id = ?", [(i,) for i in distinct])
+        return len(distinct)
+
+    def passages(self) -> Iterator[Passage]:
+        """Every stored passage, expired or not, a page at a time so no lock is held
+        while the caller works."""
+        last_pk = 0
+        while True:
+            rows = self._read(
+                "SELECT pk, passage FROM passages WHERE pk > ? ORDER BY pk LIMIT ?",
+                (last_pk, _PAGE_ROWS),
+            )
+            if not rows:
+                return
+            for _, body in rows:
+                yield Passage.model_validate_json(str(body))
+            last_pk = int(rows[-1][0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

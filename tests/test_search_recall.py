@@ -1,0 +1,472 @@
+"""Recall with a query (DESIGN.md section 9): consolidation indexes what it consumed, and
+recall shows the passages most relevant to the message being answered, checked against the
+table, within their own budget; facts and episodes are ranked by relevance first; search
+fails open; a hostile query is clipped or ignored, never an error."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from botmemory import keys
+from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
+from botmemory.config import Settings
+from botmemory.items import observation_values
+from botmemory.recall import PASSAGE_HEADING, respond
+from botmemory.recall_search import SearchStatus
+from botmemory.records import Episode, Fact, FactKind, FactSource, Observation
+from botmemory.runtime import MemoryServices, build_services
+from botmemory.search.port import Passage, SearchHit, SearchIndex, SearchQuery
+from botmemory.search.sqlite_index import SqliteSearchIndex
+from tests.conftest import START_MS, CountingModel
+from tests.storage import put_episode, put_facts, put_items
+
+GUILD = "1100000000000000001"
+OTHER_GUILD = "1100000000000000009"
+CHANNEL = "1200000000000000001"
+PRIVATE = "1200000000000000002"
+ALICE, BOB, CAROL = "1300000000000000001", "1300000000000000002", "1300000000000000003"
+NAMES = {ALICE: "Alice", BOB: "Bob", CAROL: "Carol"}
+_ids = iter(range(1_456_000_000_000_000_000, 1_457_000_000_000_000_000))
+
+
+def said(
+    author: str, content: str, at_ms: int, channel: str = CHANNEL, guild: str | None = GUILD
+) -> Observation:
+    message_id = str(next(_ids))
+    return Observation(
+        channel_id=channel,
+        scope=guild or "dm",
+        sk=keys.observation_sk(at_ms, "msg", message_id),
+        kind="msg",
+        at_ms=at_ms,
+        author_id=author,
+        author_name=NAMES.get(author, "Someone"),
+        message_id=message_id,
+        content=content,
+        expires_at=epoch_seconds(at_ms + 30 * DAY_MS),
+    )
+
+
+@pytest.fixture
+def index() -> Iterator[SqliteSearchIndex]:
+    search_index = SqliteSearchIndex(":memory:")
+    yield search_index
+    search_index.close()
+
+
+@pytest.fixture
+def searching(
+    dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
+) -> MemoryServices:
+    return build_services(
+        settings, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
+    )
+
+
+def consolidated(services: MemoryServices, observations: Sequence[Observation]) -> None:
+    """Record the observations as ingest would, then consolidate each channel they are in."""
+    put_items(services.repository, (observation_values(o) for o in observations))
+    for channel in dict.fromkeys(o.channel_id for o in observations):
+        services.consolidator.consolidate(channel, force=True)
+
+
+def conversation(start_ms: int = START_MS) -> list[Observation]:
+    lines = [
+        (ALICE, "Morning all! Did anyone watch the match last night?"),
+        (BOB, "I did, what a finish."),
+        (ALICE, "I signed up for a pottery class at the community centre in 2022."),
+        (BOB, "Nice. My sister went to Lisbon for her honeymoon."),
+        (ALICE, "Our cat Biscuit turned 7 this week."),
+        (BOB, "Happy birthday Biscuit!"),
+    ]
+    return [said(author, text, start_ms + n * 60_000) for n, (author, text) in enumerate(lines)]
+
+
+def ask(
+    services: MemoryServices, query: str | None, channel: str = CHANNEL, **extra: Any
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "guild_id": GUILD,
+        "channel_id": channel,
+        "user_id": ALICE,
+        "participants": [BOB],
+        **extra,
+    }
+    if query is not None:
+        payload["query"] = query
+    status, body = respond(services.recaller, payload)
+    assert status == 200, body
+    return body
+
+
+def passage_lines(memory: str) -> list[str]:
+    if PASSAGE_HEADING not in memory:
+        return []
+    section = memory.split(PASSAGE_HEADING, 1)[1].split("\n\n", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("- ")]
+
+
+# What a query adds --------------------------------------------------------------------
+
+
+def test_a_question_about_something_said_early_finds_the_message_dated_and_attributed(
+    searching: MemoryServices, clock: ManualClock
+) -> None:
+    consolidated(searching, conversation())
+    # Weeks of other talk later, the early message is far beyond the latest episodes.
+    clock.advance(days=20)
+    for day_n in range(1, 6):
+        later = START_MS + day_n * DAY_MS
+        consolidated(searching, [said(BOB, f"Standup notes for day {day_n}", later)])
+
+    body = ask(searching, "When did Alice start going to pottery class?")
+
+    lines = passage_lines(body["memory"])
+    assert lines and lines[0].startswith('- 2026-01-01, "Alice": "I signed up for a pottery class')
+    passage = body["passages"][0]
+    assert passage["channel_id"] == CHANNEL and passage["authors"][-1] == ALICE
+    assert passage["time_ms"] == START_MS + 2 * 60_000
+    assert passage["provenance"][-1].startswith("OBS#")
+    assert body["search"] == SearchStatus.OK
+
+
+def test_a_short_answer_is_shown_with_the_message_it_answers(
+    searching: MemoryServices,
+) -> None:
+    consolidated(
+        searching,
+        [
+            said(BOB, "Where did you go hiking in the summer holidays?", START_MS),
+            said(ALICE, "The Dolomites, with my brother.", START_MS + 60_000),
+        ],
+    )
+
+    body = ask(searching, "hiking in the Dolomites")
+
+    lines = passage_lines(body["memory"])
+    assert lines[0].startswith('- 2026-01-01, "Alice": "The Dolomites, with my brother."')
+    assert '(after "Bob": "Where did you go hiking' in lines[0]
+    # The question is not shown a second time on a line of its own.
+    assert len(lines) == 1 and body["passages"][0]["context"].startswith("Where did you go")
+
+
+def test_without_a_query_recall_is_what_it_was(
+    searching: MemoryServices, dynamodb: Any, settings: Settings, clock: ManualClock
+) -> None:
+    consolidated(searching, conversation())
+    plain = build_services(settings, dynamodb=dynamodb, clock=clock, model=CountingModel())
+
+    with_index = ask(searching, None)
+    without_index = ask(plain, None)
+
+    assert with_index["memory"] == without_index["memory"]
+    assert with_index["passages"] == [] and PASSAGE_HEADING not in with_index["memory"]
+    assert with_index["search"] == SearchStatus.NO_QUERY
+    assert without_index["search"] == SearchStatus.OFF
+
+
+def test_passages_stay_within_their_own_budget(
+    dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
+) -> None:
+    # Facts and episodes get nothing here, so they leave no room over to the passages.
+    tight = settings.model_copy(
+        update={"recall_search_chars": 300, "recall_fact_chars": 0, "recall_episode_chars": 0}
+    )
+    services = build_services(
+        tight, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
+    )
+    consolidated(
+        services,
+        [
+            said(ALICE, f"Pottery note {n}: glazing, kilns and wheels.", START_MS + n)
+            for n in range(30)
+        ],
+    )
+
+    body = ask(services, "pottery glazing kilns")
+
+    section = body["memory"].split(PASSAGE_HEADING, 1)[1].split("\n\n", 1)[0]
+    assert len(PASSAGE_HEADING) + len(section) <= 300
+    assert 1 <= len(body["passages"]) < 30
+
+
+# Facts and episodes, relevance first ----------------------------------------------------
+
+
+def fact(user: str, text: str, updated_ms: int, hits: int = 1) -> Fact:
+    return Fact(
+        fact_id=f"f{abs(hash((user, text))) % 10**7:07d}",
+        scope=GUILD,
+        user_id=user,
+        text=text,
+        kind=FactKind.FACT,
+        source=FactSource.SELF,
+        created_ms=updated_ms,
+        updated_ms=updated_ms,
+        hits=hits,
+        expires_at=epoch_seconds(updated_ms + 180 * DAY_MS),
+    )
+
+
+def test_the_relevant_fact_comes_first_even_when_old_and_little_used(
+    searching: MemoryServices,
+) -> None:
+    facts = [
+        fact(ALICE, f"Alice collects stamps from country {n}", START_MS + n, hits=9)
+        for n in range(12)
+    ]
+    facts.append(fact(ALICE, "Alice is allergic to peanuts", START_MS - DAY_MS, hits=1))
+    put_facts(searching.repository, facts)
+
+    asked = ask(searching, "Can Alice eat peanuts?")
+    unasked = ask(searching, None)
+
+    assert asked["facts"][ALICE][0]["text"] == "Alice is allergic to peanuts"
+    assert "peanuts" not in unasked["memory"]  # five most-used only, without a query
+
+
+def test_facts_of_a_member_the_query_names_are_shown_never_a_stranger_s(
+    searching: MemoryServices,
+) -> None:
+    put_facts(searching.repository, [fact(CAROL, "Carol plays the cello", START_MS)])
+    # Carol is a member here: she spoke in this server, so the name registry knows her.
+    consolidated(searching, [said(CAROL, "Hello from Carol, cello practice went well", START_MS)])
+    stranger = fact(CAROL, "Carol plays the cello", START_MS).model_copy(
+        update={"scope": OTHER_GUILD, "fact_id": "fother01", "text": "Carol secretly plays drums"}
+    )
+    put_facts(searching.repository, [stranger])
+
+    body = ask(searching, "Does Carol play an instrument? the cello maybe", participants=[])
+
+    assert [f["text"] for f in body["facts"].get(CAROL, [])][:1] == ["Carol plays the cello"]
+    assert "drums" not in body["memory"]
+
+
+def episode(summary: str, end_ms: int) -> Episode:
+    episode_id = f"ep{end_ms}"
+    return Episode(
+        channel_id=CHANNEL,
+        episode_id=episode_id,
+        sk=keys.episode_sk(end_ms, episode_id),
+        summary=summary,
+        participant_ids=[ALICE, BOB],
+        participant_names=["Alice", "Bob"],
+        start_ms=end_ms - 60_000,
+        end_ms=end_ms,
+        created_ms=end_ms,
+        expires_at=epoch_seconds(end_ms + 90 * DAY_MS),
+    )
+
+
+def test_a_relevant_episode_is_preferred_to_merely_recent_ones(
+    searching: MemoryServices,
+) -> None:
+    put_episode(
+        searching.repository,
+        episode("Alice and Bob talked about a pottery class and glazing.", START_MS),
+        GUILD,
+    )
+    for n in range(1, 6):
+        newer = episode(f"Bob went through release checklist {n}.", START_MS + n * DAY_MS)
+        put_episode(searching.repository, newer, GUILD)
+
+    asked = ask(searching, "how was the pottery class?")
+    unasked = ask(searching, None)
+
+    assert "pottery" in asked["episodes"][0]["summary"]
+    assert [e["summary"] for e in unasked["episodes"]] == [
+        f"Bob went through release checklist {n}." for n in (5, 4, 3)
+    ]
+
+
+# Privacy: what search may return ------------------------------------------------------
+
+
+def test_another_guild_and_another_channel_are_never_searched_by_default(
+    searching: MemoryServices,
+) -> None:
+    consolidated(
+        searching,
+        [
+            said(BOB, "The vault code is tangerine-42", START_MS, channel=PRIVATE),
+            said(
+                BOB,
+                "Our vault code is tangerine-99",
+                START_MS,
+                channel="1200000000000000077",
+                guild=OTHER_GUILD,
+            ),
+        ],
+    )
+
+    body = ask(searching, "what is the vault code tangerine")
+
+    assert "tangerine" not in body["memory"] and body["passages"] == []
+
+
+def test_guild_wide_search_crosses_channels_of_one_server_only(
+    dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
+) -> None:
+    wide = settings.model_copy(update={"search_scope": "guild"})
+    services = build_services(
+        wide, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
+    )
+    consolidated(
+        services,
+        [
+            said(BOB, "The vault code is tangerine-42", START_MS, channel=PRIVATE),
+            said(
+                BOB,
+                "Our vault code is tangerine-99",
+                START_MS,
+                channel="1200000000000000077",
+                guild=OTHER_GUILD,
+            ),
+        ],
+    )
+
+    body = ask(services, "what is the vault code tangerine")
+
+    assert "tangerine-42" in body["memory"] and "tangerine-99" not in body["memory"]
+
+
+def test_direct_messages_never_search_beyond_their_own_channel_even_guild_wide(
+    dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
+) -> None:
+    wide = settings.model_copy(update={"search_scope": "guild"})
+    services = build_services(
+        wide, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
+    )
+    bobs_dm, alices_dm = "1200000000000000101", "1200000000000000102"
+    consolidated(
+        services, [said(BOB, "my bank pin is 4242", START_MS, channel=bobs_dm, guild=None)]
+    )
+
+    status, body = respond(
+        services.recaller,
+        {"channel_id": alices_dm, "user_id": ALICE, "query": "what is the bank pin 4242"},
+    )
+
+    assert status == 200 and "4242" not in body["memory"] and body["passages"] == []
+
+
+def test_a_hit_whose_message_left_the_table_is_dropped_never_shown(
+    searching: MemoryServices, index: SqliteSearchIndex
+) -> None:
+    consolidated(searching, conversation())
+    pottery = next(
+        o for o in searching.repository.channel_observations(CHANNEL) if "pottery" in o.content
+    )
+    # Deleted behind the index's back (no stream follows here): the index still has it.
+    searching.repository.client.delete_item(
+        TableName=searching.repository.table_name,
+        Key={"pk": {"S": keys.channel_pk(CHANNEL)}, "sk": {"S": pottery.sk}},
+    )
+    assert any("pottery" in p.text for p in index.passages())
+
+    body = ask(searching, "pottery class")
+
+    assert body["passages"] == [] and passage_lines(body["memory"]) == []
+
+
+def test_an_expired_message_is_never_shown(searching: MemoryServices, clock: ManualClock) -> None:
+    consolidated(searching, conversation())
+    clock.advance(days=31)  # past the observations' retention; DynamoDB deletes lazily
+
+    body = ask(searching, "pottery class")
+
+    assert body["passages"] == []
+
+
+# Fail-open ------------------------------------------------------------------------------
+
+
+class BrokenIndex:
+    def __init__(
+        self, inner: SearchIndex, error: Exception | None = None, delay_s: float = 0
+    ) -> None:
+        self.inner = inner
+        self.error = error
+        self.delay_s = delay_s
+        self.released = threading.Event()
+
+    def add(self, passages: Sequence[Passage]) -> int:
+        return self.inner.add(passages)
+
+    def search(self, query: SearchQuery) -> list[SearchHit]:
+        if self.delay_s:
+            self.released.wait(self.delay_s)
+        if self.error:
+            raise self.error
+        return self.inner.search(query)
+
+    def remove(self, ids: Iterable[str]) -> int:
+        return self.inner.remove(ids)
+
+    def passages(self) -> Iterator[Passage]:
+        return self.inner.passages()
+
+
+@pytest.mark.parametrize(
+    ("broken", "status"),
+    [
+        (lambda inner: BrokenIndex(inner, error=RuntimeError("index down")), SearchStatus.FAILED),
+        (lambda inner: BrokenIndex(inner, delay_s=5), SearchStatus.TIMEOUT),
+    ],
+)
+def test_a_failing_or_slow_search_leaves_the_block_without_passages_and_says_so(
+    dynamodb: Any,
+    settings: Settings,
+    clock: ManualClock,
+    index: SqliteSearchIndex,
+    broken: Any,
+    status: SearchStatus,
+) -> None:
+    faulty = broken(index)
+    quick = settings.model_copy(update={"search_timeout_ms": 200})
+    services = build_services(
+        quick, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=faulty
+    )
+    consolidated(services, conversation())
+
+    try:
+        body = ask(services, "pottery class")
+    finally:
+        faulty.released.set()
+
+    assert body["search"] == status and body["passages"] == []
+    assert body["facts"] or body["episodes"]  # the rest of the block is still there
+
+
+# Bad input --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "note"),
+    [
+        ("", "empty query"),
+        ("\x00\x01\x02\u200b   \t", "empty query"),
+        ("pottery " * 500_000, "query clipped to 4000 characters"),
+    ],
+)
+def test_a_hostile_query_is_clipped_or_ignored_with_a_reason_never_an_error(
+    searching: MemoryServices, query: str, note: str
+) -> None:
+    consolidated(searching, conversation())
+
+    body = ask(searching, query)
+
+    assert body["query_note"] == note
+    assert body["enabled"] is True
+
+
+def test_a_query_that_is_not_text_is_a_400_naming_it(searching: MemoryServices) -> None:
+    status, body = respond(
+        searching.recaller, {"channel_id": CHANNEL, "user_id": ALICE, "query": {"$ne": 1}}
+    )
+
+    assert status == 400 and body["fields"] == ["query"]
