@@ -325,7 +325,9 @@ def run_conversation(
         counter = RequestCounter(client)
         events = conversation.replay.events
         clock = ManualClock(_event_ms(events[0]))
-        settings = Settings(table_name=TABLE, memory_model="rules")
+        # Search gets 5 s, not the deployed 800 ms: here it waits on moto in this process, on
+        # two busy cores, which says nothing of DynamoDB (latency is printed apart).
+        settings = Settings(table_name=TABLE, memory_model="rules", search_timeout_ms=5_000)
         # The embedded search index, keyword leg only: no embedding model is reachable here.
         index = SqliteSearchIndex(":memory:")
         services = build_services(

@@ -160,6 +160,16 @@ def sample_signing_environment() -> dict[str, str]:
     return {TOLERANCE_ENV: sample[TOLERANCE_ENV]}
 
 
+def search_environment() -> dict[str, str]:
+    """The embedded search index (SQLite FTS5, in this process), plus the vector leg when
+    EMBEDDING_MODEL is set here (e.g. `openai:text-embedding-3-small` with its key)."""
+    environment = {"MEMORY_SEARCH_INDEX": "sqlite::memory:"}
+    for name in ("EMBEDDING_MODEL", "EMBEDDING_MODEL_BASE_URL", "EMBEDDING_MODEL_API_KEY"):
+        if os.environ.get(name):
+            environment[name] = os.environ[name]
+    return environment
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not port_is_free(args.http_port):
@@ -184,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
                     "DISCORD_APPLICATION_ID", "1399999999999999999"
                 ),
             },
-            environment=sample_signing_environment() if public_key == TEST_PUBLIC_KEY else {},
+            environment={
+                **(sample_signing_environment() if public_key == TEST_PUBLIC_KEY else {}),
+                **search_environment(),
+            },
             echo=True,
         ).start()
         Endpoints.stack = stack

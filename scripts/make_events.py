@@ -399,9 +399,13 @@ def main() -> None:
                     "DISCORD_APPLICATION_ID": BOT,
                     "DISCORD_TIMESTAMP_TOLERANCE_SECONDS": SAMPLE_TIMESTAMP_TOLERANCE_SECONDS,
                 },
-                # Locally, search runs on the embedded index (the template's is S3 Vectors).
+                # Locally, search runs on the embedded index (the template's is S3 Vectors),
+                # keyword leg only: a local invoke calls no embedding model.
                 **{
-                    function: {"MEMORY_SEARCH_INDEX": "sqlite:/tmp/botmemory-search.sqlite3"}
+                    function: {
+                        "MEMORY_SEARCH_INDEX": "sqlite:/tmp/botmemory-search.sqlite3",
+                        "EMBEDDING_MODEL": "",
+                    }
                     for function in ("ConsolidateFunction", "RecallFunction", "SearchIndexFunction")
                 },
             },

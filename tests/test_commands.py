@@ -276,7 +276,7 @@ def test_opting_out_erases_what_exists_and_stops_recording(discord: Discord) -> 
     # The erasure marker outlives the consolidations that began before it; a lease later:
     expire_erasure_markers(discord.dynamodb)
     ingest_and_consolidate(discord, [(ALICE, "I use Emacs now.")] + [(BOB, "sure")] * 3)
-    assert facts_of(discord.services(), ALICE) == ["Uses Emacs now"]
+    assert facts_of(discord.services(), ALICE) == ["Alice uses Emacs"]
 
 
 def expire_erasure_markers(dynamodb: Any) -> None:

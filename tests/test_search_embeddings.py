@@ -491,7 +491,7 @@ def test_openai_spec_builds_the_openai_embedder_without_a_client() -> None:
     embedder = build("openai:text-embedding-3-small", dimensions=256)
     assert isinstance(embedder, OpenAIEmbedder)
     assert embedder.name == "openai:text-embedding-3-small" and embedder.dimensions == 256
-    assert embedder._client is None
+    assert embedder._endpoint is None
 
 
 @pytest.mark.parametrize("spec", ["rules", "cohere:embed-v4", "bedrock:", "openai", "titan"])

@@ -106,7 +106,10 @@ def holding(index: SqliteSearchIndex, *needles: str) -> list[str]:
 def test_consolidation_indexes_messages_facts_and_the_episode_at_once(
     services: MemoryServices, index: SqliteSearchIndex
 ) -> None:
-    record(services, *chat())
+    put_items(services.repository, (observation_values(o) for o in chat()))
+    assert list(index.passages()) == []  # ingest writes nothing to the index
+
+    services.consolidator.consolidate(CHANNEL, force=True)
 
     kinds = sorted({p.kind.value for p in index.passages()})
 

@@ -470,3 +470,24 @@ def test_a_query_that_is_not_text_is_a_400_naming_it(searching: MemoryServices) 
     )
 
     assert status == 400 and body["fields"] == ["query"]
+
+
+# Configuration ------------------------------------------------------------------------------
+
+
+def test_the_search_index_is_chosen_by_one_setting(tmp_path: Any) -> None:
+    from botmemory.config import ConfigError
+    from botmemory.search import build_search_index
+
+    base = Settings(memory_model="rules")
+    assert build_search_index(base) is None
+    assert build_search_index(base.model_copy(update={"search_index": "off"})) is None
+    local = build_search_index(
+        base.model_copy(update={"search_index": f"sqlite:{tmp_path / 'search.sqlite3'}"})
+    )
+    assert isinstance(local, SqliteSearchIndex)
+    local.close()
+    with pytest.raises(ConfigError, match="needs EMBEDDING_MODEL"):
+        build_search_index(base.model_copy(update={"search_index": "s3vectors:bucket/passages"}))
+    with pytest.raises(ConfigError, match="MEMORY_SEARCH_INDEX"):
+        build_search_index(base.model_copy(update={"search_index": "elastic:cluster"}))

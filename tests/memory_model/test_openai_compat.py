@@ -422,11 +422,11 @@ def test_connection_refused_is_retried_then_fails() -> None:
 
 def test_client_is_created_lazily(server: ScriptServer) -> None:
     model = make_model(server, SleepRecorder())
-    assert model._client is None
+    assert model._endpoint.client is None
 
     server.script.append(Scripted(200, completion(json.dumps(GOOD_ANSWER))))
     model.consolidate(batch())
 
-    assert model._client is not None
+    assert model._endpoint.client is not None
     model.close()
-    assert model._client is None
+    assert model._endpoint.client is None

@@ -71,8 +71,11 @@ MAX_PINS_READ = 20
 MAX_NAMED_IN_QUERY = 3
 # The name registry read to find them (one Query of the scope's NAME# items).
 MAX_REGISTRY_NAMES = 2000
-# A shown message's context (the message before it) is cut to this, quotes included.
-CONTEXT_QUOTE_CHARS = 100
+# A message shorter than this ("yes, last Tuesday!") is shown with the one before it, cut
+# to CONTEXT_QUOTE_CHARS (quotes included); a longer one stands alone, and its room goes to
+# more passages.
+SHOWN_WITH_CONTEXT_BELOW = 60
+CONTEXT_QUOTE_CHARS = 80
 
 log = logging.getLogger(__name__)
 
@@ -446,7 +449,9 @@ def _passage_lines(section: _Section, messages: list[FoundMessage]) -> list[Foun
     for found in messages:
         if found.message.sk in seen:
             continue
-        if found.context is not None and found.context.sk in seen:
+        if found.context is not None and (
+            found.context.sk in seen or len(found.message.content) >= SHOWN_WITH_CONTEXT_BELOW
+        ):
             found = replace(found, context=None)
         if section.add(_passage_line(found)):
             shown.append(found)
@@ -455,7 +460,7 @@ def _passage_lines(section: _Section, messages: list[FoundMessage]) -> list[Foun
 
 
 def _passage_line(found: FoundMessage) -> str:
-    """`- 2023-05-08, "Caroline": "..."`, with the message before it when it needs one."""
+    """`- 2023-05-08, "Caroline": "..."`, with the message before it when it has one."""
     message = found.message
     line = f"- {day(message.at_ms)}, {_who(message.author_name or '')}: "
     line += quote_for_prompt(message.content)

@@ -26,8 +26,17 @@ from botmemory.table import ttl_alive
 
 log = logging.getLogger(__name__)
 
-# Hits asked of the index: more than a section shows, since some are dropped on checking.
-SEARCH_DEPTH = 24
+# Hits asked of the index: about one per this many characters the passages could fill
+# (their budget plus the facts' and episodes', which they inherit when unused), within
+# bounds: some hits are dropped on checking, or shown as another's context.
+CHARS_PER_HIT = 120
+MIN_SEARCH_DEPTH = 12
+MAX_SEARCH_DEPTH = 50
+
+
+def search_depth(settings: Settings) -> int:
+    room = settings.recall_search_chars + settings.recall_fact_chars + settings.recall_episode_chars
+    return max(MIN_SEARCH_DEPTH, min(MAX_SEARCH_DEPTH, room // CHARS_PER_HIT))
 
 
 class SearchStatus(StrEnum):
@@ -81,7 +90,7 @@ class SearchLeg:
             # those of the people recall shows are kept (rank_facts).
             channel_ids=None if whole_scope else [channel_id, ""],
             text=text,
-            limit=SEARCH_DEPTH,
+            limit=search_depth(self._settings),
             now_s=epoch_seconds(now_ms),
         )
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,19 +18,13 @@ from botmemory.config import ConfigError
 if TYPE_CHECKING:
     import httpx
 
+    from botmemory.openai_http import OpenAIEndpoint
+
 # Titan V2 takes up to 8,192 tokens / 50,000 characters; passages are far shorter, so a cut
 # here only stops a pathological text from failing the whole batch.
 MAX_INPUT_CHARS = 20_000
 TITAN_DIMENSIONS = frozenset({256, 512, 1024})
 OPENAI_BATCH = 64  # inputs per /embeddings request
-
-# Waits are bounded: an embedding sits on the indexing and recall paths.
-_MAX_RETRY_AFTER_SECONDS = 10.0
-_BACKOFF_BASE_SECONDS = 0.25
-_BACKOFF_CAP_SECONDS = 4.0
-_JITTER_SECONDS = 0.1
-_BODY_EXCERPT_CHARS = 300
-_RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
 
 
 class EmbeddingError(RuntimeError):
@@ -173,6 +166,8 @@ class OpenAIEmbedder:
         http: httpx.Client | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        # Checked here, not only by the endpoint: that is built on first use, too late for
+        # build_embedder to report a bad setting as a ConfigError.
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         if dimensions < 1:
@@ -184,8 +179,9 @@ class OpenAIEmbedder:
         self._api_key = api_key
         self._timeout_seconds = timeout_seconds
         self._max_attempts = max_attempts
+        self._http = http
         self._sleep = sleep
-        self._client = http
+        self._endpoint: OpenAIEndpoint | None = None
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         vectors: list[list[float]] = []
@@ -196,48 +192,38 @@ class OpenAIEmbedder:
 
     # -- request -------------------------------------------------------------------------------
 
-    def _http(self) -> httpx.Client:
+    def _openai(self) -> OpenAIEndpoint:
         # Imported and built on first use, for the cold start (see the module docstring).
-        if self._client is None:
-            import httpx
+        if self._endpoint is None:
+            from botmemory.openai_http import OpenAIEndpoint, RetryPolicy
 
-            self._client = httpx.Client(timeout=self._timeout_seconds)
-        return self._client
-
-    def _headers(self) -> dict[str, str]:
-        # Local servers (Ollama, vLLM) often run keyless: send no header rather than an empty one.
-        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+            self._endpoint = OpenAIEndpoint(
+                self.name,
+                self._url,
+                api_key=self._api_key,
+                timeout_seconds=self._timeout_seconds,
+                max_attempts=self._max_attempts,
+                # Waits are bounded: an embedding sits on the indexing and recall paths.
+                retry=RetryPolicy(
+                    backoff_base_seconds=0.25,
+                    backoff_cap_seconds=4.0,
+                    jitter_seconds=0.1,
+                    max_retry_after_seconds=10.0,
+                ),
+                client=self._http,
+                sleep=self._sleep,
+            )
+        return self._endpoint
 
     def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+        from botmemory.openai_http import EndpointError
+
         body = {"model": self._model, "input": batch, "dimensions": self.dimensions}
-        return self._parse(self._post_with_retries(body), len(batch))
-
-    def _post_with_retries(self, body: dict[str, Any]) -> httpx.Response:
-        import httpx
-
-        last_problem = "no attempt made"
-        for attempt in range(self._max_attempts):
-            wait: float | None = None
-            try:
-                response = self._http().post(self._url, json=body, headers=self._headers())
-            except httpx.TimeoutException as exc:
-                last_problem = f"timed out after {self._timeout_seconds:g} s ({type(exc).__name__})"
-            except httpx.TransportError as exc:
-                last_problem = f"transport error ({type(exc).__name__}: {self._redact(str(exc))})"
-            else:
-                status = response.status_code
-                if 200 <= status < 300:
-                    return response
-                last_problem = f"HTTP {status}: {self._excerpt(response)}"
-                if status not in _RETRYABLE_CLIENT_STATUSES and status < 500:
-                    # The request itself is wrong (auth, model, dimensions): repeating it is waste.
-                    raise EmbeddingError(f"{self.name} rejected the request: {last_problem}")
-                wait = _retry_after(response)
-            if attempt < self._max_attempts - 1:
-                self._sleep(_backoff(attempt) if wait is None else wait)
-        raise EmbeddingError(
-            f"{self.name} failed after {self._max_attempts} attempts: {last_problem}"
-        )
+        try:
+            response = self._openai().post(body)
+        except EndpointError as exc:
+            raise EmbeddingError(str(exc)) from exc
+        return self._parse(response, len(batch))
 
     # -- response ------------------------------------------------------------------------------
 
@@ -257,42 +243,6 @@ class OpenAIEmbedder:
         if [d["index"] for d in ordered] != list(range(expected)):
             raise EmbeddingError(f"{self.name} returned embedding indexes that do not match")
         return [_vector(d.get("embedding"), self.dimensions, self.name) for d in ordered]
-
-    # -- error text ----------------------------------------------------------------------------
-
-    def _excerpt(self, response: httpx.Response) -> str:
-        try:
-            text = response.text
-        except Exception:  # undecodable body: the status code still says enough
-            return "<unreadable body>"
-        text = self._redact(" ".join(text.split()))
-        if len(text) > _BODY_EXCERPT_CHARS:
-            return text[:_BODY_EXCERPT_CHARS] + "…"
-        return text or "<empty body>"
-
-    def _redact(self, text: str) -> str:
-        # Some servers echo the bad key back in their 401 body; error messages end up in logs.
-        return text.replace(self._api_key, "***") if self._api_key else text
-
-
-def _backoff(attempt: int) -> float:
-    # Jitter keeps concurrent callers from retrying in lockstep.
-    base: float = min(_BACKOFF_BASE_SECONDS * 2**attempt, _BACKOFF_CAP_SECONDS)
-    return base + random.uniform(0, _JITTER_SECONDS)
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """The server's requested wait in seconds, capped; None when absent or not a number."""
-    raw = response.headers.get("Retry-After")
-    if raw is None:
-        return None
-    try:
-        seconds = float(raw.strip())
-    except ValueError:
-        return None  # the HTTP-date form: our own backoff instead
-    if math.isnan(seconds) or seconds < 0:
-        return None
-    return min(seconds, _MAX_RETRY_AFTER_SECONDS)
 
 
 def build_embedder(
