@@ -491,3 +491,74 @@ def test_the_search_index_is_chosen_by_one_setting(tmp_path: Any) -> None:
         build_search_index(base.model_copy(update={"search_index": "s3vectors:bucket/passages"}))
     with pytest.raises(ConfigError, match="MEMORY_SEARCH_INDEX"):
         build_search_index(base.model_copy(update={"search_index": "elastic:cluster"}))
+
+
+def test_only_the_words_shown_are_read_back_and_a_deleted_context_is_never_shown(
+    searching: MemoryServices,
+) -> None:
+    question = said(BOB, "Which lake did you sail on with the club last August?", START_MS)
+    short = said(ALICE, "Lake Garda, sailing!", START_MS + 60_000)
+    consolidated(searching, [question, short])
+    table = searching.repository
+    # Bob's question goes (erased, deleted, expired: the table no longer holds it).
+    table.client.delete_item(
+        TableName=table.table_name,
+        Key={"pk": {"S": keys.channel_pk(CHANNEL)}, "sk": {"S": question.sk}},
+    )
+
+    body = ask(searching, "sailing on Lake Garda")
+
+    # Alice's short answer needs Bob's question to stand alone: without it, it is not shown.
+    assert body["passages"] == []
+
+
+def test_a_message_that_stands_alone_is_shown_whatever_became_of_the_one_before(
+    searching: MemoryServices,
+) -> None:
+    question = said(BOB, "Which lake?", START_MS)
+    answer = said(
+        ALICE,
+        "We sailed on Lake Garda with the club last August and capsized twice near Malcesine.",
+        START_MS + 60_000,
+    )
+    consolidated(searching, [question, answer])
+    table = searching.repository
+    table.client.delete_item(
+        TableName=table.table_name,
+        Key={"pk": {"S": keys.channel_pk(CHANNEL)}, "sk": {"S": question.sk}},
+    )
+
+    body = ask(searching, "capsized on Lake Garda")
+
+    assert [p["text"][:20] for p in body["passages"]] == ["We sailed on Lake Ga"]
+    assert body["passages"][0]["context"] is None
+    assert body["passages"][0]["provenance"] == [answer.sk]
+
+
+def test_what_a_named_person_said_comes_before_what_others_said_to_them(
+    searching: MemoryServices,
+) -> None:
+    consolidated(
+        searching,
+        [
+            said(
+                BOB, "Thanks Carol, your painting advice was kind, I painted all weekend.", START_MS
+            ),
+            said(
+                BOB,
+                "Carol, did you see my painting of the harbour at dusk? Painting it was fun",
+                START_MS + 1,
+            ),
+            said(
+                CAROL,
+                "I finished a watercolour painting of the old lighthouse last night.",
+                START_MS + 2,
+            ),
+        ],
+    )
+
+    asked = ask(searching, "What did Carol paint?", participants=[BOB, CAROL])
+    unnamed = ask(searching, "What was painted?", participants=[BOB, CAROL])
+
+    assert asked["passages"][0]["authors"] == [CAROL]
+    assert unnamed["passages"][0]["authors"] != [CAROL]  # the preference is the name's doing

@@ -67,6 +67,11 @@ def names_pattern(names: Iterable[str]) -> re.Pattern[str] | None:
     )
 
 
+def mentioned_ids(text: str) -> set[str]:
+    """The user ids a text mentions (`<@id>`, `<@!id>`)."""
+    return set(_MENTION.findall(text))
+
+
 def mention_pattern(user_id: str) -> re.Pattern[str]:
     """A mention of the person (`<@id>`, `<@!id>`) or their bare id."""
     escaped = re.escape(user_id)
@@ -105,7 +110,7 @@ class NameIndex:
         self._pattern = names_pattern(self.person_of)
 
     def named_in(self, text: str) -> set[str]:
-        found = set(_MENTION.findall(text))
+        found = mentioned_ids(text)
         if self._pattern is not None and text:
             found |= {
                 self.person_of[m.group(0).casefold()]

@@ -26,6 +26,7 @@ from botmemory.clock import Clock, day
 from botmemory.config import Settings
 from botmemory.names import NameIndex
 from botmemory.recall_search import (
+    SHOWN_WITH_CONTEXT_BELOW,
     Found,
     FoundMessage,
     SearchLeg,
@@ -71,10 +72,8 @@ MAX_PINS_READ = 20
 MAX_NAMED_IN_QUERY = 3
 # The name registry read to find them (one Query of the scope's NAME# items).
 MAX_REGISTRY_NAMES = 2000
-# A message shorter than this ("yes, last Tuesday!") is shown with the one before it, cut
-# to CONTEXT_QUOTE_CHARS (quotes included); a longer one stands alone, and its room goes to
-# more passages.
-SHOWN_WITH_CONTEXT_BELOW = 60
+# The message before a short one (recall_search.SHOWN_WITH_CONTEXT_BELOW) is cut to this,
+# quotes included.
 CONTEXT_QUOTE_CHARS = 80
 
 log = logging.getLogger(__name__)

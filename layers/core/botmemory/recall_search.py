@@ -17,12 +17,15 @@ from enum import StrEnum
 
 from botmemory.clock import epoch_seconds
 from botmemory.config import Settings
+from botmemory.names import mentioned_ids
 from botmemory.passages import still_held
 from botmemory.records import Episode, Fact, FactStatus, Observation, Record, scope_of
 from botmemory.repository import MemoryRepository
+from botmemory.search.fusion import reciprocal_rank_fusion
 from botmemory.search.keywords import Bm25
 from botmemory.search.port import PassageKind, SearchHit, SearchIndex, SearchQuery
 from botmemory.table import ttl_alive
+from botmemory.text import normalized
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,11 @@ MAX_SEARCH_DEPTH = 50
 def search_depth(settings: Settings) -> int:
     room = settings.recall_search_chars + settings.recall_fact_chars + settings.recall_episode_chars
     return max(MIN_SEARCH_DEPTH, min(MAX_SEARCH_DEPTH, room // CHARS_PER_HIT))
+
+
+# A message shorter than this ("yes, last Tuesday!") is shown with the one before it; a
+# longer one stands alone, and its room goes to more passages.
+SHOWN_WITH_CONTEXT_BELOW = 60
 
 
 class SearchStatus(StrEnum):
@@ -95,9 +103,49 @@ class SearchLeg:
         )
 
     def find(self, query: SearchQuery, now_ms: int) -> Found:
-        hits = self._index.search(query)
+        hits = [_as_shown(h) for h in self._index.search(query)]
         sources = self._repository.passage_sources(h.passage for h in hits)
-        return checked(hits, sources, query, now_ms)
+        return checked(by_named_authors(hits, sources, query.text), sources, query, now_ms)
+
+
+def by_named_authors(
+    hits: list[SearchHit], sources: dict[str, list[Record]], query: str
+) -> list[SearchHit]:
+    """The hits, with those said by someone the query names (by name or mention) moved up:
+    "what did Caroline paint?" is answered by what Caroline said, not by everyone who
+    thanked her. Fused by reciprocal rank with the index's own order, so relevance still
+    leads."""
+    words = f" {normalized(query)} "
+    mentioned = mentioned_ids(query)
+    named: list[str] = []
+    for hit in hits:
+        records = sources.get(hit.passage.id) or []
+        said = records[-1] if records else None
+        if not isinstance(said, Observation):
+            continue
+        name = normalized(said.author_name or "")
+        if said.author_id in mentioned or (name and f" {name} " in words):
+            named.append(hit.passage.id)
+    if not named:
+        return hits
+    by_id = {h.passage.id: h for h in hits}
+    order = reciprocal_rank_fusion([list(by_id), named])
+    return [by_id[passage_id] for passage_id, _ in order]
+
+
+def _as_shown(hit: SearchHit) -> SearchHit:
+    """The hit with only the sources it may show: a message long enough to stand alone is
+    shown without the one before it, so that one is neither read back nor shown."""
+    passage = hit.passage
+    if passage.kind != PassageKind.MESSAGE or len(passage.sources) < 2:
+        return hit
+    # The passage's last line is "<name>: <message>". A name holding ": " only makes the
+    # message look longer: then it is shown alone, which is always safe.
+    message = passage.text.rsplit("\n", 1)[-1].split(": ", 1)[-1]
+    if len(message) < SHOWN_WITH_CONTEXT_BELOW:
+        return hit
+    alone = passage.model_copy(update={"sources": passage.sources[-1:]})
+    return hit.model_copy(update={"passage": alone})
 
 
 def checked(
