@@ -215,6 +215,8 @@ def fact(user: str, text: str, updated_ms: int, hits: int = 1) -> Fact:
 def test_the_relevant_fact_comes_first_even_when_old_and_little_used(
     searching: MemoryServices,
 ) -> None:
+    # Alice has spoken here: the server's name registry knows her.
+    consolidated(searching, [said(ALICE, "Morning everyone", START_MS)])
     facts = [
         fact(ALICE, f"Alice collects stamps from country {n}", START_MS + n, hits=9)
         for n in range(12)
@@ -226,7 +228,10 @@ def test_the_relevant_fact_comes_first_even_when_old_and_little_used(
     unasked = ask(searching, None)
 
     assert asked["facts"][ALICE][0]["text"] == "Alice is allergic to peanuts"
+    # With a query, two of the rest at most: their room goes to what the query found.
+    assert len(asked["facts"][ALICE]) == 3
     assert "peanuts" not in unasked["memory"]  # five most-used only, without a query
+    assert len(unasked["facts"][ALICE]) == 5
 
 
 def test_facts_of_a_member_the_query_names_are_shown_never_a_stranger_s(
@@ -277,7 +282,10 @@ def test_a_relevant_episode_is_preferred_to_merely_recent_ones(
     asked = ask(searching, "how was the pottery class?")
     unasked = ask(searching, None)
 
-    assert "pottery" in asked["episodes"][0]["summary"]
+    assert [e["summary"] for e in asked["episodes"]] == [
+        "Alice and Bob talked about a pottery class and glazing.",
+        "Bob went through release checklist 5.",  # the latest: what is going on now
+    ]
     assert [e["summary"] for e in unasked["episodes"]] == [
         f"Bob went through release checklist {n}." for n in (5, 4, 3)
     ]

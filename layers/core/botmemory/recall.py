@@ -247,6 +247,7 @@ class Recaller:
             now,
             settings.recall_facts_per_person,
             only_relevant=set(named),
+            names={**_registered_names(registry_future), **names},
         )
         result = self._assemble(request, pins, facts, found.messages, episodes, names)
         result.search, result.query_note = status, query_note
@@ -482,6 +483,13 @@ def _recalled_passage(found: FoundMessage) -> RecalledPassage:
         context=_line(found.context.content) if found.context is not None else None,
         provenance=[o.sk for o in shown],
     )
+
+
+def _registered_names(registry: Future[dict[str, list[str]]] | None) -> dict[str, str]:
+    """Member id -> a name they go by here (normalized), from the registry read for the query."""
+    if registry is None:
+        return {}
+    return {user_id: name for name, ids in registry.result().items() for user_id in ids}
 
 
 def _named_in(

@@ -11,6 +11,7 @@ whatever the index still says.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -45,6 +46,13 @@ def search_depth(settings: Settings) -> int:
 # A message shorter than this ("yes, last Tuesday!") is shown with the one before it; a
 # longer one stands alone, and its room goes to more passages.
 SHOWN_WITH_CONTEXT_BELOW = 60
+
+
+# With a query, what the block keeps that the query is not about: a person's most used
+# facts, and the latest episode (what is going on now). The rest of their room goes to the
+# passages the query found.
+UNRELATED_FACTS_WITH_QUERY = 2
+UNRELATED_EPISODES_WITH_QUERY = 1
 
 
 class SearchStatus(StrEnum):
@@ -199,10 +207,14 @@ def rank_facts(
     now_ms: int,
     per_person: int,
     only_relevant: set[str],
+    names: dict[str, str] | None = None,
 ) -> dict[str, list[Fact]]:
     """Each person's facts, best first: relevant to the query first (search's own finds
-    count as relevant), then most used, then newest. People in `only_relevant` (named in the
-    query, not in the conversation) keep only their relevant facts."""
+    count as relevant), then most used, then newest. With a query, a person keeps at most
+    UNRELATED_FACTS_WITH_QUERY facts that are not relevant to it (their room goes to the
+    passages); people in `only_relevant` (named in the query, not in the conversation) keep
+    none. A fact's relevance never comes from its subject's own name ("Alice likes tea" is
+    not about every question naming Alice)."""
     found = {f.fact_id for f in promoted}
     merged: dict[str, dict[str, Fact]] = {u: {f.fact_id: f for f in fs} for u, fs in facts.items()}
     for fact in promoted:
@@ -217,7 +229,7 @@ def rank_facts(
         for user, by_id in merged.items()
     }
     everything = [f for fs in alive.values() for f in fs]
-    scores = _scores_by_id(everything, query)
+    scores = _scores_by_id(everything, query, names or {})
     ranked: dict[str, list[Fact]] = {}
     for user, person_facts in alive.items():
 
@@ -226,25 +238,35 @@ def rank_facts(
             return (score > 0 or fact.fact_id in found, score, fact.hits, fact.updated_ms)
 
         person_facts.sort(key=order, reverse=True)
-        if user in only_relevant:
-            person_facts = [f for f in person_facts if order(f)[0]]
+        if query:
+            unrelated = 0 if user in only_relevant else UNRELATED_FACTS_WITH_QUERY
+            relevant = [f for f in person_facts if order(f)[0]]
+            person_facts = relevant + [f for f in person_facts if not order(f)[0]][:unrelated]
         ranked[user] = person_facts[:per_person]
     return ranked
 
 
-def _scores_by_id(facts: list[Fact], query: str | None) -> dict[str, float]:
+def _scores_by_id(facts: list[Fact], query: str | None, names: dict[str, str]) -> dict[str, float]:
     if not query:
         return {}
-    return dict(
-        zip((f.fact_id for f in facts), relevance(query, [f.text for f in facts]), strict=True)
-    )
+    texts = [_without_name(f.text, names.get(f.user_id, "")) for f in facts]
+    return dict(zip((f.fact_id for f in facts), relevance(query, texts), strict=True))
+
+
+def _without_name(text: str, name: str) -> str:
+    words = name.split()
+    if not words:
+        return text
+    pattern = r"\b(?:" + "|".join(re.escape(w) for w in words) + r")(?:'s)?\b"
+    return re.sub(pattern, " ", text, flags=re.IGNORECASE)
 
 
 def rank_episodes(
     episodes: Sequence[Episode], query: str | None, promoted: Iterable[Episode], now_ms: int
 ) -> list[Episode]:
-    """The channel's episodes: relevant to the query first (search's finds count), then
-    newest; without a query, newest first as read."""
+    """The channel's episodes: without a query, newest first as read; with one, the
+    relevant ones (search's finds count), then the newest of the others, for what is going
+    on now."""
     by_id = {e.episode_id: e for e in episodes}
     found = set()
     for episode in promoted:
@@ -255,8 +277,12 @@ def rank_episodes(
         return sorted(alive, key=lambda e: e.end_ms, reverse=True)
     scores = relevance(query, [e.summary for e in alive])
 
-    def order(pair: tuple[Episode, float]) -> tuple[bool, float, int]:
-        episode, score = pair
-        return (score > 0 or episode.episode_id in found, score, episode.end_ms)
+    def relevant(episode: Episode, score: float) -> bool:
+        return score > 0 or episode.episode_id in found
 
-    return [e for e, _ in sorted(zip(alive, scores, strict=True), key=order, reverse=True)]
+    ranked = sorted(zip(alive, scores, strict=True), key=lambda p: p[1], reverse=True)
+    chosen = [e for e, score in ranked if relevant(e, score)]
+    others = sorted(
+        (e for e, score in ranked if not relevant(e, score)), key=lambda e: e.end_ms, reverse=True
+    )
+    return chosen + others[:UNRELATED_EPISODES_WITH_QUERY]
