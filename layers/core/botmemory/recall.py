@@ -33,6 +33,7 @@ from botmemory.recall_search import (
     SearchStatus,
     rank_episodes,
     rank_facts,
+    said_by_first,
 )
 from botmemory.records import Episode, Fact, ObservationKind, Pin, scope_of
 from botmemory.repository import MemoryRepository
@@ -217,7 +218,9 @@ class Recaller:
         )
         names: dict[str, str] = {}
         participants = self._participants(request, names)
-        named = _named_in(query, registry_future, participants)
+        named_people = _named_in(query, registry_future)
+        # Beyond the conversation, a few people the query names get their relevant facts.
+        named = sorted(named_people - set(participants))[:MAX_NAMED_IN_QUERY]
         # Second wave: the facts of the people in the conversation and of those named.
         window = (
             FACT_WINDOW_WITH_QUERY
@@ -230,6 +233,7 @@ class Recaller:
         }
         pins = [p for f in pin_futures for p in f.result() if ttl_alive(p.expires_at, now)]
         found, status = self._finish_search(search, started)
+        found.messages = said_by_first(found.messages, named_people)
         episodes = rank_episodes(episodes_future.result(), query, found.episodes, now)
         episodes = episodes[: settings.recall_episodes]
         for episode in episodes:
@@ -492,16 +496,11 @@ def _registered_names(registry: Future[dict[str, list[str]]] | None) -> dict[str
     return {user_id: name for name, ids in registry.result().items() for user_id in ids}
 
 
-def _named_in(
-    query: str | None,
-    registry: Future[dict[str, list[str]]] | None,
-    participants: list[str],
-) -> list[str]:
-    """Members of this server the query names by name or mention, beyond the participants."""
-    if not query or registry is None:
-        return []
-    named = NameIndex(registry.result(), {}).named_in(query) - set(participants)
-    return sorted(named)[:MAX_NAMED_IN_QUERY]
+def _named_in(query: str | None, registry: Future[dict[str, list[str]]] | None) -> set[str]:
+    """Who the query names: a mention, or (in a server) a name one member alone goes by."""
+    if not query:
+        return set()
+    return NameIndex(registry.result() if registry else {}, {}).named_in(query)
 
 
 def _line(text: str) -> str:

@@ -18,7 +18,6 @@ from enum import StrEnum
 
 from botmemory.clock import epoch_seconds
 from botmemory.config import Settings
-from botmemory.names import mentioned_ids
 from botmemory.passages import still_held
 from botmemory.records import Episode, Fact, FactStatus, Observation, Record, scope_of
 from botmemory.repository import MemoryRepository
@@ -26,7 +25,6 @@ from botmemory.search.fusion import reciprocal_rank_fusion
 from botmemory.search.keywords import Bm25
 from botmemory.search.port import PassageKind, SearchHit, SearchIndex, SearchQuery
 from botmemory.table import ttl_alive
-from botmemory.text import normalized
 
 log = logging.getLogger(__name__)
 
@@ -113,30 +111,19 @@ class SearchLeg:
     def find(self, query: SearchQuery, now_ms: int) -> Found:
         hits = [_as_shown(h) for h in self._index.search(query)]
         sources = self._repository.passage_sources(h.passage for h in hits)
-        return checked(by_named_authors(hits, sources, query.text), sources, query, now_ms)
+        return checked(hits, sources, query, now_ms)
 
 
-def by_named_authors(
-    hits: list[SearchHit], sources: dict[str, list[Record]], query: str
-) -> list[SearchHit]:
-    """The hits, with those said by someone the query names (by name or mention) moved up:
-    "what did Caroline paint?" is answered by what Caroline said, not by everyone who
-    thanked her. Fused by reciprocal rank with the index's own order, so relevance still
-    leads."""
-    words = f" {normalized(query)} "
-    mentioned = mentioned_ids(query)
-    named: list[str] = []
-    for hit in hits:
-        records = sources.get(hit.passage.id) or []
-        said = records[-1] if records else None
-        if not isinstance(said, Observation):
-            continue
-        name = normalized(said.author_name or "")
-        if said.author_id in mentioned or (name and f" {name} " in words):
-            named.append(hit.passage.id)
+def said_by_first(messages: list[FoundMessage], people: set[str]) -> list[FoundMessage]:
+    """The messages, with those said by someone the query names moved up: "what did
+    Caroline paint?" is answered by what Caroline said, not by everyone who thanked her.
+    Fused by reciprocal rank with search's own order, so relevance still leads. `people`
+    come from names.NameIndex: a mention, or a name only one member goes by, so taking
+    someone's nickname promotes nobody's words."""
+    named = [m.passage_id for m in messages if m.message.author_id in people]
     if not named:
-        return hits
-    by_id = {h.passage.id: h for h in hits}
+        return messages
+    by_id = {m.passage_id: m for m in messages}
     order = reciprocal_rank_fusion([list(by_id), named])
     return [by_id[passage_id] for passage_id, _ in order]
 
