@@ -219,8 +219,10 @@ class Recaller:
         names: dict[str, str] = {}
         participants = self._participants(request, names)
         named_people = _named_in(query, registry_future)
-        # Beyond the conversation, a few people the query names get their relevant facts.
-        named = sorted(named_people - set(participants))[:MAX_NAMED_IN_QUERY]
+        # Beyond the conversation, a few members the query names get their relevant facts;
+        # never in direct messages, whose shared scope holds what each said to the bot alone.
+        others = named_people - set(participants) if request.guild_id else set()
+        named = sorted(others)[:MAX_NAMED_IN_QUERY]
         # Second wave: the facts of the people in the conversation and of those named.
         window = (
             FACT_WINDOW_WITH_QUERY
