@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from botmemory.clock import ManualClock
-from botmemory.config import Settings
+from botmemory.config import Settings, settings_from
 from botmemory.consolidation_outcome import Outcome, Status
 from botmemory.memory_model.rules import RulesModel
 from botmemory.recall import BLOCK_FOOTER, BLOCK_HEADER, Recaller, RecallRequest
@@ -40,6 +40,8 @@ from botmemory.recall_search import SearchLeg
 from botmemory.records import Fact, scope_of
 from botmemory.runtime import MemoryServices, build_services
 from botmemory.schema import create_table
+from botmemory.search import EMBEDDING_TIMEOUT_SECONDS
+from botmemory.search.embeddings import Embedder, build_embedder
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from botmemory.snowflake import snowflake_ms
 from eval.baselines import RawTurns
@@ -308,6 +310,19 @@ class Measurer:
         return outcome
 
 
+def embedder_from_environment() -> Embedder | None:
+    """EMBEDDING_MODEL and its settings, as a deployment reads them; None when unset."""
+    configured = settings_from(os.environ)
+    return build_embedder(
+        configured.embedding_model,
+        base_url=configured.embedding_base_url or configured.model_base_url,
+        api_key=configured.embedding_api_key or configured.model_api_key,
+        dimensions=configured.embedding_dimensions,
+        timeout_seconds=EMBEDDING_TIMEOUT_SECONDS,
+        max_attempts=configured.model_max_attempts,
+    )
+
+
 def _recaller(services: MemoryServices, chars: int | None) -> Recaller:
     """A recaller whose block is at most `chars` characters, searching the same index."""
     settings = sized_settings(services.settings, chars)
@@ -328,8 +343,9 @@ def run_conversation(
         # Search gets 5 s, not the deployed 800 ms: here it waits on moto in this process, on
         # two busy cores, which says nothing of DynamoDB (latency is printed apart).
         settings = Settings(table_name=TABLE, memory_model="rules", search_timeout_ms=5_000)
-        # The embedded search index, keyword leg only: no embedding model is reachable here.
-        index = SqliteSearchIndex(":memory:")
+        # The embedded search index: the keyword leg, and the vector leg when the environment
+        # names an OpenAI-compatible embedding model (AWS credentials are faked here).
+        index = SqliteSearchIndex(":memory:", embedder_from_environment())
         services = build_services(
             settings, dynamodb=client, clock=clock, model=RulesModel(), search_index=index
         )

@@ -22,7 +22,13 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from eval.dataset import conversation_paths
-from eval.harness import BLOCK_SIZES, ConversationReport, label, run_conversation
+from eval.harness import (
+    BLOCK_SIZES,
+    ConversationReport,
+    embedder_from_environment,
+    label,
+    run_conversation,
+)
 from eval.report import conversation_line, render
 from localrun.motoserver import LocalRunError
 from localrun.replay import SHARED_DATASET
@@ -110,15 +116,19 @@ def main(argv: list[str] | None = None) -> int:
         say(
             "Each is replayed in process (moto, the rules model, a clock on its session dates) "
             "through ingest, consolidation and the sweep; then recall is asked every question "
-            "of categories 1-4, both speakers as participants."
+            "of categories 1-4, both speakers as participants, the question as the query."
         )
+        embedder = embedder_from_environment()
+        legs = f"keywords and vectors ({embedder.name})" if embedder else "keywords only"
+        say(f"Search: the embedded index (SQLite FTS5), {legs}.")
         reports = run_all(paths, args.limit, args.jobs, lambda r: say(conversation_line(r)))
     except LocalRunError as error:
         print(f"make eval: {error}", file=sys.stderr)
         return 2
     say()
     say(
-        "Hit: the block shows an evidence turn (a fact citing it, an episode quoting it). "
+        "Hit: the block shows an evidence turn (a passage showing it, a fact citing it, an "
+        "episode quoting it). "
         "'+ episode sources' also counts the unquoted turns an episode shown was made from."
     )
     say()
