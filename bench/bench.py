@@ -1118,7 +1118,7 @@ def bench_recall_query(lab: Lab) -> None:
             f'  "{EARLY_TEXT}"',
             f"requests: {a.operations} (100 obs); {b.operations} (100,000 obs).",
             f"longest chain: {b.chain}.",
-            "The search's read-back is one strongly consistent BatchGetItem of its hits' sources",
+            "The search's read-back is strongly consistent BatchGetItem (100 keys each) of its hits' sources",
             f"(a message and the one before it, and their delete marks): at most"
             f" {search_depth(Settings())} hits with the default budgets, so at most"
             f" {4 * search_depth(Settings())} keys",
