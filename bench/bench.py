@@ -60,6 +60,7 @@ os.environ.update(
 
 import boto3  # noqa: E402
 from cold_start import bench_cold_start  # noqa: E402  (beside this script)
+from layer_size import bench_layer  # noqa: E402
 from moto import mock_aws  # noqa: E402
 from moto.core.botocore_stubber import BotocoreStubber  # noqa: E402
 from moto.core.models import DEFAULT_ACCOUNT_ID  # noqa: E402
@@ -1260,6 +1261,7 @@ def main() -> int:
         bench_erasure(lab)
         lab.close()
     bench_cold_start()
+    bench_layer()
     print(f"(bench finished in {time.perf_counter() - started:.1f} s)")
     return 0
 

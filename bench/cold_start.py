@@ -3,7 +3,7 @@
 Each figure is a fresh Python process (the closest local stand-in for a cold Lambda
 sandbox), timed whole, median of several runs. The naive line imports what a handler
 would pull in without care: boto3 (with a DynamoDB client), pydantic, httpx and
-Powertools' Logger, Metrics and Tracer.
+Powertools' Logger and Metrics.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ print(json.dumps({{"boto3_loaded": "boto3" in sys.modules, "client_loaded": "bot
 )
 NAIVE = """
 import boto3, pydantic, httpx
-from aws_lambda_powertools import Logger, Metrics, Tracer
-Logger(); Metrics(); Tracer(disabled=True)
+from aws_lambda_powertools import Logger, Metrics
+Logger(); Metrics()
 boto3.client("dynamodb", region_name="us-east-1")
 """
 

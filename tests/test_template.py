@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,41 +13,17 @@ from cfnlint.decode import cfn_yaml
 
 from botmemory import schema
 from botmemory.config import ENVIRONMENT, Settings
+from tests.sam_tools import MISSING_SAM, SAM, cfn_lint, sam_environment, translate
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
-SAM_VENV = ROOT / ".venv-sam" / "bin"
-SAM = SAM_VENV / "sam"
-MISSING_SAM = (
-    ".venv-sam/bin/sam is missing: run `make sam-venv` "
-    "(aws-sam-cli lives in its own virtualenv; `make test` builds it)"
-)
-# Run by .venv-sam's python: the real SAM translator, local code paths swapped for S3 URIs
-# the way `sam package` would, the translated CloudFormation template on stdout.
-TRANSLATE = """
-import json, sys
-from samcli.yamlhelper import yaml_parse
-from samtranslator.translator.transform import transform
-
-class NoManagedPolicies:
-    def load(self):
-        raise AssertionError("the translator asked IAM for managed policies")
-
-template = yaml_parse(open(sys.argv[1], encoding="utf-8").read())
-for resource in template.get("Resources", {}).values():
-    properties = resource.get("Properties", {})
-    for key in ("CodeUri", "ContentUri"):
-        if isinstance(properties.get(key), str) and not properties[key].startswith("s3://"):
-            properties[key] = "s3://artifact-bucket/" + properties[key].strip("/")
-json.dump(transform(template, {}, NoManagedPolicies()), sys.stdout, indent=1, default=str)
-"""
-
 FUNCTIONS = {
     "InteractionsFunction": "functions/interactions/",
     "IngestFunction": "functions/ingest/",
     "ConsolidateFunction": "functions/consolidate/",
     "RecallFunction": "functions/recall/",
     "SweepFunction": "functions/sweep/",
+    "SearchIndexFunction": "functions/search_index/",
 }
 OBSERVATION_INSERTS = {
     "eventName": ["INSERT"],
@@ -59,7 +33,6 @@ OBSERVATION_INSERTS = {
 OTHER_ENVIRONMENT = {
     "DISCORD_PUBLIC_KEY",
     "DISCORD_APPLICATION_ID",
-    "DISCORD_BOT_TOKEN_SECRET",
     "MEMORY_HASH_KEY_SECRET",
     "DISCORD_TIMESTAMP_TOLERANCE_SECONDS",
     "POWERTOOLS_SERVICE_NAME",
@@ -98,36 +71,8 @@ def _environment(template: dict[str, Any], function: dict[str, Any]) -> dict[str
 # --- (a) and (b): static checks -----------------------------------------------------
 
 
-def _cfn_lint(path: Path) -> subprocess.CompletedProcess[str]:
-    # cfn-lint has no `python -m cfnlint`; run its console entry point with this interpreter.
-    return subprocess.run(
-        [sys.executable, "-c", "import sys; from cfnlint.runner import main; sys.exit(main())"]
-        + [str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def _sam_environment() -> dict[str, str]:
-    """Dummy credentials, no profile, no telemetry: the SAM tools run offline."""
-    environment = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in {"AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"}
-    }
-    environment.update(
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION="us-east-1",
-        SAM_CLI_TELEMETRY="0",
-    )
-    return environment
-
-
 def test_cfn_lint_is_clean() -> None:
-    result = _cfn_lint(TEMPLATE.relative_to(ROOT))
+    result = cfn_lint(TEMPLATE.relative_to(ROOT))
     assert result.returncode == 0, f"cfn-lint found problems:\n{result.stdout}{result.stderr}"
 
 
@@ -137,7 +82,7 @@ def test_sam_translator_accepts_the_template() -> None:
     result = subprocess.run(
         [str(SAM), "validate", "--region", "us-east-1", "--template", str(TEMPLATE.name)],
         cwd=ROOT,
-        env=_sam_environment(),
+        env=sam_environment(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -152,18 +97,11 @@ def test_translated_template_is_lint_clean(tmp_path: Path) -> None:
     # !GetAtt inside a SAM resource (a policy's TableName, an event's Stream); cfn-lint on
     # the translator's output does.
     assert SAM.exists(), MISSING_SAM
-    translated = subprocess.run(
-        [str(SAM_VENV / "python"), "-c", TRANSLATE, str(TEMPLATE)],
-        cwd=ROOT,
-        env=_sam_environment(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    translated = translate()
     assert translated.returncode == 0, f"SAM translation failed:\n{translated.stderr}"
     output = tmp_path / "translated.json"
     output.write_text(translated.stdout, encoding="utf-8")
-    result = _cfn_lint(output)
+    result = cfn_lint(output)
     assert result.returncode == 0, (
         f"cfn-lint found problems in the translated template:\n{result.stdout}{result.stderr}"
     )
@@ -327,72 +265,6 @@ def test_environment_names_are_known_settings(
             f"{logical_id}: unknown {sorted(names - set(ENVIRONMENT) - OTHER_ENVIRONMENT)}"
         )
         assert _environment(template, resources[logical_id])["TABLE_NAME"] == {"Ref": "MemoryTable"}
-
-
-def test_model_api_key_reaches_only_the_model_callers(
-    template: dict[str, Any], resources: dict[str, Any]
-) -> None:
-    holders = {
-        logical_id
-        for logical_id in FUNCTIONS
-        if "MEMORY_MODEL_API_KEY" in _environment(template, resources[logical_id])
-    }
-    assert holders == {"ConsolidateFunction", "SweepFunction"}
-    assert template["Parameters"]["MemoryModelApiKey"]["NoEcho"] is True
-
-
-# Functions that hash a person's id (opt-outs, erasure markers) and so read the hash key.
-HASHERS = {"InteractionsFunction", "IngestFunction", "ConsolidateFunction", "SweepFunction"}
-
-
-def _statements(resource: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        statement
-        for policy in resource["Properties"].get("Policies", [])
-        if isinstance(policy, dict)
-        for statement in policy.get("Statement", [])
-    ]
-
-
-def test_the_hash_key_is_a_generated_secret_kept_with_the_table(
-    resources: dict[str, Any],
-) -> None:
-    secret = resources["HashKeySecret"]
-    assert secret["Type"] == "AWS::SecretsManager::Secret"
-    generated = secret["Properties"]["GenerateSecretString"]
-    assert generated["PasswordLength"] >= 32
-    assert "SecretString" not in secret["Properties"]  # nobody types it
-    # Without the key the retained table's opt-out list can no longer be matched.
-    assert secret["DeletionPolicy"] == resources["MemoryTable"]["DeletionPolicy"] == "Retain"
-
-
-def test_the_hash_key_reaches_only_the_functions_that_hash(
-    template: dict[str, Any], resources: dict[str, Any]
-) -> None:
-    holders = {
-        logical_id
-        for logical_id in FUNCTIONS
-        if "MEMORY_HASH_KEY_SECRET" in _environment(template, resources[logical_id])
-    }
-    assert holders == HASHERS
-    for logical_id in FUNCTIONS:
-        environment = _environment(template, resources[logical_id])
-        assert "MEMORY_HASH_KEY" not in environment  # never a key in plain sight
-        readers = [
-            s
-            for s in _statements(resources[logical_id])
-            if s.get("Resource") == {"Ref": "HashKeySecret"}
-        ]
-        if logical_id in HASHERS:
-            assert environment["MEMORY_HASH_KEY_SECRET"] == {"Ref": "HashKeySecret"}
-            assert [s["Action"] for s in readers] == ["secretsmanager:GetSecretValue"]
-        else:
-            assert readers == []
-    # No function may read every secret of the account.
-    for logical_id in FUNCTIONS:
-        for statement in _statements(resources[logical_id]):
-            if "secretsmanager" in str(statement.get("Action")):
-                assert statement["Resource"] != "*"
 
 
 @pytest.mark.parametrize("parameter", sorted(PARAMETER_DEFAULTS))

@@ -8,9 +8,9 @@ the observations stay pending and the next trigger or the sweep retries them.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -23,12 +23,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from botmemory.consolidation_outcome import Outcome, outcome_metrics
 from botmemory.keys import channel_id_of
+from botmemory.observability import logger, metrics
 from botmemory.runtime import services_from_environment
 
-logger = Logger()
-tracer = Tracer()
-metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+MAX_LOGGED_IDS = 20  # a log line names at most this many ingest invocations
 
 
 def channel_of(record: DynamoDBRecord) -> str:
@@ -40,18 +39,32 @@ def channel_of(record: DynamoDBRecord) -> str:
     return channel_id
 
 
+def ingest_id_of(record: DynamoDBRecord) -> str | None:
+    """The correlation id of the ingest invocation that stored this observation, if any."""
+    image = record.dynamodb.new_image if record.dynamodb else None
+    value = (image or {}).get("ingest_id")
+    return value if isinstance(value, str) else None
+
+
 def record_metrics(outcomes: list[Outcome]) -> None:
     for name, value in outcome_metrics(outcomes):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
+@logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     consolidator = services_from_environment().consolidator
     # One consolidation per channel per batch; its result (or error) answers every record of it.
     done: dict[str, Exception | None] = {}
+    # Per channel, the ingest invocations whose observations this batch carries.
+    ingest_ids: dict[str, set[str]] = {}
+    for raw in event.get("Records") or []:
+        record = DynamoDBRecord(raw)
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+            ingest_id = ingest_id_of(record)
+            if ingest_id:
+                ingest_ids.setdefault(channel_of(record), set()).add(ingest_id)
 
     def consolidate_record(record: DynamoDBRecord) -> None:
         channel_id = channel_of(record)
@@ -68,7 +81,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailure
                 record_metrics(outcomes)
                 logger.info(
                     "channel consolidated",
-                    extra={"channel_id": channel_id, "rounds": [o.status.value for o in outcomes]},
+                    extra={
+                        "channel_id": channel_id,
+                        "rounds": [o.status.value for o in outcomes],
+                        "ingest_ids": sorted(ingest_ids.get(channel_id, ()))[:MAX_LOGGED_IDS],
+                    },
                 )
         failure = done[channel_id]
         if failure is not None:

@@ -9,20 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from botmemory.observability import logger, metrics
 from botmemory.observe import events_from
 from botmemory.runtime import services_from_environment
 
-logger = Logger()
-tracer = Tracer()
-metrics = Metrics()
 
-
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
+@logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     try:
@@ -32,7 +27,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.warning("rejected ingest request", extra={"reason": str(error)})
         metrics.add_metric(name="IngestRequestsRejected", unit=MetricUnit.Count, value=1)
         return {"error": str(error), "stored": 0, "duplicates": 0, "ignored": [], "rejected": []}
-    result = services_from_environment().recorder.record(events)
+    # The request id is this batch's correlation id: each observation keeps it, and the
+    # consolidation that consumes them logs it.
+    logger.set_correlation_id(context.aws_request_id)
+    result = services_from_environment().recorder.record(events, ingest_id=context.aws_request_id)
     metrics.add_metric(name="ObservationsStored", unit=MetricUnit.Count, value=result.stored)
     metrics.add_metric(name="ObservationDuplicates", unit=MetricUnit.Count, value=result.duplicates)
     metrics.add_metric(name="EventsIgnored", unit=MetricUnit.Count, value=len(result.ignored))

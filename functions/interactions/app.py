@@ -7,8 +7,8 @@ request replayed later does nothing. A signed body that is not a JSON object wit
 integer `type` gets 400, whatever it holds. PING is answered from this module alone: the
 memory core, pydantic and boto3 load only when a command arrives, so a cold PING stays far
 inside Discord's 3 seconds (tests/test_interactions_cold_start.py checks it in a fresh
-interpreter). No Tracer here for the same reason (it loads the X-Ray SDK); Lambda's active
-tracing still records the invocation.
+interpreter). Its settings are read at cold start: a missing or malformed one fails the
+init with one line naming the variable, before any request is answered.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
@@ -30,20 +29,21 @@ from botmemory.clock import Clock, SystemClock
 from botmemory.interactions import (
     DEFAULT_TIMESTAMP_TOLERANCE_SECONDS,
     InteractionResponseType,
+    InteractionsConfigError,
     InteractionType,
     Refusal,
     SignatureVerifier,
     ephemeral_message,
     parse_interaction,
+    public_key_from_environment,
 )
+from botmemory.observability import logger, metrics
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 
     from botmemory.commands import Commands
 
-logger = Logger()
-metrics = Metrics()
 app = LambdaFunctionUrlResolver()
 # The function's clock: signed timestamps are judged against it (tests set a ManualClock).
 clock: Clock = SystemClock()
@@ -56,15 +56,20 @@ def timestamp_tolerance_seconds() -> int:
     if not value:
         return DEFAULT_TIMESTAMP_TOLERANCE_SECONDS
     if not (value.isascii() and value.isdigit()):
-        raise ValueError(f"{TOLERANCE_ENV} must be a whole number of seconds, not {value[:40]!r}")
+        raise InteractionsConfigError(
+            f"{TOLERANCE_ENV} must be a whole number of seconds, not {value[:40]!r}"
+        )
     return int(value)
+
+
+# Read at cold start, so a bad deployment fails its init naming the variable.
+PUBLIC_KEY = public_key_from_environment(os.environ)
+TOLERANCE_SECONDS = timestamp_tolerance_seconds()
 
 
 @lru_cache(maxsize=1)
 def verifier() -> SignatureVerifier:
-    return SignatureVerifier(
-        os.environ["DISCORD_PUBLIC_KEY"], clock, tolerance_seconds=timestamp_tolerance_seconds()
-    )
+    return SignatureVerifier(PUBLIC_KEY, clock, tolerance_seconds=TOLERANCE_SECONDS)
 
 
 def raw_body(event: dict[str, Any]) -> bytes:
@@ -143,6 +148,8 @@ def interaction() -> Response[str]:
         metrics.add_metric(name="InteractionsMalformed", unit=MetricUnit.Count, value=1)
         return as_json(400, {"error": "malformed interaction"})
     payload, kind = parsed
+    # Discord's interaction id: the deferred invoke that finishes this command logs it too.
+    logger.set_correlation_id(str(payload.get("id") or "") or None)
     if kind == InteractionType.PING:
         return as_json(200, {"type": InteractionResponseType.PONG})
     if kind in (
@@ -170,11 +177,15 @@ def run_command(payload: dict[str, Any]) -> dict[str, Any]:
         return ephemeral_message("I'm already working on that request.")
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL)
+@logger.inject_lambda_context(
+    correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL, clear_state=True
+)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if "deferred" in event:  # our own asynchronous invoke: finish a deferred answer
         from botmemory.followup import finish_and_reply
+
+        logger.set_correlation_id(str(event["deferred"].get("interaction", {}).get("id") or ""))
 
         commands, _, _ = command_runner()
         # Long work (an erasure) stops in time and continues in another deferred invoke;

@@ -9,19 +9,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from botmemory.observability import logger, metrics
 from botmemory.recall import respond
 from botmemory.recall_search import SearchStatus
 from botmemory.runtime import services_from_environment
 
-logger = Logger()
-tracer = Tracer()
-metrics = Metrics()
 app = LambdaFunctionUrlResolver()
 SEARCH_FAILURES = {SearchStatus.TIMEOUT.value, SearchStatus.FAILED.value}
 
@@ -53,8 +50,9 @@ def recall_over_http() -> Response[str]:
     )
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL)
-@tracer.capture_lambda_handler
+@logger.inject_lambda_context(
+    correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL, clear_state=True
+)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if isinstance(event, dict) and "http" in (event.get("requestContext") or {}):

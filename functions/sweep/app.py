@@ -5,20 +5,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from botmemory.consolidation_outcome import outcome_metrics
+from botmemory.observability import logger, metrics
 from botmemory.runtime import services_from_environment
 
-logger = Logger()
-tracer = Tracer()
-metrics = Metrics()
 
-
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
+@logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     outcomes = services_from_environment().consolidator.sweep(

@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"relay: {error}", file=sys.stderr)
         return 2
-    configure_logging(config.log_level)
-    _lock = lock_state_dir(config.spool_dir)  # held until the process exits
+    configure_logging(config)
+    _lock = lock_state_dir(config.state_dir)  # held until the process exits
     if args.replay:
         return run_replay(config, build_forwarder(config), args.replay)
     try:
@@ -47,7 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # Secrets Manager unreachable or access denied
         log.error("could not read the bot token: %r", error)
         return 1
-    log.info("relay starting; sink %s", config.ingest_function_name or config.ingest_url)
+    shard = config.shard
+    log.info(
+        "relay starting; sink %s; %s",
+        config.ingest_function_name or config.ingest_url,
+        "unsharded" if shard is None else f"shard {shard.id} of {shard.count}",
+    )
     return run_gateway(config, build_forwarder(config), token)
 
 

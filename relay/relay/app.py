@@ -18,6 +18,7 @@ from relay.backoff import Backoff
 from relay.batch import BatchLimits
 from relay.config import RelayConfig
 from relay.forwarder import Forwarder
+from relay.logs import formatter
 from relay.sinks import HttpSink, LambdaSink, Sink, lambda_client
 from relay.spool import Spool
 
@@ -48,17 +49,23 @@ def lock_state_dir(directory: Path, poll_seconds: float = 1.0) -> IO[str]:
             time.sleep(poll_seconds)
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def configure_logging(config: RelayConfig) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(log_formatter(config))
+    level = config.log_level
+    logging.basicConfig(level=level, handlers=[handler])
     numeric = logging.getLevelName(level)
     # discord.py at DEBUG logs every frame, message text included: never below INFO.
     logging.getLogger("discord").setLevel(max(logging.INFO, numeric))
     # httpx logs every request at INFO: one line per batch is noise beside the health line.
     logging.getLogger("httpx").setLevel(numeric if numeric <= logging.DEBUG else logging.WARNING)
+
+
+def log_formatter(config: RelayConfig) -> logging.Formatter:
+    """RELAY_LOG_FORMAT's formatter; in JSON every line names the shard, if there is one."""
+    shard = config.shard
+    static = {} if shard is None else {"shard": shard.id, "shard_count": shard.count}
+    return formatter(config.log_format, static)
 
 
 def build_sink(config: RelayConfig) -> Sink:
@@ -72,7 +79,7 @@ def build_sink(config: RelayConfig) -> Sink:
 def build_forwarder(config: RelayConfig, sink: Sink | None = None) -> Forwarder:
     return Forwarder(
         sink or build_sink(config),
-        Spool(config.spool_dir / SPOOL_SUBDIR, config.spool_max_bytes),
+        Spool(config.state_dir / SPOOL_SUBDIR, config.spool_max_bytes),
         BatchLimits(
             max_events=config.batch_max_events,
             max_bytes=config.batch_max_bytes,
@@ -86,17 +93,23 @@ def build_forwarder(config: RelayConfig, sink: Sink | None = None) -> Forwarder:
 
 def run_gateway(config: RelayConfig, forwarder: Forwarder, token: str) -> int:
     # Imported here so the replay mode and the tests of the core never load discord.py.
-    from relay.gateway import GatewayRunner, RelayClient
+    from relay.gateway import IDENTIFY_SPACING_SECONDS, GatewayRunner, RelayClient
     from relay.identify import IdentifyLedger
 
-    ledger = IdentifyLedger(config.spool_dir / LEDGER_FILE, config.identify_max_per_day)
+    ledger = IdentifyLedger(config.state_dir / LEDGER_FILE, config.identify_max_per_day)
+    shard = config.shard
 
     async def session() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        runner = GatewayRunner(token, lambda: RelayClient(forwarder, ledger), ledger)
+        runner = GatewayRunner(
+            token,
+            lambda: RelayClient(forwarder, ledger, shard=shard),
+            ledger,
+            first_delay=0.0 if shard is None else shard.id * IDENTIFY_SPACING_SECONDS,
+        )
         return await runner.run(stop)
 
     forwarder.start()

@@ -14,10 +14,30 @@ MAX_BATCH_BYTES = 900_000
 # Discord allows 1000 IDENTIFYs a day and resets the token beyond; stay far below it.
 DEFAULT_IDENTIFY_PER_DAY = 100
 MAX_IDENTIFY_PER_DAY = 900
+# Discord requires sharding from this many guilds (the gateway closes with 4011). Every
+# shard is one relay process; they share the token's daily IDENTIFYs, so each shard's
+# bound is a share of MAX_IDENTIFY_PER_DAY, and no more shards than that bound allows.
+GUILDS_PER_SHARD_LIMIT = 2_500
+MAX_SHARD_COUNT = MAX_IDENTIFY_PER_DAY
+LOG_FORMATS = ("text", "json")
 
 
 class ConfigError(ValueError):
     """A setting is missing or out of range; the message names it."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This relay's shard: Discord sends it the events of guilds with
+    `(guild_id >> 22) % count == id`, and direct messages only to shard 0."""
+
+    id: int
+    count: int
+
+    @property
+    def state_subdir(self) -> str:
+        # By id only: after a change of SHARD_COUNT, shard N finds its own backlog again.
+        return f"shard-{self.id}"
 
 
 @dataclass(frozen=True)
@@ -37,10 +57,22 @@ class RelayConfig:
     health_seconds: float = 60.0
     shutdown_seconds: float = 10.0
     log_level: str = "INFO"
+    log_format: str = "text"
+    shard: Shard | None = None
+
+    @property
+    def state_dir(self) -> Path:
+        """The spool, the IDENTIFY ledger and the lock: one directory per shard, so two
+        shards on one host never wait on each other's lock or drain each other's spool."""
+        if self.shard is None:
+            return self.spool_dir
+        return self.spool_dir / self.shard.state_subdir
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RelayConfig:
         values = _Env(os.environ if env is None else env)
+        shard = _shard(values)
+        shards = 1 if shard is None else shard.count
         config = cls(
             ingest_function_name=values.text("INGEST_FUNCTION_NAME"),
             ingest_url=values.text("INGEST_URL"),
@@ -58,11 +90,19 @@ class RelayConfig:
                 "RELAY_SPOOL_MAX_BYTES", 256 * 1024 * 1024, 1_000_000, 1 << 40
             ),
             identify_max_per_day=values.integer(
-                "RELAY_IDENTIFY_MAX_PER_DAY", DEFAULT_IDENTIFY_PER_DAY, 1, MAX_IDENTIFY_PER_DAY
+                "RELAY_IDENTIFY_MAX_PER_DAY",
+                min(DEFAULT_IDENTIFY_PER_DAY, MAX_IDENTIFY_PER_DAY // shards),
+                1,
+                MAX_IDENTIFY_PER_DAY // shards,
+                why=f"with SHARD_COUNT={shards}: the shards share the token's daily IDENTIFYs"
+                if shard is not None
+                else "",
             ),
             health_seconds=values.number("RELAY_HEALTH_SECONDS", 60.0, 0.05, 86_400),
             shutdown_seconds=values.number("RELAY_SHUTDOWN_SECONDS", 10.0, 0.1, 600),
             log_level=(values.text("RELAY_LOG_LEVEL") or "INFO").upper(),
+            log_format=(values.text("RELAY_LOG_FORMAT") or "text").lower(),
+            shard=shard,
         )
         if bool(config.ingest_function_name) == bool(config.ingest_url):
             raise ConfigError("set exactly one of INGEST_FUNCTION_NAME or INGEST_URL")
@@ -70,7 +110,20 @@ class RelayConfig:
             raise ConfigError("INGEST_URL must be an http:// or https:// URL")
         if config.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError("RELAY_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR")
+        if config.log_format not in LOG_FORMATS:
+            raise ConfigError("RELAY_LOG_FORMAT must be text or json")
         return config
+
+
+def _shard(values: _Env) -> Shard | None:
+    """SHARD_ID and SHARD_COUNT: both or neither, and 0 <= SHARD_ID < SHARD_COUNT."""
+    if values.text("SHARD_ID") is None and values.text("SHARD_COUNT") is None:
+        return None
+    if values.text("SHARD_ID") is None or values.text("SHARD_COUNT") is None:
+        raise ConfigError("set both SHARD_ID and SHARD_COUNT, or neither")
+    count = values.integer("SHARD_COUNT", 1, 1, MAX_SHARD_COUNT)
+    shard_id = values.integer("SHARD_ID", 0, 0, count - 1, why=f"with SHARD_COUNT={count}")
+    return Shard(shard_id, count)
 
 
 class _Env:
@@ -93,7 +146,7 @@ class _Env:
             raise ConfigError(f"{name} must be between {low:g} and {high:g}, got {raw}")
         return value
 
-    def integer(self, name: str, default: int, low: int, high: int) -> int:
+    def integer(self, name: str, default: int, low: int, high: int, why: str = "") -> int:
         raw = self.text(name)
         if raw is None:
             return default
@@ -102,5 +155,6 @@ class _Env:
         except ValueError:
             raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
         if not low <= value <= high:
-            raise ConfigError(f"{name} must be between {low} and {high}, got {raw}")
+            because = f" ({why})" if why else ""
+            raise ConfigError(f"{name} must be between {low} and {high}{because}, got {raw}")
         return value

@@ -24,6 +24,7 @@ from typing import Any
 from relay.backoff import Backoff
 from relay.batch import Batch, Batcher, BatchLimits, encode_event
 from relay.events import FORWARDED_EVENTS
+from relay.logs import HEALTH_EVENT, fields
 from relay.sinks import Outcome, SendResult, Sink
 from relay.spool import Spool
 
@@ -61,12 +62,20 @@ class Stats:
     rejected: int = 0  # events the sink refused, with a logged reason
     backlog: int = 0  # events waiting in the spool now
 
+    def figures(self) -> dict[str, int]:
+        """The totals under the names the health line uses, in its order."""
+        return {
+            "in": self.received,
+            "forwarded": self.forwarded,
+            "spooled": self.spooled,
+            "dropped": self.dropped,
+            "ignored": self.ignored,
+            "rejected": self.rejected,
+            "backlog": self.backlog,
+        }
+
     def line(self) -> str:
-        return (
-            f"in={self.received} forwarded={self.forwarded} spooled={self.spooled} "
-            f"dropped={self.dropped} ignored={self.ignored} rejected={self.rejected} "
-            f"backlog={self.backlog}"
-        )
+        return " ".join(f"{name}={value}" for name, value in self.figures().items())
 
 
 class Forwarder:
@@ -225,7 +234,14 @@ class Forwarder:
             self._drain_spool()
         if final or self._clock() >= self._next_health:
             self._next_health = self._clock() + self._health_seconds
-            log.info("health: %s sink=%s", self.stats.line(), "down" if self._outage else "up")
+            self._log_health("down" if self._outage else "up")
+
+    def _log_health(self, sink: str) -> None:
+        """The health line: in text as README.md shows it; in JSON with every figure as a
+        field, `sink_down` 1 unless the sink is up (relay/template.yaml's metric filters)."""
+        stats = self.stats
+        figures = {**stats.figures(), "sink": sink, "sink_down": int(sink != "up")}
+        log.info("health: %s sink=%s", stats.line(), sink, extra=fields(HEALTH_EVENT, figures))
 
     def _deliver(self, batch: Batch) -> None:
         if self._outage:
@@ -333,4 +349,4 @@ class Forwarder:
         )
         for batch in leftovers:
             self._to_spool(batch)
-        log.info("health: %s sink=stuck", self.stats.line())
+        self._log_health("stuck")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import json
 import logging
 import threading
@@ -28,18 +29,55 @@ from discord.gateway import KeepAliveHandler
 from discord.http import Route
 
 from relay.backoff import Backoff
+from relay.config import GUILDS_PER_SHARD_LIMIT, Shard
 from relay.events import FORWARDED_EVENTS
 from relay.forwarder import Forwarder
 from relay.identify import IdentifyLedger
+from relay.logs import REFUSED_EVENT, fields
 
 log = logging.getLogger(__name__)
 
-# Close codes after which reconnecting cannot help: a bad token, a bad shard setup,
-# intents not allowed (message content must be enabled in the Developer Portal).
-_FATAL_CLOSE_CODES = frozenset({4004, 4010, 4011, 4012, 4013, 4014})
+
+class CloseCode(enum.IntEnum):
+    """Gateway close codes after which reconnecting cannot help (Discord's "Gateway Close
+    Event Codes"); discord.py raises them as `ConnectionClosed` (4014 as
+    `PrivilegedIntentsRequired`) instead of reconnecting."""
+
+    AUTHENTICATION_FAILED = 4004
+    INVALID_SHARD = 4010
+    SHARDING_REQUIRED = 4011
+    INVALID_API_VERSION = 4012
+    INVALID_INTENTS = 4013
+    DISALLOWED_INTENTS = 4014
+
+
+_LOGIN_REFUSED = "the bot token is wrong or was reset; put the current one in the secret"
+# The one line the relay logs for each: what it means and what the operator does.
+_WHAT_TO_DO = {
+    CloseCode.AUTHENTICATION_FAILED: f"authentication failed: {_LOGIN_REFUSED}",
+    CloseCode.INVALID_SHARD: (
+        'invalid shard: SHARD_ID and SHARD_COUNT do not fit this bot (relay/README.md, "Sharding")'
+    ),
+    CloseCode.SHARDING_REQUIRED: (
+        "sharding required: the bot is in too many guilds for one gateway session (Discord "
+        f"requires sharding from {GUILDS_PER_SHARD_LIMIT:,} guilds); run one relay per shard "
+        'with SHARD_ID and SHARD_COUNT (relay/README.md, "Sharding")'
+    ),
+    CloseCode.INVALID_API_VERSION: (
+        "invalid API version: Discord no longer accepts this discord.py's gateway version; "
+        "upgrade discord.py"
+    ),
+    CloseCode.INVALID_INTENTS: "invalid intents: relay_intents() asks for an unknown intent",
+    CloseCode.DISALLOWED_INTENTS: (
+        "disallowed intents: enable Message Content Intent for the bot in the Developer Portal"
+    ),
+}
 # Keep this many of Discord's daily session starts untouched (shared with any other
 # process using the same token, such as the bot itself).
 SESSION_START_RESERVE = 100
+# Discord takes one IDENTIFY per 5 seconds per bucket (max_concurrency 1 for all but the
+# largest bots): between IDENTIFYs of one client, and between shards starting together.
+IDENTIFY_SPACING_SECONDS = 5.0
 
 
 def relay_intents() -> discord.Intents:
@@ -67,9 +105,13 @@ class RelayClient(discord.Client):
         forwarder: Forwarder,
         ledger: IdentifyLedger,
         *,
-        identify_spacing: float = 5.0,
+        shard: Shard | None = None,
+        identify_spacing: float = IDENTIFY_SPACING_SECONDS,
         session_reserve: int = SESSION_START_RESERVE,
     ) -> None:
+        # One shard per process: discord.py's plain Client sends [shard_id, shard_count] in
+        # IDENTIFY and otherwise behaves as unsharded (AutoShardedClient would run every
+        # shard in one process, behind one spool and one ledger).
         super().__init__(
             intents=relay_intents(),
             enable_debug_events=True,
@@ -77,6 +119,8 @@ class RelayClient(discord.Client):
             max_messages=None,
             member_cache_flags=discord.MemberCacheFlags.none(),
             chunk_guilds_at_startup=False,
+            shard_id=None if shard is None else shard.id,
+            shard_count=None if shard is None else shard.count,
         )
         self._forwarder = forwarder
         self._ledger = ledger
@@ -144,10 +188,27 @@ class RelayClient(discord.Client):
             return None
 
 
+def fatal_close_code(error: BaseException) -> CloseCode | None:
+    """The close code of a session Discord ended for good, or None."""
+    if isinstance(error, discord.PrivilegedIntentsRequired):
+        return CloseCode.DISALLOWED_INTENTS
+    if isinstance(error, discord.ConnectionClosed) and error.code in set(CloseCode):
+        return CloseCode(error.code)
+    return None
+
+
 def is_fatal(error: BaseException) -> bool:
-    if isinstance(error, discord.LoginFailure | discord.PrivilegedIntentsRequired):
-        return True
-    return isinstance(error, discord.ConnectionClosed) and error.code in _FATAL_CLOSE_CODES
+    return isinstance(error, discord.LoginFailure) or fatal_close_code(error) is not None
+
+
+def refusal(error: BaseException) -> str:
+    """One line for a fatal error: the close code or the error, and what to do about it."""
+    code = fatal_close_code(error)
+    if code is None:
+        return f"{error!r}: {_LOGIN_REFUSED}"
+    shard = getattr(error, "shard_id", None)
+    where = "" if shard is None else f" (shard {shard})"
+    return f"close code {int(code)}{where}, {_WHAT_TO_DO[code]}"
 
 
 class GatewayRunner:
@@ -165,9 +226,11 @@ class GatewayRunner:
         *,
         backoff: Backoff | None = None,
         stable_seconds: float = 600.0,
+        first_delay: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._token = token
+        self._first_delay = first_delay
         self._factory = client_factory
         self._ledger = ledger
         self._backoff = backoff or Backoff(base=5.0, cap=900.0)
@@ -178,6 +241,8 @@ class GatewayRunner:
     async def run(self, stop: asyncio.Event) -> int:
         """Until `stop` is set: 0. A fatal error (bad token, intents not allowed): 2."""
         failures = 0
+        if await self._wait_for_lower_shards(stop):
+            return 0
         while not stop.is_set():
             wait = self._ledger.wait_seconds()
             if wait > 0:
@@ -194,7 +259,14 @@ class GatewayRunner:
             if stop.is_set():
                 return 0
             if error is not None and is_fatal(error):
-                log.error("gateway refused the relay, not retrying: %r", error)
+                code = fatal_close_code(error)
+                log.error(
+                    "gateway refused the relay, not retrying: %s",
+                    refusal(error),
+                    extra=fields(
+                        REFUSED_EVENT, {"close_code": None if code is None else int(code)}
+                    ),
+                )
                 return 2
             if isinstance(error, IdentifyDeferred):
                 log.error("new session deferred: %s", error)
@@ -211,6 +283,13 @@ class GatewayRunner:
             if await _sleep_or_stop(stop, wait):
                 return 0
         return 0
+
+    async def _wait_for_lower_shards(self, stop: asyncio.Event) -> bool:
+        """Shards started together (one deploy) IDENTIFY one after another; True if stopped."""
+        if self._first_delay <= 0:
+            return False
+        log.info("first IDENTIFY in %.0fs, after the lower shards'", self._first_delay)
+        return await _sleep_or_stop(stop, self._first_delay)
 
     async def _one_client(self, stop: asyncio.Event) -> BaseException | None:
         client = self._factory()

@@ -3,7 +3,8 @@
 The gateway speaks the real protocol in plain JSON text frames: HELLO, heartbeat ACKs,
 READY after IDENTIFY, dispatches with sequence numbers, and then, depending on `script`,
 a RECONNECT (op 7) that the client must answer with a RESUME (op 6) on the READY's
-resume_gateway_url, or an INVALID_SESSION (op 9, not resumable) that forces a new IDENTIFY.
+resume_gateway_url, an INVALID_SESSION (op 9, not resumable) that forces a new IDENTIFY, or
+close code 4011 right after IDENTIFY, as Discord answers an unsharded bot in 2,500 guilds.
 """
 
 from __future__ import annotations
@@ -194,6 +195,9 @@ class FakeGateway:
         await self._dispatch(ws, {"t": "READY", "d": ready})
 
     async def _identified(self, ws: web.WebSocketResponse) -> None:
+        if self.script == "sharding_required":
+            await ws.close(code=4011, message=b"Sharding required.")
+            return
         identifies = len(self.ops(2))
         await self._ready(ws, f"session-{identifies}")
         if identifies > 1:  # the new session after an invalidated one

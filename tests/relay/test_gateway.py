@@ -22,6 +22,7 @@ from discord.gateway import DiscordWebSocket, KeepAliveHandler
 from discord.http import Route
 
 from relay.backoff import Backoff
+from relay.config import Shard
 from relay.forwarder import Forwarder
 from relay.gateway import GatewayRunner, RelayClient, relay_intents
 from relay.identify import IdentifyLedger
@@ -44,8 +45,15 @@ def no_heartbeat_thread_outlives_its_test() -> Iterator[None]:
 
 
 class Session:
-    def __init__(self, tmp_path: Path, fake: FakeGateway, identify_bound: int = 10) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        fake: FakeGateway,
+        identify_bound: int = 10,
+        shard: Shard | None = None,
+    ) -> None:
         self.fake = fake
+        self.shard = shard
         self.sink = RecordingSink()
         self.forwarder: Forwarder = make_forwarder(self.sink, tmp_path / "spool", Clock())
         self.ledger = IdentifyLedger(tmp_path / "identify.json", identify_bound)
@@ -53,7 +61,7 @@ class Session:
         self.stop = asyncio.Event()
 
     def client(self) -> RelayClient:
-        client = RelayClient(self.forwarder, self.ledger, identify_spacing=0)
+        client = RelayClient(self.forwarder, self.ledger, shard=self.shard, identify_spacing=0)
         self.clients.append(client)
         return client
 
@@ -242,3 +250,79 @@ def test_restarts_back_off_and_fatal_errors_stop_the_relay(
     assert runner.waits == [0.005, 0.01, 0.02]  # doubling; none after the fatal error
     assert "restart 3 in 0.0s" in caplog.text
     assert "gateway refused the relay, not retrying: LoginFailure" in caplog.text
+
+
+def test_a_sharded_relay_identifies_as_its_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeGateway(script="reconnect")
+    session = Session(tmp_path, fake, shard=Shard(1, 2))
+
+    async def scenario() -> int:
+        task = asyncio.create_task(session.runner().run(session.stop))
+        await asyncio.wait_for(fake.done.wait(), 10)
+        session.stop.set()
+        return await task
+
+    assert run_against_fake(monkeypatch, fake, scenario) == 0
+    (identify,) = fake.ops(2)
+    assert identify[1]["d"]["shard"] == [1, 2]
+    # RESUME carries no shard: the session already is one.
+    (resume,) = fake.ops(6)
+    assert "shard" not in resume[1]["d"]
+
+
+def test_an_unsharded_relay_sends_no_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeGateway(script="reconnect")
+    session = Session(tmp_path, fake)
+
+    async def scenario() -> int:
+        task = asyncio.create_task(session.runner().run(session.stop))
+        await asyncio.wait_for(fake.done.wait(), 10)
+        session.stop.set()
+        return await task
+
+    assert run_against_fake(monkeypatch, fake, scenario) == 0
+    (identify,) = fake.ops(2)
+    assert "shard" not in identify[1]["d"]
+
+
+def test_sharding_required_stops_the_relay_with_one_clear_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = FakeGateway(script="sharding_required")
+    session = Session(tmp_path, fake)
+
+    with caplog.at_level(logging.WARNING, logger="relay"):
+        assert run_against_fake(monkeypatch, fake, lambda: session.runner().run(session.stop)) == 2
+    assert len(fake.ops(2)) == 1  # one IDENTIFY, no retry
+    (refused,) = [r for r in caplog.records if r.name == "relay.gateway"]
+    assert refused.levelno == logging.ERROR
+    message = refused.getMessage()
+    assert "\n" not in message
+    assert message.startswith("gateway refused the relay, not retrying: close code 4011, ")
+    assert "sharding required" in message and "2,500 guilds" in message
+    assert "SHARD_ID and SHARD_COUNT" in message
+
+
+def test_the_first_identify_of_a_higher_shard_waits_for_the_lower_ones(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ledger = IdentifyLedger(tmp_path / "identify.json", 10)
+    started: list[float] = []
+
+    def factory() -> FailingClient:
+        started.append(time.monotonic())
+        return FailingClient(discord.LoginFailure("stop here"))
+
+    runner = GatewayRunner(TOKEN, factory, ledger, first_delay=0.2)  # type: ignore[arg-type]
+    begun = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="relay"):
+        assert asyncio.run(runner.run(asyncio.Event())) == 2
+    assert started[0] - begun >= 0.2
+    assert "first IDENTIFY in 0s, after the lower shards'" in caplog.text
+
+    stop = asyncio.Event()
+    stop.set()  # a SIGTERM during the wait ends it at once
+    assert asyncio.run(GatewayRunner(TOKEN, factory, ledger, first_delay=60).run(stop)) == 0  # type: ignore[arg-type]
+    assert len(started) == 1

@@ -13,6 +13,7 @@ the numbers a request carries.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from enum import Enum, IntEnum, IntFlag
 from typing import Any
 
@@ -99,6 +100,24 @@ class ButtonStyle(IntEnum):
 
 
 MAX_CONTENT = 2000
+
+
+PUBLIC_KEY_ENV = "DISCORD_PUBLIC_KEY"
+
+
+class InteractionsConfigError(ValueError):
+    """A setting of the interactions function that cannot be used (one line, naming it)."""
+
+
+def public_key_from_environment(env: Mapping[str, str]) -> str:
+    """The application's Ed25519 public key: 64 hexadecimal characters (Developer Portal >
+    General Information)."""
+    value = env.get(PUBLIC_KEY_ENV, "").strip()
+    if not value:
+        raise InteractionsConfigError(f"{PUBLIC_KEY_ENV} is not set: the application's public key")
+    if len(value) != 64 or not all(c in "0123456789abcdefABCDEF" for c in value):
+        raise InteractionsConfigError(f"{PUBLIC_KEY_ENV} must be 64 hexadecimal characters")
+    return value
 
 
 # How far a signed request's timestamp may be from now, either way, before it is refused as

@@ -190,8 +190,9 @@ class ObservationRecorder:
             "MESSAGE_REACTION_REMOVE_EMOJI": self._reaction_remove_emoji,
         }
 
-    def record(self, events: list[Any]) -> IngestResult:
-        """Store each event that parses; skip the rest with a reason. Never raises for one event."""
+    def record(self, events: list[Any], ingest_id: str | None = None) -> IngestResult:
+        """Store each event that parses; skip the rest with a reason. Never raises for one event.
+        `ingest_id` (the invocation's correlation id) is kept on each observation."""
         result = IngestResult()
         for index, event in enumerate(events):
             name = event.get("t") if isinstance(event, dict) else None
@@ -215,6 +216,8 @@ class ObservationRecorder:
             if self._opt_outs.is_opted_out(observation.author_id):
                 result.ignored.append(Skip(index=index, event=label, reason="author opted out"))
                 continue
+            if ingest_id:
+                observation = observation.model_copy(update={"ingest_id": ingest_id[:64]})
             if self._repository.put_observation(observation):
                 result.stored += 1
             else:

@@ -61,6 +61,9 @@ class Observation(Record):
     expires_at: int | None = None
     # Once consolidated: the search passages that copy its words (botmemory.passages).
     passages: list[str] = []
+    # The ingest invocation that stored it (its request id): consolidation logs the ids it
+    # consumed, so one message can be followed from the relay's batch to its facts.
+    ingest_id: str | None = None
 
 
 class Fact(Record):

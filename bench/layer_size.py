@@ -1,0 +1,137 @@
+"""Size of the core layer, and what tracing would add to it and to a cold start.
+
+The layer is what `sam build` installs from layers/core/requirements.txt: those
+distributions and everything they require, which the Lambda runtime does not already
+hold in a way we use (boto3 is the runtime's, so it is never listed). The figures are the
+installed sizes of those distributions in this virtualenv, the same wheels a build
+unpacks (native ones differ a little by architecture). After `make build` the built layer
+is measured too.
+
+The comparison line is the layer the project shipped before: Powertools with its
+`tracer` extra, which brings the X-Ray SDK and, through it, a second botocore that
+shadows the runtime's.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIREMENTS = ROOT / "layers" / "core" / "requirements.txt"
+BUILT_LAYER = ROOT / ".aws-sam" / "build" / "CoreLayer"
+MB = 1024 * 1024
+RUNS = 5
+
+
+def _name(requirement: str) -> tuple[str, set[str]]:
+    """A requirement's distribution name and extras ("pkg[a,b]>=1; marker")."""
+    match = re.match(r"\s*([A-Za-z0-9._-]+)\s*(?:\[([^\]]*)\])?", requirement)
+    if match is None:
+        raise ValueError(f"not a requirement: {requirement!r}")
+    extras = {e.strip() for e in (match.group(2) or "").split(",") if e.strip()}
+    return match.group(1).lower().replace("_", "-"), extras
+
+
+def _applies(requirement: str, extras: set[str]) -> bool:
+    """Whether a dependency line applies here, given the extras asked of its parent."""
+    if ";" not in requirement:
+        return True
+    marker = requirement.split(";", 1)[1]
+    wanted = set(re.findall(r"extra\s*==\s*['\"]([^'\"]+)['\"]", marker))
+    if wanted:
+        return bool(wanted & extras)
+    from packaging.markers import Marker  # pip's own marker logic; installed with it
+
+    return Marker(marker).evaluate()
+
+
+def closure(roots: list[str]) -> dict[str, int]:
+    """Installed bytes of each distribution the roots require, transitively."""
+    sizes: dict[str, int] = {}
+    todo = [_name(root) for root in roots]
+    while todo:
+        name, extras = todo.pop()
+        if name in sizes:
+            continue
+        try:
+            distribution = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            sizes[name] = -1  # not installed here: shown as unknown
+            continue
+        sizes[name] = sum(
+            (Path(str(distribution.locate_file(f))).stat().st_size)
+            for f in distribution.files or []
+            if Path(str(distribution.locate_file(f))).is_file()
+        )
+        for requirement in distribution.requires or []:
+            if _applies(requirement, extras):
+                todo.append(_name(requirement))
+    return sizes
+
+
+def layer_requirements() -> list[str]:
+    lines = REQUIREMENTS.read_text().splitlines()
+    return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
+
+
+def _built_size() -> int | None:
+    if not BUILT_LAYER.is_dir():
+        return None
+    return sum(p.stat().st_size for p in BUILT_LAYER.rglob("*") if p.is_file())
+
+
+def _import_ms(code: str) -> float:
+    samples = []
+    for _ in range(RUNS):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1000
+
+
+def _mb(size: int) -> str:
+    return "?" if size < 0 else f"{size / MB:.1f}"
+
+
+def bench_layer() -> None:
+    roots = layer_requirements()
+    layer = closure(roots)
+    traced = closure(
+        [re.sub(r"^aws-lambda-powertools", "aws-lambda-powertools[tracer]", r) for r in roots]
+    )
+    title = "6. The core layer (installed size of layers/core/requirements.txt, MB)"
+    print(title)
+    print("=" * len(title))
+    width = max(len(name) for name in traced)
+    print(f"{'distribution':<{width}}  {'now':>6}  {'[tracer]':>8}")
+    print(f"{'-' * width}  {'-' * 6}  {'-' * 8}")
+    for name in sorted(traced, key=lambda n: -traced[n]):
+        now = _mb(layer[name]) if name in layer else "-"
+        print(f"{name:<{width}}  {now:>6}  {_mb(traced[name]):>8}")
+    total = sum(size for size in layer.values() if size > 0)
+    total_traced = sum(size for size in traced.values() if size > 0)
+    print(f"{'total':<{width}}  {total / MB:>6.1f}  {total_traced / MB:>8.1f}")
+    built = _built_size()
+    if built is not None:
+        print(f"  Built layer (.aws-sam/build/CoreLayer, from `make build`): {built / MB:.1f} MB.")
+    print(f"  botocore in the layer: {'yes' if 'botocore' in layer else 'no'}.")
+    if traced.get("aws-xray-sdk", -1) >= 0:
+        bare = _import_ms("import aws_lambda_powertools; aws_lambda_powertools.Logger()")
+        tracer = _import_ms(
+            "import aws_lambda_powertools as p; p.Logger(); p.Tracer(service='bench')"
+        )
+        print(
+            f"  Cold import, median of {RUNS}: Powertools Logger {bare:.0f} ms, with a Tracer "
+            f"{tracer:.0f} ms ({tracer / bare:.2f}x). Tracing is Lambda's own (Tracing: Active)."
+        )
+    print()
+
+
+if __name__ == "__main__":
+    bench_layer()

@@ -1,0 +1,258 @@
+"""Each function's role allows what its code really calls, and no more than it needs.
+
+Every function runs through its template handler (tests/lambda_local.py) on in-process AWS,
+through the flows a deployment sees: ingest, the stream into consolidation, the sweep,
+recall with a query, the search index following deletions, and every slash command up to
+/forgetme. Each AWS call is recorded against the function that made it and checked against
+the actions its role grants in the translated template (tests/test_iam.py reads those).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.client import BaseClient
+
+from botmemory.keys import OPT_OUT_PK
+from localrun.samtemplate import passes_filters
+from scripts.make_events import BOB
+from tests import gateway as gw
+from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
+from tests.lambda_local import EVENTS, ROOT, TABLE
+from tests.sam_tools import translated_template
+from tests.test_commands import Discord, confirm_flow
+from tests.test_iam import function_statements, listed
+from tests.test_sam_local import stream_records
+
+STAFF = "32"  # MANAGE_GUILD
+PACKAGE = ROOT / "layers" / "core" / "botmemory"
+# The parts of a transaction are authorised as the single-item actions they stand for.
+TRANSACTION_PARTS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+}
+# The name followup.py gives the thread that finishes deferred work locally; in Lambda that
+# work runs in an asynchronous invoke of InteractionsFunction itself.
+DEFERRED_THREAD = "deferred-interaction"
+
+
+class CallLog:
+    """Every AWS API call made while a function runs, by function."""
+
+    def __init__(self) -> None:
+        self.running: str | None = None
+        self.calls: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+
+    def record(self, service: str, operation: str, params: dict[str, Any]) -> None:
+        function = (
+            "InteractionsFunction"
+            if threading.current_thread().name == DEFERRED_THREAD
+            else self.running
+        )
+        if function is not None:
+            self.calls[function].append((f"{service}:{operation}", params))
+
+    def actions(self, function: str) -> set[str]:
+        """The IAM actions the recorded calls need."""
+        needed = set()
+        for action, params in self.calls[function]:
+            if action == "dynamodb:TransactWriteItems":
+                for item in params["TransactItems"]:
+                    needed |= {f"dynamodb:{TRANSACTION_PARTS[part]}" for part in item}
+            elif action == "lambda:Invoke":
+                needed.add("lambda:InvokeFunction")
+            else:
+                needed.add(action)
+        return needed
+
+
+@pytest.fixture
+def call_log(monkeypatch: pytest.MonkeyPatch) -> CallLog:
+    log = CallLog()
+    make_api_call = BaseClient._make_api_call
+
+    def recording(self: BaseClient, operation: str, params: dict[str, Any]) -> Any:
+        prefix = self.meta.service_model.signing_name or self.meta.service_model.endpoint_prefix
+        log.record(prefix, operation, params)
+        return make_api_call(self, operation, params)
+
+    monkeypatch.setattr(BaseClient, "_make_api_call", recording)
+    return log
+
+
+@pytest.fixture
+def discord(
+    monkeypatch: pytest.MonkeyPatch,
+    fake_discord: FakeDiscordRest,
+    dynamodb: Any,
+    call_log: CallLog,
+) -> Iterator[Discord]:
+    client = Discord(monkeypatch, fake_discord, dynamodb)
+    invoke = client.local.invoke
+
+    def recorded(logical_id: str, event: Any) -> Any:
+        call_log.running = logical_id
+        try:
+            return invoke(logical_id, event)
+        finally:
+            call_log.running = None
+
+    monkeypatch.setattr(client.local, "invoke", recorded)
+    yield client
+
+
+def run_stream(discord: Discord, function: str, after: set[str]) -> None:
+    """Deliver the table's new stream records to a stream-triggered function, through its
+    template filter, as Lambda's event source mapping would."""
+    template = discord.local.template
+    filters = template.stream_filters(function)
+    stream_arn = discord.dynamodb.describe_table(TableName=TABLE)["Table"]["LatestStreamArn"]
+    records = stream_records(discord.dynamodb, stream_arn, after)
+    after |= {r["dynamodb"]["SequenceNumber"] for r in records}
+    delivered = [r for r in records if passes_filters(filters, r)]
+    if delivered:
+        answer = discord.local.invoke(function, {"Records": delivered})
+        assert answer == {"batchItemFailures": []}
+
+
+def a_deployments_day(discord: Discord) -> None:
+    seen_by_consolidation: set[str] = set()
+    seen_by_index: set[str] = set()
+    sample = json.loads((EVENTS / "ingest" / "gateway-batch.json").read_text())
+    discord.local.invoke("IngestFunction", sample)
+    talk = [
+        gw.message(
+            [gw.ALICE, gw.BOB, gw.CAROL][i % 3],
+            "I love hiking in the Alps." if i == 0 else f"small talk {i}",
+            1_767_225_600_000 + i * 1000,
+        )
+        for i in range(40)
+    ]
+    discord.local.invoke("IngestFunction", {"events": talk})
+    run_stream(discord, "ConsolidateFunction", seen_by_consolidation)
+    # A quiet channel's leftovers wait for the sweep.
+    discord.local.invoke(
+        "IngestFunction",
+        {"events": [gw.message(gw.BOB, "see you tomorrow", 1_767_225_700_000, channel="77")]},
+    )
+    discord.local.invoke(
+        "SweepFunction", json.loads((EVENTS / "sweep" / "schedule.json").read_text())
+    )
+    recall = {
+        "guild_id": gw.GUILD,
+        "channel_id": gw.CHANNEL,
+        "user_id": gw.ALICE,
+        "query": "where does Alice like hiking?",
+    }
+    assert discord.local.invoke("RecallFunction", recall)["enabled"] is True
+
+    discord.text("memory", "show")
+    discord.text("memory", "remember", {"text": "I grow chillies on my balcony"})
+    discord.text("memory", "forget", {"what": "chillies"})
+    discord.text("memory-staff", "pin", {"where": "channel", "text": "Be kind"}, permissions=STAFF)
+    discord.run("memory-staff", "user", {"member": BOB}, permissions=STAFF)
+    discord.run("memory-staff", "quarantine", permissions=STAFF)
+    confirm_flow(discord, "memory", "optout", "optout:confirm")
+    discord.text("memory", "optin")
+    confirm_flow(discord, "forgetme", "", "forgetme:confirm")
+    # The deletions and rewrites above reach the search index through the stream.
+    run_stream(discord, "SearchIndexFunction", seen_by_index)
+
+
+@pytest.fixture
+def day(discord: Discord, call_log: CallLog) -> CallLog:
+    a_deployments_day(discord)
+    return call_log
+
+
+FUNCTIONS = (
+    "InteractionsFunction",
+    "IngestFunction",
+    "ConsolidateFunction",
+    "RecallFunction",
+    "SweepFunction",
+    "SearchIndexFunction",
+)
+
+
+def granted(function: str) -> set[str]:
+    statements = function_statements(translated_template(), function)
+    return {action for s in statements for action in listed(s["Action"])}
+
+
+def test_every_call_a_function_makes_is_allowed_by_its_role(day: CallLog) -> None:
+    missing = {
+        function: sorted(day.actions(function) - granted(function))
+        for function in FUNCTIONS
+        if day.actions(function) - granted(function)
+    }
+    assert missing == {}, f"calls the role does not allow: {missing}"
+
+
+def test_the_day_exercised_every_function(day: CallLog) -> None:
+    # Each function that touches the table did so (the check above is not vacuous); the
+    # search index function needs no table access at all.
+    for function in FUNCTIONS:
+        if function != "SearchIndexFunction":
+            assert any(a.startswith("dynamodb:") for a in day.actions(function)), function
+    assert "lambda:InvokeFunction" not in day.actions("IngestFunction")
+
+
+# Read by Lambda's event source mapping with the function's role, never by its code.
+STREAM_READS = {
+    "dynamodb:DescribeStream",
+    "dynamodb:GetRecords",
+    "dynamodb:GetShardIterator",
+    "dynamodb:ListStreams",
+}
+
+
+def table_operations_in_the_code() -> set[str]:
+    """Every DynamoDB action the package can need: the client methods its code calls (a
+    transaction needs the single-item actions of its parts)."""
+    source = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))
+    called = {
+        "dynamodb:" + "".join(part.title() for part in name.split("_"))
+        for name in re.findall(r"_client\.([a-z_]+)\(", source)
+    }
+    if "dynamodb:TransactWriteItems" in called:
+        called |= {f"dynamodb:{action}" for action in TRANSACTION_PARTS.values()}
+    return called
+
+
+def test_no_role_is_granted_a_table_action_the_code_never_calls() -> None:
+    code = table_operations_in_the_code()
+    assert {"dynamodb:PutItem", "dynamodb:Query", "dynamodb:TransactWriteItems"} <= code
+    for function in FUNCTIONS:
+        table = {a for a in granted(function) - STREAM_READS if a.startswith("dynamodb:")}
+        assert table <= code, f"{function}: {sorted(table - code)} (never called)"
+        assert "dynamodb:Scan" not in table
+
+
+def test_recall_and_ingest_get_only_what_they_do(day: CallLog) -> None:
+    def table(function: str) -> set[str]:
+        return {a for a in granted(function) if a.startswith("dynamodb:")}
+
+    assert table("RecallFunction") == {
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "dynamodb:BatchGetItem",
+    }
+    assert table("IngestFunction") == {"dynamodb:PutItem", "dynamodb:Query"}
+    assert table("SearchIndexFunction") == STREAM_READS  # the stream, never the table
+    assert day.actions("IngestFunction") == table("IngestFunction")
+
+
+def test_ingest_reads_only_the_opt_out_list(day: CallLog) -> None:
+    queries = [p for a, p in day.calls["IngestFunction"] if a == "dynamodb:Query"]
+    assert queries
+    for params in queries:
+        assert params["ExpressionAttributeValues"][":pk"] == {"S": OPT_OUT_PK}
