@@ -7,11 +7,15 @@ PY := $(VENV)/bin/python
 # Prefer python3.13 (the Lambda runtime) when it actually runs here; a shim that
 # exists but fails does not count. The code also runs on 3.11.
 BASE_PYTHON := $(shell python3.13 -c 'import sys' >/dev/null 2>&1 && echo python3.13 || echo python3)
+# `sam build` needs the same: a python3.13 on PATH that runs (the layer's runtime).
+HAVE_PYTHON313 := $(shell python3.13 -c 'import sys' >/dev/null 2>&1 && echo yes)
+NO_PYTHON313 := no working python3.13 on PATH (the layer targets python3.13; with pyenv: PYENV_VERSION=3.13.0)
+SAM := SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam
 # Exact pins of the runtime, dev and relay groups, resolved for these interpreters by `make lock`.
 LOCK := requirements-dev.lock
 LOCK_PYTHONS := python3.11 python3.13
 
-.PHONY: venv lock sam-venv test lint format typecheck unit bench eval demo register clean
+.PHONY: venv lock sam-venv test lint format typecheck unit build build-if-python313 validate bench eval demo dev register clean
 
 venv: $(VENV)/.installed
 
@@ -34,8 +38,8 @@ $(SAM_VENV)/.installed:
 	$(SAM_VENV)/bin/python -m pip install --quiet aws-sam-cli
 	@touch $@
 
-# The whole suite and the static checks; what CI runs.
-test: lint typecheck unit
+# The whole suite and the static checks; what CI runs. `sam build` too, where it can run.
+test: lint typecheck unit build-if-python313
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -46,6 +50,23 @@ typecheck: venv
 
 unit: venv sam-venv
 	$(VENV)/bin/pytest
+
+# The application as `sam deploy` ships it, in .aws-sam/ (options: samconfig.toml).
+build: sam-venv
+	@test "$(HAVE_PYTHON313)" = yes || { echo "make build: $(NO_PYTHON313)" >&2; exit 1; }
+	$(SAM) build
+
+build-if-python313:
+ifeq ($(HAVE_PYTHON313),yes)
+	@$(MAKE) --no-print-directory build
+else
+	@echo "sam build skipped: $(NO_PYTHON313)"
+endif
+
+# The templates: the SAM translator (offline, samconfig.toml's region) and cfn-lint.
+validate: venv sam-venv
+	$(SAM) validate
+	$(VENV)/bin/cfn-lint template.yaml $(wildcard relay/template.yaml)
 
 format: venv
 	$(VENV)/bin/ruff check --fix .
@@ -73,4 +94,4 @@ register: venv
 	$(PY) -m botmemory.register $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .mypy_cache build *.egg-info
+	rm -rf $(VENV) $(SAM_VENV) .aws-sam .pytest_cache .ruff_cache .mypy_cache build *.egg-info

@@ -7,6 +7,10 @@
 
 The table's stream feeds ConsolidateFunction (the template's filter, batch size and
 window) and SweepFunction runs on the template's schedule. Ctrl-C stops everything.
+
+The local DynamoDB listens on a fixed port (8000) so that `sam local invoke --env-vars
+events/env.json` finds it at http://host.docker.internal:8000, with the same table and the
+same person hash key.
 """
 
 from __future__ import annotations
@@ -24,14 +28,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from localrun.motoserver import LocalRunError, MotoServer, port_is_free
-from localrun.stack import LocalStack
+from localrun.motoserver import LOOPBACK, LocalRunError, MotoServer, port_is_free
+from localrun.stack import TEST_PUBLIC_KEY, LocalStack
 
-# The public half of the documented test key (events/README.md): used when no real key is set.
-TEST_PUBLIC_KEY = "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8"
 SAMPLE_ENV = Path(__file__).resolve().parent.parent / "events" / "env.json"
 TOLERANCE_ENV = "DISCORD_TIMESTAMP_TOLERANCE_SECONDS"
 MAX_BODY = 1_000_000
+# What events/env.json points `sam local invoke` at (tests/test_sam_local.py checks both).
+DYNAMODB_PORT = 8000
+TABLE_NAME = "MemoryTable"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -40,7 +45,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--http-port", type=int, default=8787, help="port for the endpoints (default 8787)"
     )
     parser.add_argument(
-        "--port", type=int, default=0, help="port for the local DynamoDB (default: a free one)"
+        "--port",
+        type=int,
+        default=DYNAMODB_PORT,
+        help=f"port for the local DynamoDB (default {DYNAMODB_PORT}, the one events/env.json "
+        "names; 0: any free port)",
+    )
+    parser.add_argument(
+        "--dynamodb-host",
+        default=LOOPBACK,
+        help="address the local DynamoDB listens on (default 127.0.0.1; for `sam local "
+        "invoke` on Linux, the Docker bridge's address, e.g. 172.17.0.1: see README)",
     )
     return parser.parse_args(argv)
 
@@ -170,21 +185,40 @@ def search_environment() -> dict[str, str]:
     return environment
 
 
+def sample_hash_key() -> str:
+    """The person hash key events/env.json gives the functions under `sam local invoke`:
+    the in-process functions use it too, so both hash a person alike (opt-outs agree)."""
+    sample: dict[str, dict[str, str]] = json.loads(SAMPLE_ENV.read_text())
+    return next(v["MEMORY_HASH_KEY"] for v in sample.values() if "MEMORY_HASH_KEY" in v)
+
+
+def taken_port(args: argparse.Namespace) -> str | None:
+    """One line saying which port is taken and what to do, or None."""
+    if not port_is_free(args.http_port):
+        return f"port {args.http_port} is already taken; pass ARGS='--http-port N'"
+    if args.port and not port_is_free(args.port, args.dynamodb_host):
+        return (
+            f"port {args.port} on {args.dynamodb_host} for the local DynamoDB is already taken "
+            "(another make dev, or DynamoDB Local?); stop it, or pass ARGS='--port N' "
+            f"(events/env.json expects {DYNAMODB_PORT})"
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not port_is_free(args.http_port):
-        print(
-            f"make dev: port {args.http_port} is already taken; pass ARGS='--http-port N'",
-            file=sys.stderr,
-        )
+    problem = taken_port(args)
+    if problem:
+        print(f"make dev: {problem}", file=sys.stderr)
         return 2
     public_key = os.environ.get("DISCORD_PUBLIC_KEY") or TEST_PUBLIC_KEY
     server: MotoServer | None = None
     stop = threading.Event()
     try:
-        server = MotoServer(args.port).start()
+        server = MotoServer(args.port, host=args.dynamodb_host).start()
         stack = LocalStack(
             server.url,
+            table_name=TABLE_NAME,
             parameters={
                 "MemoryModel": os.environ.get("MEMORY_MODEL", "rules"),
                 "MemoryModelBaseUrl": os.environ.get("MEMORY_MODEL_BASE_URL", ""),
@@ -197,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             environment={
                 **(sample_signing_environment() if public_key == TEST_PUBLIC_KEY else {}),
                 **search_environment(),
+                "MEMORY_HASH_KEY": os.environ.get("MEMORY_HASH_KEY") or sample_hash_key(),
             },
             echo=True,
         ).start()
@@ -211,7 +246,14 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, shut_down)
         signal.signal(signal.SIGTERM, shut_down)
         base = f"http://127.0.0.1:{args.http_port}"
-        print(f"Local DynamoDB: {server.url} (moto server, pid {server.pid})")
+        print(
+            f"Local DynamoDB: {server.url} (moto server on {args.dynamodb_host}, "
+            f"pid {server.pid}), table {TABLE_NAME}"
+        )
+        if args.port != DYNAMODB_PORT:
+            print(
+                f"events/env.json expects port {DYNAMODB_PORT}: sam local invoke will not find it"
+            )
         print(f"Memory model: {os.environ.get('MEMORY_MODEL', 'rules')}")
         if public_key == TEST_PUBLIC_KEY:
             print(

@@ -1,5 +1,5 @@
 """DynamoDB on this machine: moto's server (with localrun.fastmoto's transaction
-backups) as a child process on 127.0.0.1."""
+backups) as a child process, on 127.0.0.1 unless told otherwise."""
 
 from __future__ import annotations
 
@@ -15,16 +15,25 @@ class LocalRunError(RuntimeError):
     """Something the local run cannot go on without; the message says what and what to do."""
 
 
+LOOPBACK = "127.0.0.1"
+# Listening here means every interface; this process still talks to it over loopback.
+ANY_ADDRESS = "0.0.0.0"
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((LOOPBACK, 0))
         return int(probe.getsockname()[1])
 
 
-def port_is_free(port: int) -> bool:
+def port_is_free(port: int, host: str = LOOPBACK) -> bool:
+    """Whether a server could listen there now. As servers do (moto's included), the probe
+    ignores connections of a stopped server still closing (TIME_WAIT), so a quick restart
+    is not refused; a live listener still takes the port."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind(("127.0.0.1", port))
+            probe.bind((host, port))
         except OSError:
             return False
     return True
@@ -33,19 +42,21 @@ def port_is_free(port: int) -> bool:
 class MotoServer:
     """Starts moto's server, waits until it answers, and always stops it."""
 
-    def __init__(self, port: int = 0, startup_seconds: float = 20.0) -> None:
-        if port and not port_is_free(port):
+    def __init__(self, port: int = 0, startup_seconds: float = 20.0, host: str = LOOPBACK) -> None:
+        if port and not port_is_free(port, host):
             raise LocalRunError(
-                f"port {port} on 127.0.0.1 is already taken; choose another with --port "
-                "or leave it out to use a free one"
+                f"port {port} on {host} is already taken; choose another with --port "
+                "(0: any free port)"
             )
+        self.host = host
         self.port = port or free_port()
         self._startup_seconds = startup_seconds
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """Where this process reaches the server."""
+        return f"http://{LOOPBACK if self.host == ANY_ADDRESS else self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -53,7 +64,7 @@ class MotoServer:
 
     def start(self) -> MotoServer:
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "localrun.fastmoto", "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, "-m", "localrun.fastmoto", "-H", self.host, "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

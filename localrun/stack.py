@@ -92,6 +92,11 @@ def parse_emf(text: str) -> Counter[str]:
     return totals
 
 
+# The public half of the documented test key (events/README.md): local runs check
+# interactions against it unless given the application's real key.
+TEST_PUBLIC_KEY = "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8"
+
+
 class LocalStack:
     def __init__(
         self,
@@ -105,7 +110,8 @@ class LocalStack:
         self.template = Template.load({TABLE_ID: table_name})
         self.table_name = table_name
         self._dynamodb_url = dynamodb_url
-        self._parameters = dict(parameters or {})
+        # A local stack always has an application key to check signatures against.
+        self._parameters = {"DiscordPublicKey": TEST_PUBLIC_KEY, **(parameters or {})}
         self._extra_environment = dict(environment or {})
         self._echo = echo  # also show what functions print (make dev), not only collect it
         self._handlers: dict[str, Any] = {}

@@ -1,4 +1,5 @@
-"""Regenerate the sample events in events/ (run: .venv/bin/python scripts/make_events.py).
+"""Regenerate the sample events in events/ and events/env.json (run from the repository root:
+`.venv/bin/python -m scripts.make_events`).
 
 The interactions samples are signed with a TEST key whose private seed is public (see
 events/README.md): never configure a real application with it.
@@ -14,6 +15,7 @@ from nacl.signing import SigningKey
 
 from botmemory.interactions import ApplicationCommandType, InteractionType, OptionType
 from botmemory.snowflake import DISCORD_EPOCH_MS
+from localrun.samtemplate import Template
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
@@ -30,6 +32,24 @@ ALICE = "1300000000000000001"
 BOB = "1300000000000000002"
 BOT = "1399999999999999999"
 BASE_MS = 1_767_225_600_000
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+# The stack name samconfig.toml deploys under: CloudFormation names the sweep's rule after it.
+STACK = "discord-memory"
+TABLE_STREAM_ARN = (
+    f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/MemoryTable/stream/2026-01-01T00:00:00.000"
+)
+OBSERVATION_RETENTION_S = 365 * 86_400
+
+# What `sam local invoke --env-vars events/env.json` points every function at: the stack of
+# `make dev` (localrun/dev.py), seen from inside the function's container. The DynamoDB
+# endpoint names the table; AWS_ENDPOINT_URL sends every other AWS client (Secrets Manager,
+# Lambda, Bedrock, S3 Vectors) to the same moto server, so nothing reaches a real account.
+LOCAL_ENDPOINT = "http://host.docker.internal:8000"
+LOCAL_TABLE = "MemoryTable"
+# The key of the person hash for local runs only (make dev uses it too, so opt-outs agree).
+LOCAL_HASH_KEY = "local-development-person-hash-key-not-a-secret"
+LOCAL_SEARCH_INDEX = "sqlite:/tmp/botmemory-search.sqlite3"
 
 
 def snowflake(at_ms: int, n: int) -> str:
@@ -133,35 +153,67 @@ def gateway_batch() -> dict[str, Any]:
     return {"events": events}
 
 
-def function_url_event(body: str, headers: dict[str, str], request_id: str) -> dict[str, Any]:
+def function_url_event(
+    body: str,
+    headers: dict[str, str],
+    request_id: str,
+    *,
+    iam_caller: str | None = None,
+) -> dict[str, Any]:
+    """A Function URL request (payload format 2.0) as Lambda delivers it. With `iam_caller`
+    (an IAM role ARN), the URL is AWS_IAM-authenticated: the caller's identity is in
+    requestContext.authorizer.iam and accountId is the function owner's; an AuthType NONE
+    URL (Discord's) gives accountId "anonymous" and no authorizer."""
+    user_agent = "aws-sdk" if iam_caller else "Discord-Interactions/1.0"
+    context: dict[str, Any] = {
+        "accountId": ACCOUNT if iam_caller else "anonymous",
+        "apiId": "samplefunctionurl",
+        "domainName": "samplefunctionurl.lambda-url.us-east-1.on.aws",
+        "domainPrefix": "samplefunctionurl",
+        "http": {
+            "method": "POST",
+            "path": "/",
+            "protocol": "HTTP/1.1",
+            "sourceIp": "203.0.113.10",
+            "userAgent": user_agent,
+        },
+        "requestId": request_id,
+        "routeKey": "$default",
+        "stage": "$default",
+        "time": "01/Jan/2026:00:00:00 +0000",
+        "timeEpoch": BASE_MS,
+    }
+    if iam_caller:
+        context["authorizer"] = {
+            "iam": {
+                "accessKey": "ASIASAMPLEACCESSKEY0",
+                "accountId": ACCOUNT,
+                "callerId": "AROASAMPLEROLEID0000:bot",
+                "cognitoIdentity": None,
+                "principalOrgId": None,
+                "userArn": iam_caller,
+                "userId": "AROASAMPLEROLEID0000:bot",
+            }
+        }
     return {
         "version": "2.0",
         "routeKey": "$default",
         "rawPath": "/",
         "rawQueryString": "",
+        # Lambda lower-cases header names and adds the forwarding headers.
         "headers": {
             "content-type": "application/json",
-            "user-agent": "Discord-Interactions/1.0",
+            "host": "samplefunctionurl.lambda-url.us-east-1.on.aws",
+            "user-agent": user_agent,
+            "x-amzn-tls-cipher-suite": "TLS_AES_128_GCM_SHA256",
+            "x-amzn-tls-version": "TLSv1.3",
+            "x-amzn-trace-id": "Root=1-67748580-0123456789abcdef01234567",
+            "x-forwarded-for": "203.0.113.10",
+            "x-forwarded-port": "443",
+            "x-forwarded-proto": "https",
             **headers,
         },
-        "requestContext": {
-            "accountId": "anonymous",
-            "apiId": "samplefunctionurl",
-            "domainName": "samplefunctionurl.lambda-url.us-east-1.on.aws",
-            "domainPrefix": "samplefunctionurl",
-            "http": {
-                "method": "POST",
-                "path": "/",
-                "protocol": "HTTP/1.1",
-                "sourceIp": "203.0.113.10",
-                "userAgent": "Discord-Interactions/1.0",
-            },
-            "requestId": request_id,
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": "01/Jan/2026:00:00:00 +0000",
-            "timeEpoch": BASE_MS,
-        },
+        "requestContext": context,
         "body": body,
         "isBase64Encoded": False,
     }
@@ -216,34 +268,52 @@ def command(
     }
 
 
+def observation_image(event: dict[str, Any], at_ms: int) -> dict[str, Any]:
+    """A message observation as IngestFunction stores it (botmemory.items.observation_values),
+    in the stream's attribute-value form."""
+    d = event["d"]
+    sk = f"OBS#{at_ms:013d}#msg#{d['id']}"
+    author = d["author"]
+    return {
+        "pk": {"S": f"CH#{CHANNEL}"},
+        "sk": {"S": sk},
+        "channel_id": {"S": CHANNEL},
+        "scope": {"S": GUILD},
+        "kind": {"S": "msg"},
+        "at_ms": {"N": str(at_ms)},
+        "author_id": {"S": author["id"]},
+        "author_name": {"S": author["global_name"]},
+        "author_is_bot": {"BOOL": bool(author.get("bot"))},
+        "message_id": {"S": d["id"]},
+        "content": {"S": d["content"]},
+        "expires_at": {"N": str(at_ms // 1000 + OBSERVATION_RETENTION_S)},
+        "ingest_id": {"S": "sample-ingest-1"},
+        "user_id": {"S": author["id"]},
+        "pending_sk": {"S": sk},
+    }
+
+
 def stream_batch(batch: dict[str, Any]) -> dict[str, Any]:
     """What the stream delivers after the gateway batch was ingested (filtered to OBS# inserts)."""
     records = []
     for n, event in enumerate(batch["events"][:3]):
-        d = event["d"]
-        sk = f"OBS#{BASE_MS + n * 30_000:013d}#msg#{d['id']}"
+        image = observation_image(event, BASE_MS + n * 30_000)
         records.append(
             {
                 "eventID": f"sample-{n}",
                 "eventName": "INSERT",
                 "eventVersion": "1.1",
                 "eventSource": "aws:dynamodb",
-                "awsRegion": "us-east-1",
+                "awsRegion": REGION,
                 "dynamodb": {
                     "ApproximateCreationDateTime": BASE_MS // 1000,
-                    "Keys": {"pk": {"S": f"CH#{CHANNEL}"}, "sk": {"S": sk}},
-                    "NewImage": {
-                        "pk": {"S": f"CH#{CHANNEL}"},
-                        "sk": {"S": sk},
-                        "kind": {"S": "msg"},
-                        "author_id": {"S": d["author"]["id"]},
-                        "content": {"S": d["content"]},
-                    },
+                    "Keys": {"pk": image["pk"], "sk": image["sk"]},
+                    "NewImage": image,
                     "SequenceNumber": f"{100000000000000000000 + n}",
-                    "SizeBytes": 200,
+                    "SizeBytes": 600,
                     "StreamViewType": "NEW_AND_OLD_IMAGES",
                 },
-                "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/MemoryTable/stream/2026-01-01T00:00:00.000",
+                "eventSourceARN": TABLE_STREAM_ARN,
             }
         )
     return {"Records": records}
@@ -267,9 +337,9 @@ def _stream_record(
         "eventName": event_name,
         "eventVersion": "1.1",
         "eventSource": "aws:dynamodb",
-        "awsRegion": "us-east-1",
+        "awsRegion": REGION,
         "dynamodb": change,
-        "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/MemoryTable/stream/2026-01-01T00:00:00.000",
+        "eventSourceARN": TABLE_STREAM_ARN,
     }
 
 
@@ -318,9 +388,43 @@ def search_removals() -> dict[str, Any]:
     return {"Records": [expired, superseded, episode]}
 
 
-def main() -> None:
+def sweep_rule() -> tuple[str, str]:
+    """The sweep's schedule event in template.yaml: its event source, and the ARN of what
+    SAM creates for it (Type Schedule: an EventBridge rule, logical id function + event
+    name, named by CloudFormation <stack>-<logical id>-<suffix>; ScheduleV2: an EventBridge
+    Scheduler schedule)."""
+    events = Template.load().resources["SweepFunction"]["Properties"]["Events"]
+    ((name, event),) = [(n, e) for n, e in events.items() if e["Type"] in SCHEDULE_SOURCES]
+    if event["Type"] == "Schedule":
+        arn = f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{STACK}-SweepFunction{name}-1A2B3C4D5E6F7"
+    else:
+        arn = f"arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule/default/{STACK}-SweepFunction{name}"
+    return SCHEDULE_SOURCES[event["Type"]], arn
+
+
+# What each kind of SAM schedule event delivers as `source`.
+SCHEDULE_SOURCES = {"Schedule": "aws.events", "ScheduleV2": "aws.scheduler"}
+
+
+def scheduled_event() -> dict[str, Any]:
+    source, arn = sweep_rule()
+    return {
+        "version": "0",
+        "id": "5f1c9e2a-7d34-4c1b-9a8e-0b6d2f3c4e5a",
+        "detail-type": "Scheduled Event",
+        "source": source,
+        "account": ACCOUNT,
+        "time": "2026-01-01T00:30:00Z",
+        "region": REGION,
+        "resources": [arn],
+        "detail": {},
+    }
+
+
+def samples() -> dict[str, Any]:
+    """Every sample event, by its path under events/."""
     batch = gateway_batch()
-    samples: dict[str, Any] = {
+    found: dict[str, Any] = {
         "ingest/gateway-batch.json": batch,
         "consolidate/stream-batch.json": stream_batch(batch),
         "search_index/stream-removals.json": search_removals(),
@@ -332,22 +436,14 @@ def main() -> None:
             "template": "You are Memorybot, a friendly assistant.\n\n{memory}",
             "query": "Where does Alice like to go hiking?",
         },
+        # RecallFunction's URL (EnableRecallUrl) is AWS_IAM: the bot's role signs the request.
         "recall/function-url-request.json": function_url_event(
             json.dumps({"guild_id": GUILD, "channel_id": CHANNEL, "user_id": ALICE}),
             {},
             "sample-recall-1",
+            iam_caller=f"arn:aws:sts::{ACCOUNT}:assumed-role/discord-bot/bot",
         ),
-        "sweep/schedule.json": {
-            "version": "0",
-            "id": "sample-sweep-1",
-            "detail-type": "Scheduled Event",
-            "source": "aws.scheduler",
-            "account": "123456789012",
-            "time": "2026-01-01T00:30:00Z",
-            "region": "us-east-1",
-            "resources": ["arn:aws:scheduler:us-east-1:123456789012:schedule/default/sweep"],
-            "detail": {},
-        },
+        "sweep/schedule.json": scheduled_event(),
         "interactions/ping.json": signed(
             {
                 "id": "1500000000000000001",
@@ -385,35 +481,58 @@ def main() -> None:
         "sample-bad-1",
     )
     bad["headers"]["x-signature-ed25519"] = "00" * 64
-    samples["interactions/bad-signature.json"] = bad
-    for name, payload in samples.items():
+    found["interactions/bad-signature.json"] = bad
+    return found
+
+
+def local_environment() -> dict[str, dict[str, str]]:
+    """events/env.json: for every function of template.yaml, the variables that point it at
+    `make dev`'s stack instead of AWS. `sam local invoke` applies only the variables the
+    template declares for the function (Globals included) and silently drops the others."""
+    template = Template.load()
+    environment: dict[str, dict[str, str]] = {}
+    for logical_id in template.function_ids():
+        declared = template.function(logical_id).environment
+        variables = {
+            "AWS_ENDPOINT_URL_DYNAMODB": LOCAL_ENDPOINT,
+            "AWS_ENDPOINT_URL": LOCAL_ENDPOINT,
+            "TABLE_NAME": LOCAL_TABLE,
+            "MEMORY_MODEL": "rules",
+            # The embedded index (the template's is S3 Vectors), keyword leg only: a local
+            # invoke calls no embedding model.
+            "MEMORY_SEARCH_INDEX": LOCAL_SEARCH_INDEX,
+            "EMBEDDING_MODEL": "",
+            "DISCORD_BOT_USER_ID": BOT,
+        }
+        # No Secrets Manager: every secret the template names is blanked, and the person
+        # hash key is given directly where the function hashes.
+        secrets = sorted(name for name in declared if name.endswith("_SECRET"))
+        variables.update(dict.fromkeys(secrets, ""))
+        if "MEMORY_HASH_KEY_SECRET" in declared:
+            variables["MEMORY_HASH_KEY"] = LOCAL_HASH_KEY
+        if logical_id == "InteractionsFunction":
+            variables.update(
+                DISCORD_PUBLIC_KEY=SigningKey(TEST_SEED).verify_key.encode().hex(),
+                DISCORD_APPLICATION_ID=BOT,
+                DISCORD_TIMESTAMP_TOLERANCE_SECONDS=SAMPLE_TIMESTAMP_TOLERANCE_SECONDS,
+            )
+        environment[logical_id] = variables
+    return environment
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+
+
+def main() -> None:
+    written = samples()
+    for name, payload in written.items():
         path = EVENTS / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        path.write_text(as_json(payload), encoding="utf-8")
+    (EVENTS / "env.json").write_text(as_json(local_environment()), encoding="utf-8")
     public_key = SigningKey(TEST_SEED).verify_key.encode().hex()
-    (EVENTS / "env.json").write_text(
-        json.dumps(
-            {
-                "InteractionsFunction": {
-                    "DISCORD_PUBLIC_KEY": public_key,
-                    "DISCORD_APPLICATION_ID": BOT,
-                    "DISCORD_TIMESTAMP_TOLERANCE_SECONDS": SAMPLE_TIMESTAMP_TOLERANCE_SECONDS,
-                },
-                # Locally, search runs on the embedded index (the template's is S3 Vectors),
-                # keyword leg only: a local invoke calls no embedding model.
-                **{
-                    function: {
-                        "MEMORY_SEARCH_INDEX": "sqlite:/tmp/botmemory-search.sqlite3",
-                        "EMBEDDING_MODEL": "",
-                    }
-                    for function in ("ConsolidateFunction", "RecallFunction", "SearchIndexFunction")
-                },
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"wrote {len(samples)} events; test public key {public_key}")
+    print(f"wrote {len(written)} events and env.json; test public key {public_key}")
 
 
 if __name__ == "__main__":

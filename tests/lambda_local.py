@@ -54,6 +54,10 @@ class LocalLambda:
             # As deployed: the key comes from the template's secret (here, moto's).
             _stand_in_secret(environment["MEMORY_HASH_KEY_SECRET"])
             self._monkeypatch.delenv("MEMORY_HASH_KEY", raising=False)
+        for name in MAKE_DEV_VARIABLES:
+            # Declared blank by the template (for sam local); the test's own stand in.
+            if not environment.get(name):
+                environment.pop(name, None)
         for name, value in environment.items():
             self._monkeypatch.setenv(name, value)
         # A fresh process per invoke, as far as the caches are concerned.
@@ -77,12 +81,21 @@ def _stand_in_secret(name: str) -> None:
         client.create_secret(Name=name, SecretString=value)
 
 
+# events/env.json points every function at `make dev`'s server and gives the key make dev
+# hashes people with. In a test the in-process moto stands in for that server (it intercepts
+# only the default endpoints) and the test's own key (conftest) for make dev's, so the test
+# and the functions hash alike.
+MAKE_DEV_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "MEMORY_HASH_KEY")
+
+
 def sample_env() -> dict[str, dict[str, str]]:
-    """events/env.json (what `--env-vars` gives sam local), plus the offline model."""
-    env = json.loads((EVENTS / "env.json").read_text())
-    env["Parameters"] = {"MEMORY_MODEL": "rules", "POWERTOOLS_TRACE_DISABLED": "true"}
+    """events/env.json (what `--env-vars` gives sam local), on the test's in-process AWS."""
+    env: dict[str, dict[str, str]] = json.loads((EVENTS / "env.json").read_text())
     for variables in env.values():
+        for name in MAKE_DEV_VARIABLES:
+            variables.pop(name, None)
         # Each test gets an index of its own, never a file another run left behind.
         if variables.get("MEMORY_SEARCH_INDEX", "").startswith("sqlite:"):
             variables["MEMORY_SEARCH_INDEX"] = "sqlite::memory:"
+    env["Parameters"] = {"POWERTOOLS_TRACE_DISABLED": "true"}
     return env

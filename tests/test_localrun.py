@@ -139,10 +139,31 @@ def request(url: str, body: Any = None, headers: dict[str, str] | None = None) -
         return error.code, error.read().decode()
 
 
+def test_dev_refuses_a_dynamodb_port_already_taken_in_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        done = run_module(
+            "localrun.dev", "--port", str(port), "--http-port", str(free_port()), timeout=60
+        )
+
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"make dev: port {port} on 127.0.0.1 for the local DynamoDB")
+    assert "--port N" in line and "events/env.json expects 8000" in line
+
+
 def test_dev_serves_ingest_recall_and_interactions_and_stops_on_ctrl_c() -> None:
     http_port = free_port()
+    # Not the default DynamoDB port (8000): the test must not depend on it being free.
     dev = subprocess.Popen(
-        [sys.executable, "-m", "localrun.dev", "--http-port", str(http_port)],
+        [
+            sys.executable,
+            *("-m", "localrun.dev", "--http-port", str(http_port)),
+            *("--port", str(free_port())),
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

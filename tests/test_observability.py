@@ -169,3 +169,36 @@ def test_a_malformed_tolerance_fails_the_cold_start_naming_it() -> None:
     )
     assert result.returncode != 0
     assert "DISCORD_TIMESTAMP_TOLERANCE_SECONDS must be a whole number" in last_line(result)
+
+
+def test_ingest_request_ids_follow_observations_into_consolidation_logs(
+    dynamodb: Any, monkeypatch: Any
+) -> None:
+    """Ingest keeps its request id on each observation; the consolidation that consumes
+    them names those ids in its log line, so a message can be followed across functions."""
+    from localrun.samtemplate import passes_filters
+    from tests import gateway as gw
+    from tests.lambda_local import LocalLambda, sample_env
+    from tests.test_sam_local import stream_records
+
+    local = LocalLambda(monkeypatch, sample_env())
+    talk = [gw.message(gw.ALICE, f"line {i}", 1_767_225_600_000 + i * 1000) for i in range(20)]
+    local.invoke("IngestFunction", {"events": talk[:10]})
+    local.invoke("IngestFunction", {"events": talk[10:]})
+    stored = dynamodb.scan(TableName="MemoryTable")["Items"]
+    ingest_ids = {item["ingest_id"]["S"] for item in stored if item["sk"]["S"].startswith("OBS#")}
+    assert len(ingest_ids) == 2  # one per ingest invocation
+
+    from botmemory import observability
+
+    logged: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        observability.logger, "info", lambda message, extra: logged.append((message, extra))
+    )
+    stream_arn = dynamodb.describe_table(TableName="MemoryTable")["Table"]["LatestStreamArn"]
+    filters = local.template.stream_filters("ConsolidateFunction")
+    records = [r for r in stream_records(dynamodb, stream_arn, set()) if passes_filters(filters, r)]
+    assert local.invoke("ConsolidateFunction", {"Records": records}) == {"batchItemFailures": []}
+    (line,) = [extra for message, extra in logged if message == "channel consolidated"]
+    assert set(line["ingest_ids"]) == ingest_ids
+    assert line["rounds"] == ["consolidated"]

@@ -36,6 +36,9 @@ OTHER_ENVIRONMENT = {
     "MEMORY_HASH_KEY_SECRET",
     "DISCORD_TIMESTAMP_TOLERANCE_SECONDS",
     "POWERTOOLS_SERVICE_NAME",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "MEMORY_HASH_KEY",
     "POWERTOOLS_METRICS_NAMESPACE",
     "POWERTOOLS_LOG_LEVEL",
 }
@@ -290,3 +293,120 @@ def test_the_layer_ships_the_projects_runtime_dependencies() -> None:
     layer = (root / "layers" / "core" / "requirements.txt").read_text().splitlines()
     # boto3 comes with the Lambda runtime.
     assert names(layer) == names(project) - {"boto3"}
+
+
+# --- operations: alarms for every silent stop, logs kept a bounded time ---------------
+
+
+def _math_alarm_metrics(alarm: dict[str, Any]) -> dict[str, str]:
+    """A metric-math alarm's inputs: query id -> metric name."""
+    return {
+        query["Id"]: query["MetricStat"]["Metric"]["MetricName"]
+        for query in alarm["Properties"]["Metrics"]
+        if "MetricStat" in query
+    }
+
+
+def test_model_failures_raise_an_alarm_on_the_metrics_consolidation_emits(
+    template: dict[str, Any], resources: dict[str, Any]
+) -> None:
+    from botmemory.consolidation_outcome import Outcome, Status, outcome_metrics
+
+    failed = dict(outcome_metrics([Outcome("c", Status.MODEL_FAILED)]))
+    done = dict(outcome_metrics([Outcome("c", Status.CONSOLIDATED)]))
+    alarm = resources["ModelFailuresAlarm"]
+    inputs = _math_alarm_metrics(alarm)
+    assert failed[inputs["failed"]] == 1 and inputs["failed"] not in done
+    assert done[inputs["done"]] == 1 and inputs["done"] not in failed
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
+    for query in alarm["Properties"]["Metrics"]:
+        if "MetricStat" in query:
+            metric = query["MetricStat"]["Metric"]
+            assert metric["Namespace"] == variables["POWERTOOLS_METRICS_NAMESPACE"]
+            assert metric["Dimensions"] == [
+                {"Name": "service", "Value": variables["POWERTOOLS_SERVICE_NAME"]}
+            ]
+    (expression,) = [q for q in alarm["Properties"]["Metrics"] if "Expression" in q]
+    assert expression["ReturnData"] is True
+    assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+
+
+def _metric_names_in(path: Path) -> set[str]:
+    import re
+
+    return set(re.findall(r'add_metric\(\s*name="([A-Za-z_]+)"', path.read_text()))
+
+
+def test_search_alarms_watch_metrics_the_code_emits(resources: dict[str, Any]) -> None:
+    from botmemory.consolidation_outcome import Outcome, Status, outcome_metrics
+
+    recall = _metric_names_in(ROOT / "functions" / "recall" / "app.py")
+    recall |= {"RecallRequests", "RecallRejected"}  # emitted through one conditional call
+    assert set(_math_alarm_metrics(resources["RecallSearchFailedAlarm"]).values()) <= recall
+    index_failed = Outcome("c", Status.CONSOLIDATED, index_failed=True)
+    emitted = dict(outcome_metrics([index_failed]))
+    assert emitted[resources["SearchIndexWritesFailedAlarm"]["Properties"]["MetricName"]] == 1
+    for name in ("RecallSearchFailedAlarm", "SearchIndexWritesFailedAlarm"):
+        assert resources[name]["Condition"] == "SearchOn"
+
+
+def test_every_asynchronous_invoke_has_an_alarmed_failure_destination(
+    resources: dict[str, Any],
+) -> None:
+    # Invoked asynchronously: by the relay (ingest), by itself (interactions), by a schedule.
+    asynchronous = {"IngestFunction", "InteractionsFunction"} | {
+        logical_id
+        for logical_id, resource in resources.items()
+        if resource["Type"] == "AWS::Serverless::Function"
+        and any(e["Type"] == "Schedule" for e in resource["Properties"].get("Events", {}).values())
+    }
+    assert "SweepFunction" in asynchronous
+    alarmed_queues = {
+        alarm["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
+        for alarm in resources.values()
+        if alarm["Type"] == "AWS::CloudWatch::Alarm"
+        and alarm["Properties"].get("Namespace") == "AWS/SQS"
+    }
+    for logical_id in asynchronous:
+        on_failure = resources[logical_id]["Properties"]["EventInvokeConfig"]["DestinationConfig"][
+            "OnFailure"
+        ]
+        queue = on_failure["Destination"]["Fn::GetAtt"][0]
+        assert resources[queue]["Type"] == "AWS::SQS::Queue"
+        assert queue in alarmed_queues, f"{logical_id}: {queue} has no alarm"
+
+
+def test_failure_queues_outlive_the_stack(resources: dict[str, Any]) -> None:
+    for logical_id, resource in resources.items():
+        if resource["Type"] == "AWS::SQS::Queue":
+            assert resource["DeletionPolicy"] == "Retain", logical_id
+            assert resource["UpdateReplacePolicy"] == "Retain", logical_id
+
+
+def test_the_table_is_protected_from_deletion_by_default(
+    template: dict[str, Any], resources: dict[str, Any]
+) -> None:
+    assert template["Parameters"]["TableDeletionProtection"]["Default"] == "true"
+    assert template["Conditions"]["TableProtected"] == {
+        "Fn::Equals": [{"Ref": "TableDeletionProtection"}, "true"]
+    }
+    protection = resources["MemoryTable"]["Properties"]["DeletionProtectionEnabled"]
+    assert protection == {"Fn::If": ["TableProtected", True, False]}
+
+
+@pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
+def test_every_function_logs_to_a_group_kept_a_bounded_time(
+    resources: dict[str, Any], logical_id: str
+) -> None:
+    group = resources[logical_id]["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+    assert resources[group]["Type"] == "AWS::Logs::LogGroup"
+    assert resources[group]["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+    assert resources[group].get("Condition") == resources[logical_id].get("Condition")
+
+
+def test_tracing_is_lambdas_own_and_the_layer_ships_no_xray_sdk(template: dict[str, Any]) -> None:
+    assert template["Globals"]["Function"]["Tracing"] == "Active"
+    layer = (ROOT / "layers" / "core" / "requirements.txt").read_text()
+    assert "[tracer]" not in layer and "xray" not in layer.lower()
+    for handler in (ROOT / "functions").glob("*/app.py"):
+        assert "Tracer" not in handler.read_text(), handler
