@@ -153,10 +153,7 @@ def last_line(result: subprocess.CompletedProcess[str]) -> str:
 def test_a_missing_public_key_fails_the_cold_start_naming_it() -> None:
     result = cold_start("functions/interactions/app.py")
     assert result.returncode != 0
-    assert last_line(result) == (
-        "botmemory.interactions.InteractionsConfigError: DISCORD_PUBLIC_KEY is not set: "
-        "the application's public key"
-    )
+    assert last_line(result) == ("botmemory.environment.ConfigError: DISCORD_PUBLIC_KEY is not set")
     malformed = cold_start("functions/interactions/app.py", DISCORD_PUBLIC_KEY="abc")
     assert last_line(malformed).endswith("DISCORD_PUBLIC_KEY must be 64 hexadecimal characters")
 
@@ -202,3 +199,12 @@ def test_ingest_request_ids_follow_observations_into_consolidation_logs(
     (line,) = [extra for message, extra in logged if message == "channel consolidated"]
     assert set(line["ingest_ids"]) == ingest_ids
     assert line["rounds"] == ["consolidated"]
+
+
+def test_a_malformed_setting_fails_every_other_cold_start_naming_it() -> None:
+    for handler in ("consolidate", "ingest", "recall", "sweep", "search_index"):
+        result = cold_start(f"functions/{handler}/app.py", MEMORY_CONSOLIDATE_EVERY="twenty")
+        assert result.returncode != 0, handler
+        line = last_line(result)
+        assert line.startswith("botmemory.environment.ConfigError: "), line
+        assert "MEMORY_CONSOLIDATE_EVERY='twenty'" in line, line

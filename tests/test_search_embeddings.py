@@ -23,6 +23,7 @@ from botocore.exceptions import ReadTimeoutError
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
+from botmemory.aws_clients import CONNECT_TIMEOUT_SECONDS
 from botmemory.config import ConfigError
 from botmemory.search.embeddings import (
     MAX_INPUT_CHARS,
@@ -243,7 +244,8 @@ def test_titan_client_is_built_lazily_with_timeouts_and_retries() -> None:
 
     assert client.meta.service_model.service_name == "bedrock-runtime"
     assert client.meta.region_name == "eu-west-1"
-    assert client.meta.config.connect_timeout == 4.5
+    # The connect timeout is short whatever the read timeout (botmemory.aws_clients).
+    assert client.meta.config.connect_timeout == CONNECT_TIMEOUT_SECONDS < 4.5
     assert client.meta.config.read_timeout == 4.5
     assert client.meta.config.retries == {"total_max_attempts": 2, "mode": "standard"}
     assert client.meta.config.max_pool_connections >= 16

@@ -26,10 +26,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from botmemory.clock import Clock, SystemClock
+from botmemory.environment import ConfigError
 from botmemory.interactions import (
     DEFAULT_TIMESTAMP_TOLERANCE_SECONDS,
     InteractionResponseType,
-    InteractionsConfigError,
     InteractionType,
     Refusal,
     SignatureVerifier,
@@ -56,9 +56,7 @@ def timestamp_tolerance_seconds() -> int:
     if not value:
         return DEFAULT_TIMESTAMP_TOLERANCE_SECONDS
     if not (value.isascii() and value.isdigit()):
-        raise InteractionsConfigError(
-            f"{TOLERANCE_ENV} must be a whole number of seconds, not {value[:40]!r}"
-        )
+        raise ConfigError(f"{TOLERANCE_ENV} must be a whole number of seconds, not {value[:40]!r}")
     return int(value)
 
 

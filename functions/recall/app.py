@@ -14,10 +14,14 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from botmemory.config import get_settings
 from botmemory.observability import logger, metrics
 from botmemory.recall import respond
 from botmemory.recall_search import SearchStatus
 from botmemory.runtime import services_from_environment
+
+# Read at cold start: a missing or malformed setting fails the init in one line naming it.
+get_settings()
 
 app = LambdaFunctionUrlResolver()
 SEARCH_FAILURES = {SearchStatus.TIMEOUT.value, SearchStatus.FAILED.value}

@@ -182,4 +182,8 @@ def test_client_is_created_lazily_in_the_given_region(monkeypatch: pytest.Monkey
 
     assert model._bedrock() == "client"
     assert model._bedrock() == "client"
-    assert created == [("bedrock-runtime", {"region_name": "eu-west-3"})]
+    # Once, in that region, with the Config botmemory.aws_clients builds (tests/test_aws_clients.py).
+    assert [(service, kwargs["region_name"]) for service, kwargs in created] == [
+        ("bedrock-runtime", "eu-west-3")
+    ]
+    assert created[0][1]["config"].retries["mode"] == "standard"

@@ -8,15 +8,27 @@ recall returns the channel's legacy memory string.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+# Defined with required_env in a module without pydantic (see its docstring); imported from
+# here by everyone else.
+from botmemory.environment import ConfigError as ConfigError
+from botmemory.secrets import EMBEDDING_API_KEY_ENV, MODEL_API_KEY_ENV, one_form
 
-class ConfigError(ValueError):
-    """The environment holds a setting that cannot be used."""
+# A table name, or a table ARN (DynamoDB accepts both).
+_TABLE_NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,1024}$")
+# A Secrets Manager secret's name, or its (partial) ARN.
+_SECRET_ID = re.compile(r"^[A-Za-z0-9/_+=.@:-]{1,2048}$")
+_HTTP_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
+_SNOWFLAKE = re.compile(r"^[0-9]{1,21}$")
+# Settings whose values never appear in an error message.
+_HIDDEN_FIELDS = frozenset({"model_api_key", "embedding_api_key"})
+_SHOWN_VALUE_CHARS = 60
 
 
 class Settings(BaseModel):
@@ -27,6 +39,9 @@ class Settings(BaseModel):
     memory_model: str | None = None
     model_base_url: str = "https://api.openai.com/v1"
     model_api_key: str | None = None
+    # The name or ARN of a Secrets Manager secret holding the key (botmemory.secrets); at
+    # most one of the two is set.
+    model_api_key_secret: str | None = None
     model_timeout_seconds: float = Field(default=30.0, gt=0)
     model_max_attempts: int = Field(default=3, ge=1, le=10)
     model_max_output_tokens: int = Field(default=2000, ge=200)
@@ -69,6 +84,7 @@ class Settings(BaseModel):
     embedding_model: str | None = None
     embedding_base_url: str | None = None  # unset: MEMORY_MODEL_BASE_URL
     embedding_api_key: str | None = None  # unset: MEMORY_MODEL_API_KEY
+    embedding_api_key_secret: str | None = None  # at most one of the two
     embedding_dimensions: int = Field(default=512, ge=64, le=4096)
 
     # The bot's own user id: its messages are recorded as answers, never mined for facts.
@@ -77,6 +93,54 @@ class Settings(BaseModel):
     @property
     def memory_enabled(self) -> bool:
         return bool(self.memory_model)
+
+    @field_validator("table_name")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        if not _TABLE_NAME.match(value):
+            raise ValueError("must be a DynamoDB table name (letters, digits, '_', '-', '.')")
+        return value
+
+    @field_validator("model_base_url", "embedding_base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not _HTTP_URL.match(value):
+            raise ValueError("must be a URL starting with http:// or https://")
+        return value
+
+    @field_validator("model_api_key", "embedding_api_key")
+    @classmethod
+    def _bearer_token(cls, value: str | None) -> str | None:
+        # Sent as an HTTP header: whitespace or a control character would break it.
+        if value is not None and any(c.isspace() or not c.isprintable() for c in value):
+            raise ValueError("must not contain spaces or control characters")
+        return value
+
+    @field_validator("model_api_key_secret", "embedding_api_key_secret")
+    @classmethod
+    def _secret_id(cls, value: str | None) -> str | None:
+        if value is not None and not _SECRET_ID.match(value):
+            raise ValueError("must be the name or ARN of a Secrets Manager secret")
+        return value
+
+    @field_validator("bot_user_id")
+    @classmethod
+    def _snowflake(cls, value: str | None) -> str | None:
+        if value is not None and not _SNOWFLAKE.match(value):
+            raise ValueError("must be a Discord user id (digits only)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_form_of_each_key(self) -> Settings:
+        # At cold start, before any secret is read; the rule is botmemory.secrets'.
+        one_form(MODEL_API_KEY_ENV, self.model_api_key, self.model_api_key_secret, error=ValueError)
+        one_form(
+            EMBEDDING_API_KEY_ENV,
+            self.embedding_api_key,
+            self.embedding_api_key_secret,
+            error=ValueError,
+        )
+        return self
 
     @model_validator(mode="after")
     def _batch_holds_threshold(self) -> Settings:
@@ -103,6 +167,7 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_MODEL": "memory_model",
     "MEMORY_MODEL_BASE_URL": "model_base_url",
     "MEMORY_MODEL_API_KEY": "model_api_key",
+    "MEMORY_MODEL_API_KEY_SECRET": "model_api_key_secret",
     "MEMORY_MODEL_TIMEOUT_SECONDS": "model_timeout_seconds",
     "MEMORY_MODEL_MAX_ATTEMPTS": "model_max_attempts",
     "MEMORY_MODEL_MAX_OUTPUT_TOKENS": "model_max_output_tokens",
@@ -134,6 +199,7 @@ ENVIRONMENT: dict[str, str] = {
     "EMBEDDING_MODEL": "embedding_model",
     "EMBEDDING_MODEL_BASE_URL": "embedding_base_url",
     "EMBEDDING_MODEL_API_KEY": "embedding_api_key",
+    "EMBEDDING_MODEL_API_KEY_SECRET": "embedding_api_key_secret",
     "EMBEDDING_DIMENSIONS": "embedding_dimensions",
     "DISCORD_BOT_USER_ID": "bot_user_id",
 }
@@ -149,12 +215,30 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
     try:
         return Settings.model_validate(values)
     except ValidationError as exc:
-        names = {field: name for name, field in ENVIRONMENT.items()}
-        problems = "; ".join(
-            f"{names.get(str(err['loc'][0]), err['loc'][0]) if err['loc'] else 'settings'}: {err['msg']}"
-            for err in exc.errors()
-        )
+        problems = "; ".join(_problem(err) for err in exc.errors())
         raise ConfigError(f"invalid configuration: {problems}") from None
+
+
+_VARIABLES = {field: name for name, field in ENVIRONMENT.items()}
+
+
+def _problem(error: Mapping[str, Any]) -> str:
+    """One validation error as `VARIABLE='value': what is wrong`, on one line.
+
+    A rule across fields (loc is empty) already names its variables in its message. A key's
+    value is never shown: the message goes to logs.
+    """
+    message = " ".join(str(error["msg"]).removeprefix("Value error, ").split())
+    loc = error.get("loc") or ()
+    if not loc:
+        return message
+    field = str(loc[0])
+    name = _VARIABLES.get(field, field)
+    value = error.get("input")
+    if field in _HIDDEN_FIELDS or not isinstance(value, str):
+        return f"{name}: {message}"
+    # repr escapes line breaks, so a value cannot break the line either.
+    return f"{name}={value[:_SHOWN_VALUE_CHARS]!r}: {message}"
 
 
 @lru_cache(maxsize=1)

@@ -27,6 +27,8 @@ from urllib.parse import quote
 
 import httpx
 
+from botmemory.secrets import value_or_secret
+
 DEFAULT_API_BASE = "https://discord.com/api/v10"
 API_BASE_ENV = "DISCORD_API_BASE"
 BOT_TOKEN_ENV = "DISCORD_BOT_TOKEN"
@@ -280,28 +282,16 @@ def bot_token_from_environment(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     direct = env.get(BOT_TOKEN_ENV, "").strip()
     secret_name = env.get(BOT_TOKEN_SECRET_ENV, "").strip()
-    if direct and secret_name:
-        raise DiscordConfigError(f"set {BOT_TOKEN_ENV} or {BOT_TOKEN_SECRET_ENV}, not both")
-    if direct:
-        return direct
-    if not secret_name:
+    # The pair rule (both set, an unreadable or empty secret) is botmemory.secrets'.
+    token = value_or_secret(
+        BOT_TOKEN_ENV, direct, secret_name, what="bot token", error=DiscordConfigError
+    )
+    if token is None:
         raise DiscordConfigError(
             f"no bot token: set {BOT_TOKEN_ENV}, or {BOT_TOKEN_SECRET_ENV} to the name of "
             "the Secrets Manager secret that holds it"
         )
-    # Imported here: Powertools' parameters utility loads boto3, which callers that
-    # already have a token should not pay for.
-    from aws_lambda_powertools.utilities import parameters
-
-    try:
-        value = parameters.get_secret(secret_name)
-    except Exception as exc:  # any failure reads the same to the operator: no token
-        raise DiscordConfigError(
-            f"could not read the bot token from secret {secret_name!r}: {type(exc).__name__}"
-        ) from exc
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    return _token_from_secret(str(value), secret_name)
+    return token if direct else _token_from_secret(token, secret_name)
 
 
 def _token_from_secret(value: str, secret_name: str) -> str:

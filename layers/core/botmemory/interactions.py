@@ -21,6 +21,7 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
 from botmemory.clock import Clock
+from botmemory.environment import ConfigError, required_env
 
 
 class InteractionType(IntEnum):
@@ -105,18 +106,12 @@ MAX_CONTENT = 2000
 PUBLIC_KEY_ENV = "DISCORD_PUBLIC_KEY"
 
 
-class InteractionsConfigError(ValueError):
-    """A setting of the interactions function that cannot be used (one line, naming it)."""
-
-
 def public_key_from_environment(env: Mapping[str, str]) -> str:
     """The application's Ed25519 public key: 64 hexadecimal characters (Developer Portal >
-    General Information)."""
-    value = env.get(PUBLIC_KEY_ENV, "").strip()
-    if not value:
-        raise InteractionsConfigError(f"{PUBLIC_KEY_ENV} is not set: the application's public key")
+    General Information). ConfigError, in one line naming the variable, otherwise."""
+    value = required_env(PUBLIC_KEY_ENV, env)
     if len(value) != 64 or not all(c in "0123456789abcdefABCDEF" for c in value):
-        raise InteractionsConfigError(f"{PUBLIC_KEY_ENV} must be 64 hexadecimal characters")
+        raise ConfigError(f"{PUBLIC_KEY_ENV} must be 64 hexadecimal characters")
     return value
 
 

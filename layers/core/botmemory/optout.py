@@ -30,6 +30,7 @@ from urllib.parse import urlparse
 from botmemory.clock import Clock
 from botmemory.config import ConfigError
 from botmemory.repository import MemoryRepository
+from botmemory.secrets import one_form, read_secret
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,7 @@ def hash_key_from_environment(environ: Mapping[str, str] | None = None) -> bytes
     env = os.environ if environ is None else environ
     secret = env.get(HASH_KEY_SECRET_ENV, "").strip()
     direct = env.get(HASH_KEY_ENV, "").strip()
-    if secret and direct:
-        raise HashKeyError(f"set {HASH_KEY_SECRET_ENV} or {HASH_KEY_ENV}, not both")
+    one_form(HASH_KEY_ENV, direct, secret, error=HashKeyError)
     if secret:
         return _key_from_secret(secret)
     if direct:
@@ -81,19 +81,16 @@ def hash_key_from_environment(environ: Mapping[str, str] | None = None) -> bytes
 @lru_cache(maxsize=4)
 def _key_from_secret(secret: str) -> bytes:
     """Read once per container: the key never changes while the stack lives."""
-    # Imported here: Powertools' parameters utility loads boto3.
-    from aws_lambda_powertools.utilities import parameters
-
-    try:
-        value = parameters.get_secret(secret, max_age=86_400)
-    except Exception as exc:
-        raise HashKeyError(
-            f"could not read the person hash key from {secret!r}: {type(exc).__name__}"
-        ) from exc
-    text = value.decode() if isinstance(value, bytes) else str(value)
-    if len(text.strip()) < MIN_KEY_CHARS:
+    text = read_secret(
+        secret,
+        variable=HASH_KEY_SECRET_ENV,
+        what="person hash key",
+        max_age=86_400,
+        error=HashKeyError,
+    )
+    if len(text) < MIN_KEY_CHARS:
         raise HashKeyError(f"secret {secret!r} holds no usable key")
-    return text.strip().encode()
+    return text.encode()
 
 
 def person_hash(user_id: str, key: bytes | None = None) -> str:

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     pass
 
 from botmemory.table import (
-    BATCH_WRITE_LIMIT,
     ItemRef,
     Table,
     error_code,
@@ -148,15 +147,7 @@ class PeopleRepository(Table):
     def put_named(self, pointers: Iterable[Named]) -> int:
         """Named pointers that did not fit a consolidation's transaction (idempotent)."""
         items = [to_item(named_values(n)) for n in pointers]
-        for start in range(0, len(items), BATCH_WRITE_LIMIT):
-            request: dict[str, Any] = {
-                self.table_name: [
-                    {"PutRequest": {"Item": i}} for i in items[start : start + BATCH_WRITE_LIMIT]
-                ]
-            }
-            while request:
-                response = self._client.batch_write_item(RequestItems=request)
-                request = response.get("UnprocessedItems") or {}
+        self._batch_write([{"PutRequest": {"Item": i}} for i in items])
         return len(items)
 
     # People: opt-outs, lookups and erasure ------------------------------------------

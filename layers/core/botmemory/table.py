@@ -8,9 +8,11 @@ cold start); boto3's own serializer converts to and from attribute values.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from botocore.exceptions import ClientError
 
@@ -33,6 +35,55 @@ log = logging.getLogger(__name__)
 # DynamoDB takes at most this many keys in one BatchWriteItem and one BatchGetItem.
 BATCH_WRITE_LIMIT = 25
 BATCH_GET_LIMIT = 100
+
+Sleep = Callable[[float], None]
+
+
+class UnprocessedItemsError(RuntimeError):
+    """DynamoDB still left part of a batch unprocessed after every allowed attempt.
+
+    Raised, never swallowed: the caller's own retry (a stream record's, an asynchronous
+    invoke's, the next consolidation round's) repeats the whole call, and every batch
+    operation here is idempotent (puts of whole items, deletes, reads).
+    """
+
+    def __init__(self, operation: str, table_name: str, left: int, attempts: int) -> None:
+        self.operation = operation
+        self.left = left
+        self.attempts = attempts
+        super().__init__(
+            f"{operation} on table {table_name!r}: {left} requests still unprocessed "
+            f"after {attempts} attempts"
+        )
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Waits between the attempts of a batch that came back partly unprocessed (DynamoDB's
+    advice: back off exponentially, or the retry is throttled again). The defaults wait
+    0.05, 0.1, 0.2 ... seconds, at most 1 s each, some 3.5 s in all over 8 attempts."""
+
+    first_seconds: float = 0.05
+    cap_seconds: float = 1.0
+    max_attempts: int = 8
+
+    def wait(self, retry: int) -> float:
+        """Seconds before retry number `retry` (0 for the first): between half and all of
+        the doubled ceiling. The jitter keeps concurrent functions from retrying in
+        lockstep; the half kept fixed makes every wait at least the one before."""
+        ceiling: float = min(self.cap_seconds, self.first_seconds * 2**retry)
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+UNPROCESSED_BACKOFF = Backoff()
+
+
+def _requests_in(request: dict[str, Any]) -> int:
+    """How many items a RequestItems map asks for (puts and deletes, or keys to read)."""
+    return sum(
+        len(value.get("Keys", [])) if isinstance(value, dict) else len(value)
+        for value in request.values()
+    )
 
 
 @dataclass(frozen=True)
@@ -60,9 +111,18 @@ class ItemRef:
 class Table:
     """The client and the table name, and the helpers the repository's parts share."""
 
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        *,
+        sleep: Sleep = time.sleep,
+        backoff: Backoff = UNPROCESSED_BACKOFF,
+    ) -> None:
         self._client = client
         self.table_name = table_name
+        self._sleep = sleep  # tests record the waits instead of sleeping
+        self._backoff = backoff
 
     @property
     def client(self) -> DynamoDBClient:
@@ -88,12 +148,48 @@ class Table:
                 batch["ProjectionExpression"] = projection
             if names:
                 batch["ExpressionAttributeNames"] = names
-            request: dict[str, Any] = {self.table_name: batch}
-            while request:
-                response = self._client.batch_get_item(RequestItems=request)
-                found += response["Responses"].get(self.table_name, [])
-                request = response.get("UnprocessedKeys") or {}
+            for response in self._until_processed("BatchGetItem", {self.table_name: batch}):
+                found += response.get("Responses", {}).get(self.table_name, [])
         return found
+
+    def _batch_write(self, requests: list[dict[str, Any]]) -> None:
+        """Puts and deletes (`{"PutRequest": ...}`, `{"DeleteRequest": ...}`), 25 at a time,
+        each batch until DynamoDB has processed all of it."""
+        for start in range(0, len(requests), BATCH_WRITE_LIMIT):
+            batch = requests[start : start + BATCH_WRITE_LIMIT]
+            for _ in self._until_processed("BatchWriteItem", {self.table_name: batch}):
+                pass
+
+    def _until_processed(
+        self, operation: Literal["BatchGetItem", "BatchWriteItem"], request: dict[str, Any]
+    ) -> Iterator[dict[str, Any]]:
+        """Send a batch, then what DynamoDB left unprocessed (throttling, size limits), with
+        `Backoff` waits between the attempts; yields each answer. Raises
+        UnprocessedItemsError when something is still left after the last attempt."""
+        leftover_key = "UnprocessedKeys" if operation == "BatchGetItem" else "UnprocessedItems"
+        for attempt in range(self._backoff.max_attempts):
+            if attempt:
+                self._sleep(self._backoff.wait(attempt - 1))
+            response: dict[str, Any]
+            if operation == "BatchGetItem":
+                response = cast("dict[str, Any]", self._client.batch_get_item(RequestItems=request))
+            else:
+                response = cast(
+                    "dict[str, Any]", self._client.batch_write_item(RequestItems=request)
+                )
+            yield response
+            request = response.get(leftover_key) or {}
+            if not request:
+                return
+            log.info(
+                "%s left %d requests unprocessed (attempt %d)",
+                operation,
+                _requests_in(request),
+                attempt + 1,
+            )
+        raise UnprocessedItemsError(
+            operation, self.table_name, _requests_in(request), self._backoff.max_attempts
+        )
 
     def _get(self, ref: ItemRef) -> dict[str, Any] | None:
         response = self._client.get_item(
@@ -153,14 +249,7 @@ class Table:
         return {item["sk"]["S"]: item for item in self._items_at(wanted, projection)}
 
     def _delete_keys(self, keys_: list[dict[str, Any]]) -> int:
-        for start in range(0, len(keys_), BATCH_WRITE_LIMIT):
-            batch = keys_[start : start + BATCH_WRITE_LIMIT]
-            request: dict[str, Any] = {
-                self.table_name: [{"DeleteRequest": {"Key": k}} for k in batch]
-            }
-            while request:
-                response = self._client.batch_write_item(RequestItems=request)
-                request = response.get("UnprocessedItems") or {}
+        self._batch_write([{"DeleteRequest": {"Key": k}} for k in keys_])
         return len(keys_)
 
 

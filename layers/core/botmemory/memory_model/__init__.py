@@ -22,14 +22,22 @@ def build_memory_model(settings: Settings) -> MemoryModel | None:
     if provider == "bedrock" and name:
         from botmemory.memory_model.bedrock import BedrockModel
 
-        return BedrockModel(name, max_output_tokens=settings.model_max_output_tokens)
+        return BedrockModel(
+            name,
+            max_output_tokens=settings.model_max_output_tokens,
+            timeout_seconds=settings.model_timeout_seconds,
+            max_attempts=settings.model_max_attempts,
+        )
     if provider == "openai" and name:
         from botmemory.memory_model.openai_compat import OpenAICompatibleModel
+        from botmemory.secrets import model_api_key
 
         return OpenAICompatibleModel(
             name,
             base_url=settings.model_base_url,
-            api_key=settings.model_api_key,
+            # Read now, when the model is built (MEMORY_MODEL_API_KEY_SECRET: from Secrets
+            # Manager): a bad key setting fails the build, not the first batch.
+            api_key=model_api_key(settings),
             timeout_seconds=settings.model_timeout_seconds,
             max_attempts=settings.model_max_attempts,
             max_output_tokens=settings.model_max_output_tokens,

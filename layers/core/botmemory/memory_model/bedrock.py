@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from botmemory.aws_clients import bedrock_runtime_client
 from botmemory.memory_model.contract import (
     ANSWER_SCHEMA,
     INSTRUCTIONS,
@@ -26,7 +27,8 @@ _TOOL_DESCRIPTION = (
 
 
 class BedrockModel:
-    """One Converse call per batch; throttling retries are left to botocore's retry config."""
+    """One Converse call per batch. Timeouts and retries (throttling, 5xx, transport errors)
+    are botocore's, configured from the settings by botmemory.aws_clients."""
 
     def __init__(
         self,
@@ -35,19 +37,25 @@ class BedrockModel:
         client: Any | None = None,
         max_output_tokens: int = 2000,
         region_name: str | None = None,
+        timeout_seconds: float = 30.0,
+        max_attempts: int = 3,
     ) -> None:
         self.name = f"bedrock:{model_id}"
         self._model_id = model_id
         self._client = client
         self._max_output_tokens = max_output_tokens
         self._region_name = region_name
+        self._timeout_seconds = timeout_seconds
+        self._max_attempts = max_attempts
 
     def _bedrock(self) -> Any:
         # boto3 is imported and the client built only when needed: both are slow on a cold start.
         if self._client is None:
-            import boto3
-
-            self._client = boto3.client("bedrock-runtime", region_name=self._region_name)
+            self._client = bedrock_runtime_client(
+                region_name=self._region_name,
+                read_timeout_seconds=self._timeout_seconds,
+                max_attempts=self._max_attempts,
+            )
         return self._client
 
     def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:

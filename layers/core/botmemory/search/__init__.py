@@ -26,11 +26,14 @@ def build_search_index(settings: Settings) -> SearchIndex | None:
     if not spec or spec == "off":
         return None
     from botmemory.search.embeddings import build_embedder
+    from botmemory.secrets import embedding_api_key
 
     embedder = build_embedder(
         settings.embedding_model,
         base_url=settings.embedding_base_url or settings.model_base_url,
-        api_key=settings.embedding_api_key or settings.model_api_key,
+        # Read only if the embedder sends a key (a Bedrock one does not, and its function
+        # may have no right to the secret).
+        api_key=lambda: embedding_api_key(settings),
         dimensions=settings.embedding_dimensions,
         timeout_seconds=min(settings.model_timeout_seconds, EMBEDDING_TIMEOUT_SECONDS),
         max_attempts=settings.model_max_attempts,

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from botmemory.aws_clients import bedrock_runtime_client
 from botmemory.config import ConfigError
 
 if TYPE_CHECKING:
@@ -91,19 +92,11 @@ class BedrockTitanEmbedder:
     def _bedrock(self) -> Any:
         # Built on first use: importing boto3 and creating a client are slow on a cold start.
         if self._client is None:
-            import boto3
-            from botocore.config import Config
-
-            config = Config(
-                connect_timeout=self._timeout_seconds,
-                read_timeout=self._timeout_seconds,
-                # total_max_attempts counts the first call; botocore's max_attempts would not,
-                # and MEMORY_MODEL_MAX_ATTEMPTS means every call, as for the OpenAI embedder.
-                retries={"total_max_attempts": self._max_attempts, "mode": "standard"},
-                max_pool_connections=max(10, self._max_workers),
-            )
-            self._client = boto3.client(
-                "bedrock-runtime", region_name=self._region_name, config=config
+            self._client = bedrock_runtime_client(
+                region_name=self._region_name,
+                read_timeout_seconds=self._timeout_seconds,
+                max_attempts=self._max_attempts,
+                max_pool_connections=self._max_workers,
             )
         return self._client
 
@@ -249,17 +242,26 @@ def build_embedder(
     spec: str | None,
     *,
     base_url: str,
-    api_key: str | None,
+    api_key: str | Callable[[], str | None] | None,
     dimensions: int,
     timeout_seconds: float,
     max_attempts: int,
 ) -> Embedder | None:
-    """The embedder EMBEDDING_MODEL names, or None when it is unset (keyword search only)."""
+    """The embedder EMBEDDING_MODEL names, or None when it is unset (keyword search only).
+
+    `api_key` is the key, or a function that reads it, called only for a provider that sends
+    one (reading it may mean a Secrets Manager call).
+    """
     spec = (spec or "").strip()
     if not spec:
         return None
     provider, _, model = spec.partition(":")
     model = model.strip()
+    key: str | None = None
+    if provider == "openai" and model:
+        # Read before the try below: a key that cannot be read is its own ConfigError, not
+        # one about the dimensions.
+        key = api_key() if callable(api_key) else api_key
     try:
         if provider == "bedrock" and model:
             return BedrockTitanEmbedder(
@@ -272,7 +274,7 @@ def build_embedder(
             return OpenAIEmbedder(
                 model,
                 base_url=base_url,
-                api_key=api_key,
+                api_key=key,
                 dimensions=dimensions,
                 timeout_seconds=timeout_seconds,
                 max_attempts=max_attempts,
