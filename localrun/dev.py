@@ -222,7 +222,6 @@ def main(argv: list[str] | None = None) -> int:
             parameters={
                 "MemoryModel": os.environ.get("MEMORY_MODEL", "rules"),
                 "MemoryModelBaseUrl": os.environ.get("MEMORY_MODEL_BASE_URL", ""),
-                "MemoryModelApiKey": os.environ.get("MEMORY_MODEL_API_KEY", ""),
                 "DiscordPublicKey": public_key,
                 "DiscordApplicationId": os.environ.get(
                     "DISCORD_APPLICATION_ID", "1399999999999999999"
@@ -232,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                 **(sample_signing_environment() if public_key == TEST_PUBLIC_KEY else {}),
                 **search_environment(),
                 "MEMORY_HASH_KEY": os.environ.get("MEMORY_HASH_KEY") or sample_hash_key(),
+                # Deployed, the key is a secret; locally it is given directly.
+                "MEMORY_MODEL_API_KEY": os.environ.get("MEMORY_MODEL_API_KEY", ""),
             },
             echo=True,
         ).start()

@@ -88,3 +88,31 @@ def translated_template() -> dict[str, Any]:
     assert result.returncode == 0, f"SAM translation failed:\n{result.stderr}"
     loaded: dict[str, Any] = json.loads(result.stdout)
     return loaded
+
+
+def load_template(path: Path) -> dict[str, Any]:
+    """A template as written (CloudFormation short forms need cfn-lint's loader)."""
+    from cfnlint.decode import cfn_yaml
+
+    loaded: dict[str, Any] = cfn_yaml.loads(path.read_text(encoding="utf-8"), str(path))
+    return loaded
+
+
+def assert_lint_clean(path: Path) -> None:
+    result = cfn_lint(path.relative_to(ROOT))
+    assert result.returncode == 0, f"cfn-lint found problems:\n{result.stdout}{result.stderr}"
+
+
+def assert_sam_validates(path: Path) -> None:
+    """`sam validate` (no --lint): the real SAM translator, offline."""
+    assert SAM.exists(), MISSING_SAM
+    result = subprocess.run(
+        [str(SAM), "validate", "--region", "us-east-1", "--template", str(path)],
+        cwd=ROOT,
+        env=sam_environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "is a valid SAM Template" in output, output

@@ -27,7 +27,7 @@ from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F4
 from tests.lambda_local import EVENTS, ROOT, TABLE
 from tests.sam_tools import translated_template
 from tests.test_commands import Discord, confirm_flow
-from tests.test_iam import function_statements, listed
+from tests.test_iam import FUNCTIONS, function_statements, listed
 from tests.test_sam_local import stream_records
 
 STAFF = "32"  # MANAGE_GUILD
@@ -171,16 +171,6 @@ def a_deployments_day(discord: Discord) -> None:
 def day(discord: Discord, call_log: CallLog) -> CallLog:
     a_deployments_day(discord)
     return call_log
-
-
-FUNCTIONS = (
-    "InteractionsFunction",
-    "IngestFunction",
-    "ConsolidateFunction",
-    "RecallFunction",
-    "SweepFunction",
-    "SearchIndexFunction",
-)
 
 
 def granted(function: str) -> set[str]:

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cfnlint.decode import cfn_yaml
 
 from botmemory import schema
 from botmemory.config import ENVIRONMENT, Settings
-from tests.sam_tools import MISSING_SAM, SAM, cfn_lint, sam_environment, translate
+from tests.sam_tools import (
+    MISSING_SAM,
+    SAM,
+    assert_lint_clean,
+    assert_sam_validates,
+    cfn_lint,
+    load_template,
+    translate,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
@@ -54,9 +60,7 @@ PARAMETER_DEFAULTS = {
 
 @pytest.fixture(scope="module")
 def template() -> dict[str, Any]:
-    # CloudFormation short forms (!Ref, !GetAtt, !Sub) need cfn-lint's loader, not yaml.safe_load.
-    loaded: dict[str, Any] = cfn_yaml.loads(TEMPLATE.read_text(encoding="utf-8"), str(TEMPLATE))
-    return loaded
+    return load_template(TEMPLATE)
 
 
 @pytest.fixture(scope="module")
@@ -75,24 +79,12 @@ def _environment(template: dict[str, Any], function: dict[str, Any]) -> dict[str
 
 
 def test_cfn_lint_is_clean() -> None:
-    result = cfn_lint(TEMPLATE.relative_to(ROOT))
-    assert result.returncode == 0, f"cfn-lint found problems:\n{result.stdout}{result.stderr}"
+    assert_lint_clean(TEMPLATE)
 
 
 def test_sam_translator_accepts_the_template() -> None:
     # cfn-lint does not run the real SAM translator; `sam validate` (no --lint) does, offline.
-    assert SAM.exists(), MISSING_SAM
-    result = subprocess.run(
-        [str(SAM), "validate", "--region", "us-east-1", "--template", str(TEMPLATE.name)],
-        cwd=ROOT,
-        env=sam_environment(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, f"sam validate failed:\n{output}"
-    assert "is a valid SAM Template" in output, output
+    assert_sam_validates(TEMPLATE)
 
 
 def test_translated_template_is_lint_clean(tmp_path: Path) -> None:

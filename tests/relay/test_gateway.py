@@ -252,11 +252,10 @@ def test_restarts_back_off_and_fatal_errors_stop_the_relay(
     assert "gateway refused the relay, not retrying: LoginFailure" in caplog.text
 
 
-def test_a_sharded_relay_identifies_as_its_shard(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake = FakeGateway(script="reconnect")
-    session = Session(tmp_path, fake, shard=Shard(1, 2))
+def run_until_the_fake_is_done(
+    monkeypatch: pytest.MonkeyPatch, fake: FakeGateway, session: Session
+) -> int:
+    """Run the session until the fake gateway's script ends, then stop it; its exit code."""
 
     async def scenario() -> int:
         task = asyncio.create_task(session.runner().run(session.stop))
@@ -264,7 +263,16 @@ def test_a_sharded_relay_identifies_as_its_shard(
         session.stop.set()
         return await task
 
-    assert run_against_fake(monkeypatch, fake, scenario) == 0
+    return run_against_fake(monkeypatch, fake, scenario)
+
+
+def test_a_sharded_relay_identifies_as_its_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeGateway(script="reconnect")
+    session = Session(tmp_path, fake, shard=Shard(1, 2))
+
+    assert run_until_the_fake_is_done(monkeypatch, fake, session) == 0
     (identify,) = fake.ops(2)
     assert identify[1]["d"]["shard"] == [1, 2]
     # RESUME carries no shard: the session already is one.
@@ -276,13 +284,7 @@ def test_an_unsharded_relay_sends_no_shard(tmp_path: Path, monkeypatch: pytest.M
     fake = FakeGateway(script="reconnect")
     session = Session(tmp_path, fake)
 
-    async def scenario() -> int:
-        task = asyncio.create_task(session.runner().run(session.stop))
-        await asyncio.wait_for(fake.done.wait(), 10)
-        session.stop.set()
-        return await task
-
-    assert run_against_fake(monkeypatch, fake, scenario) == 0
+    assert run_until_the_fake_is_done(monkeypatch, fake, session) == 0
     (identify,) = fake.ops(2)
     assert "shard" not in identify[1]["d"]
 

@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +20,6 @@ from typing import Any
 
 import discord
 import pytest
-from cfnlint.decode import cfn_yaml
 
 from relay.app import log_formatter
 from relay.config import GUILDS_PER_SHARD_LIMIT, MAX_SHARD_COUNT, RelayConfig, Shard
@@ -30,7 +28,7 @@ from relay.identify import IdentifyLedger
 from relay.logs import HEALTH_EVENT, REFUSED_EVENT
 from relay.sinks import Outcome, SendResult
 from tests.relay.helpers import Clock, RecordingSink, make_forwarder
-from tests.sam_tools import MISSING_SAM, SAM, cfn_lint, sam_environment
+from tests.sam_tools import assert_lint_clean, assert_sam_validates, load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "relay" / "template.yaml"
@@ -39,9 +37,7 @@ INGEST_ARN = "arn:aws:lambda:us-east-1:123456789012:function:discord-memory-Inge
 
 @pytest.fixture(scope="module")
 def template() -> dict[str, Any]:
-    # CloudFormation short forms (!Ref, !GetAtt, !Sub) need cfn-lint's loader.
-    loaded: dict[str, Any] = cfn_yaml.loads(TEMPLATE.read_text(encoding="utf-8"), str(TEMPLATE))
-    return loaded
+    return load_template(TEMPLATE)
 
 
 @pytest.fixture(scope="module")
@@ -77,22 +73,11 @@ def _container(resources: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_cfn_lint_is_clean() -> None:
-    result = cfn_lint(TEMPLATE.relative_to(ROOT))
-    assert result.returncode == 0, f"cfn-lint found problems:\n{result.stdout}{result.stderr}"
+    assert_lint_clean(TEMPLATE)
 
 
 def test_sam_validate_accepts_the_template() -> None:
-    assert SAM.exists(), MISSING_SAM
-    result = subprocess.run(
-        [str(SAM), "validate", "--region", "us-east-1", "--template", str(TEMPLATE)],
-        cwd=ROOT,
-        env=sam_environment(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0 and "is a valid SAM Template" in output, output
+    assert_sam_validates(TEMPLATE)
 
 
 # --- least privilege ---------------------------------------------------------------
