@@ -67,6 +67,12 @@ from moto.core.models import DEFAULT_ACCOUNT_ID  # noqa: E402
 from moto.dynamodb.models import dynamodb_backends  # noqa: E402
 
 from botmemory import keys  # noqa: E402
+from botmemory.answer_prompt import system_prompt_source  # noqa: E402
+from botmemory.answer_rate import AnswerRateLimiter  # noqa: E402
+from botmemory.answer_requests import question_of  # noqa: E402
+from botmemory.answer_triggers import answer_trigger  # noqa: E402
+from botmemory.answering import Answerer  # noqa: E402
+from botmemory.chat_model.contract import ChatReply, ChatRequest  # noqa: E402
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds  # noqa: E402
 from botmemory.config import Settings  # noqa: E402
 from botmemory.consolidation_outcome import Outcome, Status  # noqa: E402
@@ -1145,6 +1151,104 @@ def bench_recall_query(lab: Lab) -> None:
     )
 
 
+# 7. Answering a mention ------------------------------------------------------------------
+
+
+class TimedChatModel:
+    """Answers at once and notes when it was asked, and what: the path ends at the model."""
+
+    def __init__(self) -> None:
+        self.asked_at = 0.0
+        self.request: ChatRequest | None = None
+
+    def reply(self, request: ChatRequest) -> ChatReply:
+        self.asked_at = time.perf_counter()
+        self.request = request
+        return ChatReply(text="ok")
+
+
+class SilentPoster:
+    """Discord's side, left out: the path measured ends before the answer is posted."""
+
+    def trigger_typing(self, channel_id: str) -> None:
+        pass
+
+    def create_message(self, channel_id: str, content: str, **_: Any) -> dict[str, Any]:
+        return {}
+
+    def edit_original_response(
+        self, application_id: str, token: str, body: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        return None
+
+
+def bench_answer(lab: Lab) -> None:
+    """From the ingest of a mention to the chat model's request, in a channel with history."""
+    world = recall_world(lab, 2_000, 40)
+    services, clock = world.services, world.clock
+    model = TimedChatModel()
+    answerer = Answerer(
+        services,
+        model,
+        SilentPoster(),
+        AnswerRateLimiter(lab.client, services.settings.table_name, services.settings, clock),
+        system_prompt_source(services.settings),
+    )
+    at_ms = clock.now_ms() + 60_000
+    event = gw.message(gw.ALICE, f"<@{gw.BOT}> where do I like hiking?", at_ms)
+    event["d"]["mentions"] = [gw.user(gw.BOT, bot=True)]
+
+    def one(event: dict[str, Any]) -> tuple[float, list[Request]]:
+        lab.meter.take()
+        with serialized_moto(), lab.meter.simulated_latency(SIMULATED_LATENCY_S):
+            started = time.perf_counter()
+            services.recorder.record([event])  # IngestFunction's write
+            trigger = answer_trigger(event, gw.BOT)
+            assert trigger is not None
+            question, reply = question_of({"answer": trigger.model_dump(mode="json")})
+            answerer.answer(question, reply)
+        before_model = [r for r in lab.meter.take() if r.started <= model.asked_at]
+        return (model.asked_at - started) * 1000, before_model
+
+    one(event)  # warm-up: thread pools, the rules of pydantic
+    second = gw.message(gw.ALICE, f"<@{gw.BOT}> and what do I do for work?", at_ms + 1000)
+    second["d"]["mentions"] = event["d"]["mentions"]
+    elapsed_ms, requests = one(second)
+    chain = longest_chain(requests)
+    request = model.request
+    assert request is not None
+    settings = services.settings
+    budgets = {
+        "pins": settings.recall_pin_chars,
+        "facts": settings.recall_fact_chars,
+        "episodes": settings.recall_episode_chars,
+        "passages": settings.recall_search_chars,
+        "history": settings.answer_history_chars,
+    }
+    print_table(
+        "7. Answering a mention: from its ingest to the chat model's request",
+        ["figure", "value"],
+        [
+            ("time, ms (model excluded; 20 ms per DynamoDB request)", f"{elapsed_ms:.0f}"),
+            ("DynamoDB requests", len(requests)),
+            ("sequential round trips (target: at most 4)", len(chain)),
+            ("system prompt, characters", len(request.system)),
+            ("the parts' budgets together, characters", sum(budgets.values())),
+            ("user turn, characters", len(request.turns[-1].content)),
+        ],
+        [
+            f"requests: {operations(requests)}.",
+            f"longest chain: {' -> '.join(describe(r) for r in chain)}.",
+            "The chain: the mention's PutItem (ingest), the rate limit's two counters side by",
+            "side, then recall's reads, the channel's history and the speaker's facts side by",
+            "side, then the facts of the people recall found. The search runs in process here",
+            "(SQLite FTS5); its read-back is one more BatchGetItem when it finds something.",
+            f"Budgets: {', '.join(f'{k} {v:,}' for k, v in budgets.items())}; the person note adds",
+            f"at most {settings.answer_person_facts} facts; the template is the default prompt.",
+        ],
+    )
+
+
 # 4. Erasure ----------------------------------------------------------------------------
 
 ERASED = "1300000000000000077"  # the person erased: not one of the speakers
@@ -1259,6 +1363,7 @@ def main() -> int:
         bench_hostile(lab)
         bench_recall(lab)
         bench_erasure(lab)
+        bench_answer(lab)
         lab.close()
     bench_cold_start()
     bench_layer()

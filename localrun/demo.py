@@ -18,6 +18,7 @@ from typing import Any
 from botmemory.keys import ItemKind, kind_of
 from botmemory.recall import PASSAGE_HEADING
 from botmemory.records import FactStatus
+from localrun.discord_sink import DISCORD_EPOCH_MS
 from localrun.motoserver import LocalRunError, MotoServer
 from localrun.replay import Replay, default_source, load_replay
 from localrun.stack import LocalStack
@@ -119,6 +120,7 @@ def report(stack: LocalStack, conversation: Replay) -> None:
     say(user_facts_listing(services_from_environment(), conversation.guild_id, second[1]))
     if conversation.early_questions:
         ask_early(stack, conversation, first[1])
+        answer_early(stack, conversation, first)
 
 
 def ask_early(stack: LocalStack, conversation: Replay, user_id: str) -> None:
@@ -143,18 +145,52 @@ def ask_early(stack: LocalStack, conversation: Replay, user_id: str) -> None:
         say(f"(no passages: search {result['search']})")
 
 
+def answer_early(stack: LocalStack, conversation: Replay, speaker: tuple[str, str]) -> None:
+    """The bot answers: the same question, as a message mentioning it, through
+    IngestFunction, which starts AnswerFunction (chat model `rules`, offline)."""
+    question, _ = conversation.early_questions[0]
+    name, user_id = speaker
+    bot = stack.environment()["DISCORD_BOT_USER_ID"]
+    now_ms = int(time.time() * 1000)
+    mention = {
+        "t": "MESSAGE_CREATE",
+        "d": {
+            "id": str((now_ms - DISCORD_EPOCH_MS) << 22),
+            "channel_id": conversation.channel_id,
+            "guild_id": conversation.guild_id,
+            "author": {"id": user_id, "username": name.lower(), "global_name": name},
+            "content": f"<@{bot}> {question}",
+            "mentions": [{"id": bot, "username": "memorybot", "bot": True}],
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(now_ms / 1000)),
+        },
+    }
+    say()
+    say(f"{name} asks the bot, mentioning it: {question!r}")
+    stack.invoke("IngestFunction", {"events": [mention]})
+    posted = stack.discord.posted if stack.discord else []
+    if posted:
+        say(f"The bot replies (chat model: rules, offline): {posted[-1].content}")
+    else:
+        say("(no answer was posted)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     say("Discord memory bot, local demo: no AWS, no Docker, no network.")
     server: MotoServer | None = None
+    stack: LocalStack | None = None
     try:
         conversation = load_replay(args.dataset or default_source(), args.limit)
         server = MotoServer(args.port).start()
         say(f"  local DynamoDB: moto server on {server.url} (pid {server.pid})")
         stack = LocalStack(
             server.url,
-            parameters={"MemoryModel": "rules", "DiscordApplicationId": "1399999999999999999"},
+            parameters={
+                "MemoryModel": "rules",
+                "ChatModel": "rules",
+                "DiscordApplicationId": "1399999999999999999",
+            },
             # Time is compressed: the schedule's sweep takes whatever is still pending.
             # The embedded search index (SQLite FTS5, keyword leg): no embedding model offline.
             environment={
@@ -190,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"make demo: failed: {error!r}", file=sys.stderr)
         return 1
     finally:
+        if stack is not None:
+            stack.stop()
         if server is not None:
             server.stop()
 

@@ -28,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from localrun.discord_sink import API_PREFIX, read_json
 from localrun.motoserver import LOOPBACK, LocalRunError, MotoServer, port_is_free
 from localrun.stack import TEST_PUBLIC_KEY, LocalStack
 
@@ -106,6 +107,9 @@ class Endpoints(BaseHTTPRequestHandler):
         if length > MAX_BODY:
             self._reply(413, {"error": "body too large"})
             return
+        if self.path.startswith(API_PREFIX) and self.stack.discord is not None:
+            self._discord(length)
+            return
         body = self.rfile.read(length)
         if self.path == "/interactions":
             event = function_url_event("/", dict(self.headers.items()), body)
@@ -129,6 +133,22 @@ class Endpoints(BaseHTTPRequestHandler):
         else:
             answer = self.stack.invoke("RecallFunction", payload)
         self._reply(400 if "error" in answer else 200, answer)
+
+    def do_PATCH(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        if self.path.startswith(API_PREFIX) and self.stack.discord is not None:
+            self._discord(length)
+        else:
+            self._reply(404, {"error": "not found"})
+
+    def _discord(self, length: int) -> None:
+        """The stand-in for Discord's REST API (`sam local invoke AnswerFunction` posts here):
+        the answer is printed, as the in-process AnswerFunction's are."""
+        assert self.stack.discord is not None
+        status, body = self.stack.discord.respond(
+            self.command, self.path, read_json(self.rfile, min(length, MAX_BODY))
+        )
+        self._send(status, {"content-type": "application/json"}, json.dumps(body) if body else "")
 
     def _reply(self, status: int, body: dict[str, Any]) -> None:
         self._send(status, {"content-type": "application/json"}, json.dumps(body))
@@ -213,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     public_key = os.environ.get("DISCORD_PUBLIC_KEY") or TEST_PUBLIC_KEY
     server: MotoServer | None = None
+    stack: LocalStack | None = None
     stop = threading.Event()
     try:
         server = MotoServer(args.port, host=args.dynamodb_host).start()
@@ -221,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             table_name=TABLE_NAME,
             parameters={
                 "MemoryModel": os.environ.get("MEMORY_MODEL", "rules"),
+                "ChatModel": os.environ.get("CHAT_MODEL", "rules"),
                 "MemoryModelBaseUrl": os.environ.get("MEMORY_MODEL_BASE_URL", ""),
                 "DiscordPublicKey": public_key,
                 "DiscordApplicationId": os.environ.get(
@@ -255,7 +277,12 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"events/env.json expects port {DYNAMODB_PORT}: sam local invoke will not find it"
             )
-        print(f"Memory model: {os.environ.get('MEMORY_MODEL', 'rules')}")
+        print(
+            f"Memory model: {os.environ.get('MEMORY_MODEL', 'rules')}; chat model: "
+            f"{os.environ.get('CHAT_MODEL', 'rules')} (mention the bot in a message sent to "
+            f"{base}/ingest: the reply it would post is printed; "
+            f"sam local invoke AnswerFunction posts to {base}{API_PREFIX})"
+        )
         if public_key == TEST_PUBLIC_KEY:
             print(
                 "DISCORD_PUBLIC_KEY is not set: interactions are checked against the TEST key of events/README.md"
@@ -273,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         stop.set()
+        if stack is not None:
+            stack.stop()
         if server is not None:
             server.stop()
 

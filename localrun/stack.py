@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from localrun.discord_sink import DiscordSink
 from localrun.samtemplate import Template, load_handler, passes_filters
 
 TABLE_ID = "MemoryTable"
@@ -120,6 +121,9 @@ class LocalStack:
         self.output = io.StringIO()  # what the functions printed (JSON logs, metrics)
         self._shard_iterators: dict[str, str] = {}
         self._waiting: dict[str, _Queue] = {}  # per stream-fed function
+        # Asynchronous invokes (ingest starting an answer): run once their caller returns.
+        self._async: list[tuple[str, Any]] = []
+        self.discord: DiscordSink | None = None
         self.dead_lettered = 0
 
     # Set-up -----------------------------------------------------------------------
@@ -141,6 +145,10 @@ class LocalStack:
             # given directly (yours, or one made for this run: the local table is new too).
             merged["MEMORY_HASH_KEY_SECRET"] = ""
             merged["MEMORY_HASH_KEY"] = os.environ.get("MEMORY_HASH_KEY") or secrets.token_hex(32)
+        if merged.get("DISCORD_BOT_TOKEN_SECRET"):
+            # Answers are posted to a local stand-in for Discord (localrun/discord_sink.py).
+            merged["DISCORD_BOT_TOKEN_SECRET"] = ""
+            merged["DISCORD_BOT_TOKEN"] = "local-bot-token"
         merged.update(
             TABLE_NAME=self.table_name,
             AWS_ENDPOINT_URL_DYNAMODB=self._dynamodb_url,
@@ -151,16 +159,27 @@ class LocalStack:
         return merged
 
     def start(self) -> LocalStack:
-        os.environ.update(self.environment())
+        environment = self.environment()
+        if environment.get("ANSWER_FUNCTION"):
+            self.discord = DiscordSink(
+                environment.get("DISCORD_BOT_USER_ID") or "0", say=self._say
+            ).start()
+            if not environment.get("DISCORD_API_BASE"):
+                environment["DISCORD_API_BASE"] = self.discord.url
+            from botmemory.answer_requests import register_local_target
+
+            register_local_target(
+                environment["ANSWER_FUNCTION"],
+                lambda payload: self._async.append(("AnswerFunction", payload)),
+            )
+        os.environ.update(environment)
         os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
         if not os.environ.get("AWS_ACCESS_KEY_ID") and not os.environ.get("AWS_PROFILE"):
             # The local DynamoDB accepts any credentials; a real model provider needs real ones.
             os.environ.update(AWS_ACCESS_KEY_ID="local", AWS_SECRET_ACCESS_KEY="local")
-        from botmemory.config import get_settings
-        from botmemory.runtime import services_from_environment
+        from botmemory.runtime import forget_environment
 
-        get_settings.cache_clear()
-        services_from_environment.cache_clear()
+        forget_environment()
         import boto3
 
         self.dynamodb = boto3.client("dynamodb")
@@ -196,7 +215,18 @@ class LocalStack:
         if self._echo and printed:
             print(printed, end="", flush=True)
         self.metrics.update(parse_emf(printed))
+        while self._async and not self._lock.locked():
+            self.invoke(*self._async.pop(0))
         return result
+
+    def _say(self, text: str) -> None:
+        if self._echo:
+            print(text, flush=True)
+
+    def stop(self) -> None:
+        if self.discord is not None:
+            self.discord.stop()
+            self.discord = None
 
     # The stream -------------------------------------------------------------------
 

@@ -50,6 +50,8 @@ LOCAL_TABLE = "MemoryTable"
 # The key of the person hash for local runs only (make dev uses it too, so opt-outs agree).
 LOCAL_HASH_KEY = "local-development-person-hash-key-not-a-secret"
 LOCAL_SEARCH_INDEX = "sqlite:/tmp/botmemory-search.sqlite3"
+# `make dev` serves a stand-in for Discord's REST API on its HTTP port (localrun/dev.py).
+LOCAL_DISCORD_API = "http://host.docker.internal:8787/api/v10"
 
 
 def snowflake(at_ms: int, n: int) -> str:
@@ -444,6 +446,19 @@ def samples() -> dict[str, Any]:
             iam_caller=f"arn:aws:sts::{ACCOUNT}:assumed-role/discord-bot/bot",
         ),
         "sweep/schedule.json": scheduled_event(),
+        # What IngestFunction hands AnswerFunction for a message that mentions the bot.
+        "answer/mention.json": {
+            "answer": {
+                "kind": "mention",
+                "guild_id": GUILD,
+                "channel_id": CHANNEL,
+                "message_id": snowflake(BASE_MS + 60_000, 90),
+                "author_id": ALICE,
+                "author_name": "Alice",
+                "content": "what do I grow on my balcony?",
+                "replied_to_bot": False,
+            }
+        },
         "interactions/ping.json": signed(
             {
                 "id": "1500000000000000001",
@@ -515,6 +530,13 @@ def local_environment() -> dict[str, dict[str, str]]:
                 DISCORD_PUBLIC_KEY=SigningKey(TEST_SEED).verify_key.encode().hex(),
                 DISCORD_APPLICATION_ID=BOT,
                 DISCORD_TIMESTAMP_TOLERANCE_SECONDS=SAMPLE_TIMESTAMP_TOLERANCE_SECONDS,
+            )
+        if logical_id == "AnswerFunction":
+            # Answers go to `make dev`'s stand-in for Discord, which prints them.
+            variables.update(
+                CHAT_MODEL="rules",
+                DISCORD_BOT_TOKEN="local-bot-token",
+                DISCORD_API_BASE=LOCAL_DISCORD_API,
             )
         environment[logical_id] = variables
     return environment

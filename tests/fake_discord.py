@@ -6,12 +6,17 @@ It serves what the bot uses, under the same paths as `https://discord.com/api/v1
     GET|PUT  /applications/{app}/guilds/{guild}/commands   needs `Authorization: Bot <token>`
     PATCH    /webhooks/{app}/{token}/messages/@original    no bot token (the path holds one)
     POST     /webhooks/{app}/{token}                       a follow-up message
+    POST     /channels/{channel}/messages                  needs the bot token; a message
+    POST     /channels/{channel}/typing                    needs the bot token; 204
 
 Commands are stored per application and guild, so GET answers what the last PUT stored,
 with the server-side fields a real answer carries (ids kept across overwrites by name
-and type, a version, defaults filled in). Every request is recorded; a test can script
-the next answers (`rate_limit_once`, `fail_once`, `script`) and wait for a request that a
-background thread makes (`wait_for`).
+and type, a version, defaults filled in). Channel messages are kept per channel
+(`channel_messages`) and answered as Discord's message object, written by the bot
+(`BOT_USER_ID`); a nonce sent with `enforce_nonce` is honoured (the same nonce again returns
+the message it created, and creates none). Every request is recorded; a test can script
+the next answers (`rate_limit_once`, `fail_once`, `script`), refuse every post to a channel
+(`forbid`), and wait for a request that a background thread makes (`wait_for`).
 
 Use the `fake_discord` fixture and point the code at `fake_discord.url` (for instance
 through `DISCORD_API_BASE`). To make the fixture visible in a test module, import it under
@@ -34,6 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import count
 from typing import Any
@@ -44,10 +50,15 @@ import pytest
 API_PREFIX = "/api/v10"
 BOT_TOKEN = "fake-bot-token.Xy9.secret-part"
 APPLICATION_ID = "500000000000000001"
+# The bot's user id (the same as tests/gateway.py's BOT): the author of the messages it posts.
+BOT_USER_ID = "399999999999999999"
+_DISCORD_EPOCH_MS = 1_420_070_400_000
 
 _COMMANDS = re.compile(r"^/applications/(\d+)(?:/guilds/(\d+))?/commands$")
 _ORIGINAL = re.compile(r"^/webhooks/(\d+)/([^/]+)/messages/@original$")
 _FOLLOWUP = re.compile(r"^/webhooks/(\d+)/([^/]+)$")
+_CHANNEL_MESSAGES = re.compile(r"^/channels/(\d+)/messages$")
+_TYPING = re.compile(r"^/channels/(\d+)/typing$")
 _NAME = re.compile(r"^[-_\w]{1,32}$")
 
 
@@ -81,6 +92,10 @@ class FakeDiscordRest:
         # (application id, interaction token) -> the original response's message
         self.messages: dict[tuple[str, str], dict[str, Any]] = {}
         self.followups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        # channel id -> the messages posted there, oldest first
+        self.channel_messages: dict[str, list[dict[str, Any]]] = {}
+        # channel id -> the JSON error code every post there is refused with (403)
+        self.forbidden: dict[str, int] = {}
         self._script: list[ScriptedReply] = []
         self._ids = count(900000000000000001)
         self._changed = threading.Condition()
@@ -146,6 +161,12 @@ class FakeDiscordRest:
 
     def fail_once(self, status: int = 500, *, method: str | None = None) -> None:
         self.script(status, {"message": "500: Internal Server Error", "code": 0}, method=method)
+
+    def forbid(self, channel_id: str, code: int = 50013) -> None:
+        """Every post to the channel (messages, typing) gets 403, as when the bot lacks
+        access (50001) or permission (50013) there."""
+        with self._changed:
+            self.forbidden[channel_id] = code
 
     # -- inspection ----------------------------------------------------------------------------
 
@@ -219,7 +240,71 @@ class FakeDiscordRest:
             }
             self.followups.setdefault((match.group(1), match.group(2)), []).append(message)
             return 200, message, {}
+        if match := _CHANNEL_MESSAGES.match(request.path) or _TYPING.match(request.path):
+            return self._channel_post(request, match.group(1))
         return 404, {"message": "404: Not Found", "code": 0}, {}
+
+    def _channel_post(
+        self, request: RecordedRequest, channel_id: str
+    ) -> tuple[int, Any, dict[str, str]]:
+        if request.method != "POST":
+            return 405, {"message": "405: Method Not Allowed", "code": 0}, {}
+        if request.authorization != f"Bot {self.bot_token}":
+            return 401, {"message": "401: Unauthorized", "code": 0}, {}
+        if channel_id in self.forbidden:
+            code = self.forbidden[channel_id]
+            text = "Missing Access" if code == 50001 else "Missing Permissions"
+            return 403, {"message": text, "code": code}, {}
+        if request.path.endswith("/typing"):
+            return 204, None, {}
+        body = request.body if isinstance(request.body, dict) else {}
+        content = body.get("content")
+        if not isinstance(content, str) or not 1 <= len(content) <= 2000:
+            return _invalid({"content": _error("BASE_TYPE_BAD_LENGTH", "Must be 2000 or fewer")})
+        posted = self.channel_messages.setdefault(channel_id, [])
+        nonce = body.get("nonce")
+        if body.get("enforce_nonce") and nonce is not None:
+            for message in posted:
+                if message.get("nonce") == nonce:
+                    return 200, message, {}
+        message = self._message(channel_id, body)
+        posted.append(message)
+        return 200, message, {}
+
+    def _message(self, channel_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A message object as Discord answers a post, written by the bot."""
+        message_id = next(self._ids)
+        at = datetime.fromtimestamp(((message_id >> 22) + _DISCORD_EPOCH_MS) / 1000, tz=UTC)
+        reference = body.get("message_reference")
+        message: dict[str, Any] = {
+            "id": str(message_id),
+            "channel_id": channel_id,
+            "author": {
+                "id": BOT_USER_ID,
+                "username": "memorybot",
+                "global_name": None,
+                "bot": True,
+            },
+            "content": body["content"],
+            "timestamp": at.isoformat(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "type": 19 if isinstance(reference, dict) else 0,
+        }
+        if isinstance(reference, dict):
+            message["message_reference"] = {
+                "type": 0,
+                "channel_id": channel_id,
+                "message_id": reference.get("message_id"),
+            }
+        if body.get("nonce") is not None:
+            message["nonce"] = body["nonce"]
+        return message
 
     def _overwrite(self, key: tuple[str, str | None], body: Any) -> tuple[int, Any, dict[str, str]]:
         if not isinstance(body, list):

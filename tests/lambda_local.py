@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from botmemory.config import get_settings
-from botmemory.runtime import services_from_environment
+from botmemory.runtime import forget_environment
 from localrun.samtemplate import Template, load_handler
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,8 +60,7 @@ class LocalLambda:
         for name, value in environment.items():
             self._monkeypatch.setenv(name, value)
         # A fresh process per invoke, as far as the caches are concerned.
-        get_settings.cache_clear()
-        services_from_environment.cache_clear()
+        forget_environment()
         handler = load_handler(spec)
         return handler(event, LambdaContext(function_name=logical_id))
 

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from botmemory import fact_history
 from botmemory.clock import DAY_MS, SystemClock, epoch_seconds
+from botmemory.commands import Commands
 from botmemory.config import Settings
 from botmemory.interactions import (
     ComponentType,
@@ -22,7 +24,7 @@ from botmemory.interactions import (
     Permissions,
 )
 from botmemory.keys import ERASED_PK, episode_sk
-from botmemory.records import Episode, Fact, FactKind, FactSource, Pin
+from botmemory.records import Episode, Fact, FactChange, FactKind, FactSource, HistoryActor, Pin
 from botmemory.runtime import MemoryServices, build_services
 from scripts.make_events import ALICE, BOB, BOT, CHANNEL, GUILD, command, signed
 from tests.conftest import TABLE
@@ -254,6 +256,8 @@ def test_forget_never_touches_another_members_fact(discord: Discord) -> None:
 def test_opting_out_erases_what_exists_and_stops_recording(discord: Discord) -> None:
     ingest_and_consolidate(discord, [(ALICE, "I love hiking in the Alps.")] + [(BOB, "ok")] * 3)
     assert facts_of(discord.services(), ALICE) == ["Alice loves hiking in the Alps"]
+    (hiking,) = discord.services().repository.all_facts(GUILD, ALICE)
+    assert discord.services().repository.history_of(GUILD, hiking.fact_id)
 
     prompt = discord.run("memory", "optout")
     assert "erase" in prompt["data"]["content"]  # it asks first, and says what it does
@@ -270,6 +274,8 @@ def test_opting_out_erases_what_exists_and_stops_recording(discord: Discord) -> 
     services = discord.services()
     assert facts_of(services, ALICE) == []
     assert services.repository.items_of_user(ALICE) == []
+    assert services.repository.history_of(GUILD, hiking.fact_id) == []
+    assert everything_about(discord.dynamodb, ["hiking"]) == []
     assert "opted out" in discord.text("memory", "remember", {"text": "I like tea"})
 
     assert "opted in" in discord.text("memory", "optin")
@@ -350,7 +356,12 @@ def test_forgetme_leaves_nothing_of_the_person(discord: Discord) -> None:
     seed_fact(services, ALICE, "Said something in a DM", scope="dm")
     discord.text("memory-staff", "pin", {"where": "global", "text": "Be kind"}, permissions=STAFF)
     discord.text("memory", "remember", {"text": "I grow chillies"})
+    # Alice, as staff, deletes a fact of Bob's: its history names her as who acted.
+    tuba = seed_fact(services, BOB, "Plays the tuba")
+    discord.text("memory-staff", "forget-fact", {"id": tuba.fact_id}, permissions=STAFF)
     assert everything_about(discord.dynamodb, [ALICE, "Alice"])
+    chillies = next(f for f in services.repository.all_facts(GUILD, ALICE) if "chillies" in f.text)
+    assert services.repository.history_of(GUILD, chillies.fact_id)  # her facts have history
 
     done = forgetme_flow(discord)
 
@@ -358,8 +369,10 @@ def test_forgetme_leaves_nothing_of_the_person(discord: Discord) -> None:
     assert "I erased everything I kept about you" in done["content"]
     # 3 facts from the conversation, 1 remembered, 1 in another server, 1 in DMs.
     assert "6 facts" in done["content"] and "1 pins" in done["content"]
-    assert everything_about(discord.dynamodb, [ALICE, "Alice"]) == []
+    assert everything_about(discord.dynamodb, [ALICE, "Alice"]) == []  # history included
     assert facts_of(discord.services(), BOB) == ["Bob uses Emacs"]  # others keep theirs
+    (bobs,) = services.repository.history_of(GUILD, tuba.fact_id)  # Bob's, without her id
+    assert (bobs.actor, bobs.actor_id, bobs.old) == (HistoryActor.STAFF, None, "Plays the tuba")
 
 
 def test_forgetme_can_be_cancelled(discord: Discord) -> None:
@@ -417,6 +430,7 @@ def test_forgetme_cut_short_by_a_fault_finishes_when_run_again(
         ("forget-fact", {"id": "abcdefgh"}),
         ("pin", {"where": "global", "text": "hi"}),
         ("unpin", {"id": "abcdefgh"}),
+        ("history", {"id": "abcdefgh"}),
     ],
 )
 def test_a_member_cannot_use_staff_commands(
@@ -460,6 +474,63 @@ def test_staff_forget_a_fact_of_this_server_only(discord: Discord) -> None:
     assert f"Deleted `{here.fact_id}`" in deleted and "Plays the tuba" in deleted
     assert "no fact with that id in this server" in refused
     assert facts_of(services, BOB, OTHER_GUILD) == ["Plays the oboe"]
+
+
+def test_staff_read_a_facts_history_oldest_first_as_text(discord: Discord) -> None:
+    remembered = discord.text("memory", "remember", {"text": "I like *jazz* and _blues_"}, user=BOB)
+    fact_id = remembered.split("`")[1]
+    discord.text("memory", "remember", {"text": "I like *jazz* and _Blues_!"}, user=BOB)
+    discord.text("memory-staff", "forget-fact", {"id": fact_id}, permissions=STAFF)
+
+    # discord.text checks: ephemeral, allowed_mentions {"parse": []}.
+    listing = discord.text("memory-staff", "history", {"id": fact_id.upper()}, permissions=STAFF)
+
+    header, *lines = listing.splitlines()
+    assert header == f"History of `{fact_id}` about <@{BOB}>, oldest first:"
+    assert len(lines) == 3
+    assert f"member <@{BOB}>: created " + '"I like \\*jazz\\* and \\_blues\\_"' in lines[0]
+    assert "changed" in lines[1] and " → " in lines[1]
+    assert f"staff <@{ALICE}>: deleted " in lines[2]
+    assert all(line[:4].isdigit() and "UTC" in line for line in lines)
+
+
+def test_staff_history_is_of_this_server_only(discord: Discord) -> None:
+    discord.text("memory", "remember", {"text": "I keep bees"}, user=BOB, guild=OTHER_GUILD)
+    (elsewhere,) = discord.services().repository.all_facts(OTHER_GUILD, BOB)
+    quiet = seed_fact(discord.services(), BOB, "Plays the tuba")  # seeded: no history yet
+
+    refused = discord.text("memory-staff", "history", {"id": elsewhere.fact_id}, permissions=STAFF)
+    no_entries = discord.text("memory-staff", "history", {"id": quiet.fact_id}, permissions=STAFF)
+
+    assert refused == "There is no fact with that id in this server."
+    assert "bees" not in refused
+    assert no_entries == f"No change to `{quiet.fact_id}` is on record."
+
+
+def test_a_long_history_fits_one_discord_message(discord: Discord) -> None:
+    services = discord.services()
+    fact = seed_fact(services, BOB, "Plays the tuba")
+    now = services.clock.now_ms()
+    entries = [
+        fact_history.history_entry(
+            fact,
+            FactChange.UPDATED,
+            actor=HistoryActor.MODEL,
+            actor_id=ALICE,
+            at_ms=now - 1000 + n,
+            retention_days=30,
+            old=f"{n} " + "tuba " * 40,
+            new=f"{n + 1} " + "tuba " * 40,
+        )
+        for n in range(30)
+    ]
+    services.repository.put_history(entries)
+
+    listing = discord.text("memory-staff", "history", {"id": fact.fact_id}, permissions=STAFF)
+
+    assert len(listing) <= 2000
+    assert '"0 tuba' in listing.splitlines()[1]  # oldest first
+    assert listing.endswith("more.")
 
 
 def test_staff_pin_and_unpin_and_recall_shows_the_pin(discord: Discord) -> None:
@@ -506,6 +577,108 @@ def test_autocomplete_offers_only_my_facts_and_this_servers_pins(discord: Discor
     assert complete("memory", "forget", "what", "tea") == [mine.fact_id]
     assert complete("memory-staff", "unpin", "id", "", permissions=STAFF) == ["pinhere"]
     assert complete("memory-staff", "unpin", "id", "") == []  # not staff
+
+
+# /ask ----------------------------------------------------------------------------------
+
+
+def with_asker(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Answering configured: every Commands the handler builds hands questions to a list."""
+    asked: list[dict[str, Any]] = []
+    original = Commands.__init__
+
+    def init(self: Commands, services: MemoryServices, defer: Any, ask: Any = None) -> None:
+        original(self, services, defer, asked.append)
+
+    monkeypatch.setattr(Commands, "__init__", init)
+    return asked
+
+
+def ask_interaction(question: Any, *, guild: str | None = GUILD) -> dict[str, Any]:
+    interaction = command(str(next(_ids)), "ask", "", {"question": question})
+    interaction["token"] = f"token-{interaction['id']}"
+    if guild is None:
+        interaction.pop("guild_id")
+        interaction["user"] = interaction.pop("member")["user"]
+    return interaction
+
+
+def test_ask_defers_in_public_and_hands_over_the_question(
+    discord: Discord, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = with_asker(monkeypatch)
+    interaction = ask_interaction("What did Alice say \u202eabout hiking?")
+
+    answer = discord.send(interaction)
+
+    # "thinking…" for the whole channel: no ephemeral flag, the answer is for everyone.
+    assert answer == {"type": InteractionResponseType.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE}
+    (job,) = asked
+    assert job["ask"]["question"] == "What did Alice say about hiking?"
+    handed = job["ask"]["interaction"]
+    assert (handed["id"], handed["token"]) == (interaction["id"], interaction["token"])
+    assert (handed["guild_id"], handed["channel_id"]) == (GUILD, CHANNEL)
+    assert handed["member"]["user"]["id"] == ALICE
+    assert handed["data"]["name"] == "ask"
+
+
+def test_a_replayed_ask_asks_once(discord: Discord, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = with_asker(monkeypatch)
+    interaction = ask_interaction("What is on the agenda?")
+
+    first = discord.send(interaction)
+    again = discord.send(interaction)  # Discord retried, or someone replayed it
+
+    assert first == again
+    assert len(asked) == 1
+
+
+def test_ask_works_in_direct_messages(discord: Discord, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = with_asker(monkeypatch)
+
+    discord.send(ask_interaction("Hello?", guild=None))
+
+    assert asked[0]["ask"]["interaction"]["guild_id"] is None
+
+
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [("   ", "Please give `question`"), ("\u200b\u202e", "empty"), ("x" * 2001, "2000")],
+)
+def test_a_bad_question_gets_a_clear_answer_and_asks_nothing(
+    discord: Discord, monkeypatch: pytest.MonkeyPatch, question: str, answer: str
+) -> None:
+    asked = with_asker(monkeypatch)
+
+    reply = discord.send(ask_interaction(question))
+
+    assert reply["data"]["flags"] == MessageFlag.EPHEMERAL and answer in reply["data"]["content"]
+    assert asked == []
+
+
+def test_ask_without_answering_configured_says_so(discord: Discord) -> None:
+    commands = Commands(discord.services(), defer=lambda job: None)  # no `ask`
+
+    reply = commands.handle(ask_interaction("What is on the agenda?"))
+
+    assert reply["data"]["flags"] == MessageFlag.EPHEMERAL
+    assert reply["data"]["allowed_mentions"] == {"parse": []}
+    assert "Answering is not set up" in reply["data"]["content"]
+
+
+def test_ask_needs_no_memory_and_changes_nothing_it_should_not(discord: Discord) -> None:
+    asked: list[dict[str, Any]] = []
+    services = build_services(
+        Settings(table_name=TABLE), dynamodb=discord.dynamodb, clock=SystemClock()
+    )  # memory off
+    commands = Commands(services, defer=lambda job: None, ask=asked.append)
+    interaction = ask_interaction("Anyone around?")
+
+    assert not commands.changes_nothing(interaction)  # behind replay protection
+    reply = commands.handle(interaction)
+
+    assert reply == {"type": InteractionResponseType.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE}
+    assert len(asked) == 1
 
 
 # Bad input ----------------------------------------------------------------------------

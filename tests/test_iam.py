@@ -21,6 +21,7 @@ FUNCTIONS = (
     "RecallFunction",
     "SweepFunction",
     "SearchIndexFunction",
+    "AnswerFunction",
 )
 # AWS managed policies a role may carry, and why: their statements are not in the template.
 MANAGED_POLICIES = {
@@ -30,7 +31,14 @@ MANAGED_POLICIES = {
     "AWSXrayWriteOnlyAccess": "Lambda's active tracing",
 }
 # Functions that hash a person's id (opt-outs, erasure markers) and so read the hash key.
-HASHERS = {"InteractionsFunction", "IngestFunction", "ConsolidateFunction", "SweepFunction"}
+# AnswerFunction records its own answers as observations, which checks the opt-out list.
+HASHERS = {
+    "InteractionsFunction",
+    "IngestFunction",
+    "ConsolidateFunction",
+    "SweepFunction",
+    "AnswerFunction",
+}
 WILDCARD = re.compile(r"[*?]")
 
 
@@ -212,7 +220,10 @@ def test_api_keys_are_secrets_read_only_by_their_callers(translated: dict[str, A
         "ConsolidateFunction",
         "SweepFunction",
         "RecallFunction",
+        "AnswerFunction",  # its recall embeds the question
     }
+    chat_key = "${ChatModelApiKeySecretName}"
+    assert _secret_readers(translated, chat_key) == {"AnswerFunction"}
     for function in FUNCTIONS:
         environment = _environment(translated, function)
         # Only the secret's name travels in the environment, never a key.
@@ -222,12 +233,11 @@ def test_api_keys_are_secrets_read_only_by_their_callers(translated: dict[str, A
     assert not any(p.get("NoEcho") for p in translated["Parameters"].values())
 
 
-def test_no_function_reads_the_bot_token(translated: dict[str, Any]) -> None:
-    # No code a function runs posts as the bot: follow-ups use the interaction's webhook.
-    for function in FUNCTIONS:
-        assert "DISCORD_BOT_TOKEN_SECRET" not in _environment(translated, function)
-        for statement in function_statements(translated, function):
-            assert "bot-token" not in str(statement)
+def test_only_the_answering_function_reads_the_bot_token(translated: dict[str, Any]) -> None:
+    # Only answers are posted as the bot; commands' follow-ups use the interaction's webhook.
+    readers = {f for f in FUNCTIONS if "DISCORD_BOT_TOKEN_SECRET" in _environment(translated, f)}
+    assert readers == {"AnswerFunction"}
+    assert _secret_readers(translated, "${BotTokenSecretName}") == {"AnswerFunction"}
 
 
 def test_bedrock_is_allowed_only_on_the_configured_models(translated: dict[str, Any]) -> None:
@@ -253,16 +263,29 @@ def test_bedrock_is_allowed_only_on_the_configured_models(translated: dict[str, 
             "bedrock:InvokeModel" in listed(s["Action"]) for s in function_statements(translated, f)
         )
     }
-    assert model_users == {"ConsolidateFunction", "SweepFunction", "RecallFunction"}
+    assert model_users == {
+        "ConsolidateFunction",
+        "SweepFunction",
+        "RecallFunction",
+        "AnswerFunction",
+    }
 
 
-def test_deferred_answers_invoke_only_the_function_itself(translated: dict[str, Any]) -> None:
-    invokers = {}
+def test_functions_invoke_only_themselves_or_the_answer_function(
+    translated: dict[str, Any],
+) -> None:
+    invokers: dict[str, list[str]] = {}
     for function in FUNCTIONS:
         for statement in function_statements(translated, function):
             if "lambda:InvokeFunction" in listed(statement["Action"]):
-                invokers[function] = statement["Resource"]
-    assert invokers == {"InteractionsFunction": {"Fn::GetAtt": ["InteractionsFunction", "Arn"]}}
+                (target,) = listed(statement["Resource"])
+                assert set(target) == {"Fn::GetAtt"}, target  # one function, by its ARN
+                invokers.setdefault(function, []).append(target["Fn::GetAtt"][0])
+    assert {f: sorted(t) for f, t in invokers.items()} == {
+        # Deferred command work (itself) and /ask.
+        "InteractionsFunction": ["AnswerFunction", "InteractionsFunction"],
+        "IngestFunction": ["AnswerFunction"],  # mentions, replies to the bot, DMs
+    }
 
 
 def test_stream_readers_read_only_the_memory_tables_stream(translated: dict[str, Any]) -> None:

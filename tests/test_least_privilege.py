@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 from botocore.client import BaseClient
 
+from botmemory.answer_requests import register_local_target
 from botmemory.keys import OPT_OUT_PK
+from botmemory.records import scope_of
 from localrun.samtemplate import passes_filters
-from scripts.make_events import BOB
+from scripts.make_events import BOB, BOT
 from tests import gateway as gw
-from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
+from tests.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.lambda_local import EVENTS, ROOT, TABLE
 from tests.sam_tools import translated_template
 from tests.test_commands import Discord, confirm_flow
@@ -96,6 +98,9 @@ def discord(
     call_log: CallLog,
 ) -> Iterator[Discord]:
     client = Discord(monkeypatch, fake_discord, dynamodb)
+    client.local._overrides["AnswerFunction"].update(
+        DISCORD_API_BASE=fake_discord.url, DISCORD_BOT_TOKEN=BOT_TOKEN, CHAT_MODEL="rules"
+    )
     invoke = client.local.invoke
 
     def recorded(logical_id: str, event: Any) -> Any:
@@ -153,6 +158,20 @@ def a_deployments_day(discord: Discord) -> None:
         "query": "where does Alice like hiking?",
     }
     assert discord.local.invoke("RecallFunction", recall)["enabled"] is True
+    # The bot answers a mention (rules chat model), then corrects what it was shown.
+    started: list[dict[str, Any]] = []
+    register_local_target("AnswerFunction", started.append)
+    hiking = discord.services().repository.active_facts(scope_of(gw.GUILD), gw.ALICE, 8)[0]
+    for n, text in enumerate(
+        ["where do I like hiking?", f"correct {hiking.fact_id} to Alice loves the Dolomites"]
+    ):
+        asked = gw.message(gw.ALICE, f"<@{BOT}> {text}", 1_767_225_800_000 + n * 1000)
+        asked["d"]["mentions"] = [{"id": BOT, "username": "memorybot", "bot": True}]
+        discord.local.invoke("IngestFunction", {"events": [asked]})
+        assert len(started) == 1
+        assert discord.local.invoke("AnswerFunction", started.pop())["posted"] == 1
+    corrected = discord.services().repository.fact_by_id(hiking.fact_id)
+    assert corrected is not None and corrected.text == "Alice loves the Dolomites"
 
     discord.text("memory", "show")
     discord.text("memory", "remember", {"text": "I grow chillies on my balcony"})

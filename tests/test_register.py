@@ -110,15 +110,17 @@ def test_definitions_respect_discords_limits(guild_scoped: bool) -> None:
 
 def test_member_and_staff_layout() -> None:
     commands = by_name(command_definitions())
-    assert set(commands) == {"memory", "memory-staff", "forgetme"}
-    assert (specs.MEMBER_COMMAND, specs.STAFF_COMMAND, specs.FORGETME_COMMAND) == (
-        "memory",
-        "memory-staff",
-        "forgetme",
-    )
+    assert set(commands) == {"memory", "memory-staff", "forgetme", "ask"}
+    assert (
+        specs.MEMBER_COMMAND,
+        specs.STAFF_COMMAND,
+        specs.FORGETME_COMMAND,
+        specs.ASK_COMMAND,
+    ) == ("memory", "memory-staff", "forgetme", "ask")
 
     member, staff, forgetme = commands["memory"], commands["memory-staff"], commands["forgetme"]
-    for command in (member, forgetme):
+    ask = commands["ask"]
+    for command in (member, forgetme, ask):
         assert command["default_member_permissions"] is None
         assert command["contexts"] == [0, 1]  # servers and the bot's DMs
         assert command["integration_types"] == [0]
@@ -133,7 +135,7 @@ def test_member_and_staff_layout() -> None:
     assert list(member_subs) == list(specs.MEMBER_SUBCOMMANDS)
     assert list(member_subs) == ["show", "remember", "forget", "optout", "optin"]
     assert list(staff_subs) == list(specs.STAFF_SUBCOMMANDS)
-    assert list(staff_subs) == ["user", "forget-fact", "pin", "unpin", "quarantine"]
+    assert list(staff_subs) == ["user", "forget-fact", "pin", "unpin", "quarantine", "history"]
     assert all(sub["type"] == 1 for sub in [*member["options"], *staff["options"]])
 
     def options(sub: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -160,6 +162,9 @@ def test_member_and_staff_layout() -> None:
         ("text", 3, True, 240, False, []),
     ]
     assert options(staff_subs["unpin"]) == [("id", 3, True, None, True, [])]
+    assert options(staff_subs["history"]) == [("id", 3, True, None, True, [])]
+    # /ask is a command of its own (no subcommand): one required question, a message long.
+    assert options(ask) == [("question", 3, True, 2000, False, [])]
     assert member_subs["forget"]["options"][0]["description"] == "A fact id or words of the fact"
 
 
@@ -177,7 +182,7 @@ def test_definitions_are_fresh_copies() -> None:
     first[0]["options"][0]["name"] = "changed"
     first.append({"name": "extra"})
     assert command_definitions()[0]["options"][0]["name"] == "show"
-    assert len(command_definitions()) == 3
+    assert len(command_definitions()) == 4
 
 
 # -- the change report ----------------------------------------------------------------------
@@ -220,13 +225,13 @@ def test_diff_sees_changed_sent_fields() -> None:
     held.append({"name": "old", "type": 1, "description": "gone"})
     changes = diff_commands(held, desired)
     assert changes.updated == ["memory", "memory-staff", "forgetme"]
-    assert (changes.added, changes.removed, changes.unchanged) == ([], ["old"], [])
+    assert (changes.added, changes.removed, changes.unchanged) == ([], ["old"], ["ask"])
 
 
 def test_diff_matches_by_name_and_type() -> None:
     held = [{"name": "memory", "type": 2, "description": ""}]  # a user context-menu command
     changes = diff_commands(held, command_definitions())
-    assert changes.added == ["memory", "memory-staff", "forgetme"]
+    assert changes.added == ["memory", "memory-staff", "forgetme", "ask"]
     assert changes.removed == ["memory"]
 
 
@@ -259,8 +264,13 @@ def test_first_global_registration_adds_everything(fake_discord: FakeDiscordRest
     ]
     assert {r.authorization for r in fake_discord.requests} == {f"Bot {BOT_TOKEN}"}
     assert fake_discord.requests[1].body == command_definitions()
-    assert report_lines(out) == ["added /memory", "added /memory-staff", "added /forgetme"]
-    assert "3 added, 0 updated, 0 removed, 0 unchanged" in out
+    assert report_lines(out) == [
+        "added /memory",
+        "added /memory-staff",
+        "added /forgetme",
+        "added /ask",
+    ]
+    assert "4 added, 0 updated, 0 removed, 0 unchanged" in out
     assert "globally" in out
     stored = by_name(fake_discord.commands[(APPLICATION_ID, None)])
     assert stored["memory-staff"]["default_member_permissions"] == "32"
@@ -277,8 +287,9 @@ def test_second_run_reports_everything_unchanged(fake_discord: FakeDiscordRest) 
         "unchanged /memory",
         "unchanged /memory-staff",
         "unchanged /forgetme",
+        "unchanged /ask",
     ]
-    assert "0 added, 0 updated, 0 removed, 3 unchanged" in out
+    assert "0 added, 0 updated, 0 removed, 4 unchanged" in out
     # The overwrite is still sent (it is idempotent) and keeps the commands' ids.
     assert [r.method for r in fake_discord.requests] == ["GET", "PUT", "GET", "PUT"]
     assert {c["name"]: c["id"] for c in fake_discord.commands[(APPLICATION_ID, None)]} == ids
@@ -298,11 +309,11 @@ def test_guild_registration_uses_the_guild_path(fake_discord: FakeDiscordRest) -
     assert (APPLICATION_ID, None) not in fake_discord.commands
 
     _, again, _ = run(fake_discord, "--guild", GUILD)
-    assert "3 unchanged" in again
+    assert "4 unchanged" in again
 
 
 def test_report_names_added_updated_removed_unchanged(fake_discord: FakeDiscordRest) -> None:
-    memory, _staff, forgetme = command_definitions()
+    memory, _staff, forgetme, _ask = command_definitions()
     older_memory = {**memory, "description": "An older description"}
     obsolete = {"name": "remember-me", "type": 1, "description": "A command since dropped"}
     with DiscordApi(BOT_TOKEN, base_url=fake_discord.url) as api:
@@ -314,15 +325,17 @@ def test_report_names_added_updated_removed_unchanged(fake_discord: FakeDiscordR
     assert code == 0
     assert report_lines(out) == [
         "added /memory-staff",
+        "added /ask",
         "updated /memory",
         "removed /remember-me",
         "unchanged /forgetme",
     ]
-    assert "1 added, 1 updated, 1 removed, 1 unchanged" in out
+    assert "2 added, 1 updated, 1 removed, 1 unchanged" in out
     assert [c["name"] for c in fake_discord.commands[(APPLICATION_ID, None)]] == [
         "memory",
         "memory-staff",
         "forgetme",
+        "ask",
     ]
 
 
@@ -332,7 +345,7 @@ def test_dry_run_sends_no_put(fake_discord: FakeDiscordRest) -> None:
     assert code == 0
     assert [r.method for r in fake_discord.requests] == ["GET"]
     assert "Dry run" in out and "nothing sent" in out
-    assert "3 added" in out
+    assert "4 added" in out
     assert fake_discord.commands == {}
 
 
@@ -402,5 +415,5 @@ def test_module_runs_as_a_script(fake_discord: FakeDiscordRest) -> None:
     }
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
-    assert "3 added" in done.stdout
+    assert "4 added" in done.stdout
     assert [r.method for r in fake_discord.requests] == ["GET", "PUT"]

@@ -23,6 +23,7 @@ from localrun import dev
 from localrun.samtemplate import Template, passes_filters
 from scripts import make_events
 from tests import gateway as gw
+from tests.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.lambda_local import EVENTS, ROOT, TABLE, LocalLambda, sample_env
 
 FUNCTION_OF_FOLDER = {
@@ -32,6 +33,7 @@ FUNCTION_OF_FOLDER = {
     "recall": "RecallFunction",
     "sweep": "SweepFunction",
     "search_index": "SearchIndexFunction",
+    "answer": "AnswerFunction",
 }
 
 
@@ -89,7 +91,12 @@ def check_unauthorized(r: Any) -> None:
     assert r["statusCode"] == 401
 
 
+def check_answer(r: Any) -> None:
+    assert r["status"] == "answered" and r["posted"] == 1 and r["recorded"] == 1
+
+
 CHECKS: dict[str, Callable[[Any], None]] = {
+    "answer/mention.json": check_answer,
     "ingest/gateway-batch.json": check_ingest,
     "consolidate/stream-batch.json": check_stream,
     "recall/request.json": check_recall,
@@ -115,9 +122,12 @@ def test_every_sample_event_has_a_check_and_a_function() -> None:
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_the_sample_event_runs_through_its_templates_handler(
-    name: str, dynamodb: Any, monkeypatch: pytest.MonkeyPatch
+    name: str, dynamodb: Any, monkeypatch: pytest.MonkeyPatch, fake_discord: FakeDiscordRest
 ) -> None:
-    local = LocalLambda(monkeypatch, sample_env())
+    env = sample_env()
+    # AnswerFunction posts to Discord: here the fake on 127.0.0.1 stands in for make dev's.
+    env["AnswerFunction"].update(DISCORD_API_BASE=fake_discord.url, DISCORD_BOT_TOKEN=BOT_TOKEN)
+    local = LocalLambda(monkeypatch, env)
     # The consolidation and recall samples refer to what the ingest sample records.
     if not name.startswith("ingest/"):
         local.invoke(

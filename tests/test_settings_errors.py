@@ -60,10 +60,25 @@ BAD: dict[str, str] = {
     "EMBEDDING_MODEL_API_KEY": "sk\tsecret",
     "EMBEDDING_MODEL_API_KEY_SECRET": "an embedding key",
     "EMBEDDING_DIMENSIONS": "32",
+    "CHAT_MODEL": "claude-haiku",
+    "CHAT_MODEL_BASE_URL": "localhost:11434/v1",
+    "CHAT_MODEL_API_KEY": "sk chat secret",
+    "CHAT_MODEL_API_KEY_SECRET": "my chat key",
+    "CHAT_MODEL_TIMEOUT_SECONDS": "0",
+    "CHAT_MODEL_MAX_ATTEMPTS": "6",
+    "CHAT_MODEL_MAX_OUTPUT_TOKENS": "10",
     "DISCORD_BOT_USER_ID": "@memory-bot",
+    "ANSWER_RATE_WINDOW_SECONDS": "ten minutes",
+    "ANSWER_RATE_PER_PERSON": "0",
+    "ANSWER_RATE_PER_CHANNEL": "-20",
+    "ANSWER_FUNCTION": "answer function",
+    "BOT_SYSTEM_PROMPT": "x" * 20_001,
+    "BOT_SYSTEM_PROMPT_PARAMETER": "bot-prompt",
+    "ANSWER_HISTORY_CHARS": "-1",
+    "ANSWER_PERSON_FACTS": "9",
 }
 # Their values never appear in a message: it goes to logs.
-HIDDEN = {"MEMORY_MODEL_API_KEY", "EMBEDDING_MODEL_API_KEY"}
+HIDDEN = {"MEMORY_MODEL_API_KEY", "EMBEDDING_MODEL_API_KEY", "CHAT_MODEL_API_KEY"}
 
 
 def cold_start(environ: dict[str, str]) -> None:

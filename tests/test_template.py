@@ -30,6 +30,7 @@ FUNCTIONS = {
     "RecallFunction": "functions/recall/",
     "SweepFunction": "functions/sweep/",
     "SearchIndexFunction": "functions/search_index/",
+    "AnswerFunction": "functions/answer/",
 }
 OBSERVATION_INSERTS = {
     "eventName": ["INSERT"],
@@ -39,6 +40,9 @@ OBSERVATION_INSERTS = {
 OTHER_ENVIRONMENT = {
     "DISCORD_PUBLIC_KEY",
     "DISCORD_APPLICATION_ID",
+    "DISCORD_BOT_TOKEN_SECRET",
+    "DISCORD_BOT_TOKEN",
+    "DISCORD_API_BASE",
     "MEMORY_HASH_KEY_SECRET",
     "DISCORD_TIMESTAMP_TOLERANCE_SECONDS",
     "POWERTOOLS_SERVICE_NAME",
@@ -345,8 +349,9 @@ def test_search_alarms_watch_metrics_the_code_emits(resources: dict[str, Any]) -
 def test_every_asynchronous_invoke_has_an_alarmed_failure_destination(
     resources: dict[str, Any],
 ) -> None:
-    # Invoked asynchronously: by the relay (ingest), by itself (interactions), by a schedule.
-    asynchronous = {"IngestFunction", "InteractionsFunction"} | {
+    # Invoked asynchronously: by the relay (ingest), by itself (interactions), by ingest and
+    # /ask (answer), by a schedule.
+    asynchronous = {"IngestFunction", "InteractionsFunction", "AnswerFunction"} | {
         logical_id
         for logical_id, resource in resources.items()
         if resource["Type"] == "AWS::Serverless::Function"

@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botmemory.config import get_settings
 from botmemory.observability import logger, metrics
 from botmemory.observe import events_from
-from botmemory.runtime import services_from_environment
+from botmemory.runtime import answer_requests_from_environment, services_from_environment
 
 # Read at cold start: a missing or malformed setting fails the init in one line naming it.
 get_settings()
@@ -35,6 +35,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     # consolidation that consumes them logs it.
     logger.set_correlation_id(context.aws_request_id)
     result = services_from_environment().recorder.record(events, ingest_id=context.aws_request_id)
+    # Mentions of the bot, replies to it, DMs: AnswerFunction answers them (asynchronously).
+    answers = answer_requests_from_environment().after_ingest(events, result)
+    if answers:
+        metrics.add_metric(name="AnswersRequested", unit=MetricUnit.Count, value=answers)
     metrics.add_metric(name="ObservationsStored", unit=MetricUnit.Count, value=result.stored)
     metrics.add_metric(name="ObservationDuplicates", unit=MetricUnit.Count, value=result.duplicates)
     metrics.add_metric(name="EventsIgnored", unit=MetricUnit.Count, value=len(result.ignored))

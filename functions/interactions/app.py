@@ -94,14 +94,16 @@ def command_runner() -> tuple[Commands, Callable[..., dict[str, Any]], Idempoten
     from botmemory import keys
     from botmemory.commands import Commands
     from botmemory.followup import deferrer
-    from botmemory.runtime import services_from_environment
+    from botmemory.runtime import answer_requests_from_environment, services_from_environment
 
     services = services_from_environment()
 
     def finish(job: dict[str, Any]) -> dict[str, Any]:
         return commands.finish(job)
 
-    commands = Commands(services, deferrer(finish))
+    # /ask starts AnswerFunction (asynchronously); without ANSWER_FUNCTION it says so.
+    asker = answer_requests_from_environment()
+    commands = Commands(services, deferrer(finish), ask=asker.ask if asker.enabled else None)
     persistence = DynamoDBPersistenceLayer(
         table_name=services.settings.table_name,
         key_attr="pk",

@@ -3,9 +3,10 @@
 Layout, and why there are two `/memory...` commands:
 
     /memory show | remember text | forget what | optout | optin     every member
-    /memory-staff user member | forget-fact id | pin where text | unpin id
-                                                                    Manage Server by default
+    /memory-staff user member | forget-fact id | pin where text | unpin id | quarantine
+                  | history id                                      Manage Server by default
     /forgetme                                                       every member
+    /ask question                                                   every member
 
 Discord attaches permissions to a top-level command only. `default_member_permissions`
 is a field of the application command object; the option object (which is what a
@@ -46,6 +47,7 @@ from botmemory.interactions import (
 MEMBER_COMMAND = "memory"
 STAFF_COMMAND = "memory-staff"
 FORGETME_COMMAND = "forgetme"
+ASK_COMMAND = "ask"
 
 # Member subcommands of /memory.
 SHOW = "show"
@@ -61,19 +63,23 @@ FORGET_FACT = "forget-fact"
 PIN = "pin"
 UNPIN = "unpin"
 QUARANTINE = "quarantine"
-STAFF_SUBCOMMANDS = (USER, FORGET_FACT, PIN, UNPIN, QUARANTINE)
+HISTORY = "history"
+STAFF_SUBCOMMANDS = (USER, FORGET_FACT, PIN, UNPIN, QUARANTINE, HISTORY)
 
 # Option names, as they arrive in `data.options[0].options[*].name`.
 OPTION_TEXT = "text"  # remember, pin
 OPTION_WHAT = "what"  # forget: a fact id or words of the fact (autocomplete)
 OPTION_MEMBER = "member"  # user
-OPTION_ID = "id"  # forget-fact, unpin (autocomplete)
+OPTION_ID = "id"  # forget-fact, unpin, history (autocomplete)
 OPTION_WHERE = "where"  # pin
 WHERE_GLOBAL = "global"
 WHERE_CHANNEL = "channel"
+OPTION_QUESTION = "question"  # ask
 
 # A fact or pin typed by hand: long enough for a sentence, short enough for the prompt budget.
 MAX_TEXT_LENGTH = 240
+# A question to the bot: what one Discord message holds.
+MAX_QUESTION_LENGTH = 2000
 
 # Fields Discord honours only on global commands.
 GLOBAL_ONLY_FIELDS = ("contexts", "integration_types")
@@ -84,7 +90,7 @@ def command_definitions(*, guild_scoped: bool = False) -> list[dict[str, Any]]:
 
     `guild_scoped` drops the fields that only global commands carry.
     """
-    commands = [_memory_command(), _staff_command(), _forgetme_command()]
+    commands = [_memory_command(), _staff_command(), _forgetme_command(), _ask_command()]
     if guild_scoped:
         for command in commands:
             for field in GLOBAL_ONLY_FIELDS:
@@ -187,6 +193,11 @@ def _staff_command() -> dict[str, Any]:
                 QUARANTINE,
                 "List messages in this channel the memory model kept failing on (not remembered)",
             ),
+            _subcommand(
+                HISTORY,
+                "Show every change to one fact of this server, oldest first",
+                [_string(OPTION_ID, "The fact id", autocomplete=True)],
+            ),
         ],
     }
 
@@ -199,6 +210,20 @@ def _forgetme_command() -> dict[str, Any]:
         "default_member_permissions": None,
         "contexts": [InteractionContextType.GUILD, InteractionContextType.BOT_DM],
         "integration_types": [ApplicationIntegrationType.GUILD_INSTALL],
+    }
+
+
+def _ask_command() -> dict[str, Any]:
+    return {
+        "name": ASK_COMMAND,
+        "type": ApplicationCommandType.CHAT_INPUT,
+        "description": "Ask the bot a question; it answers in the channel, with what it remembers",
+        "default_member_permissions": None,
+        "contexts": [InteractionContextType.GUILD, InteractionContextType.BOT_DM],
+        "integration_types": [ApplicationIntegrationType.GUILD_INSTALL],
+        "options": [
+            _string(OPTION_QUESTION, "Your question", max_length=MAX_QUESTION_LENGTH),
+        ],
     }
 
 

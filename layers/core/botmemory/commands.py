@@ -1,11 +1,17 @@
-"""Slash commands: members see and control what is kept about them; staff review and steer it.
+"""Slash commands: members see and control what is kept about them; staff review and steer it;
+`/ask` hands a question to the answering function.
 
-Every answer is ephemeral, scrubbed, and sent with `allowed_mentions: {"parse": []}`, so
-stored text never pings anyone; stored text is shown through `as_discord_text`, so what one
-member wrote reaches others as text, never as formatting, masked links or mentions. Staff
-rights are checked here from `member.permissions` on every call, whatever the command's
-registration says. Work that may outlast Discord's 3 seconds (erasure, long listings)
-answers "thinking…" at once and finishes through the interaction webhook (see `Deferrer`).
+Every answer but `/ask`'s is ephemeral; every answer is scrubbed and sent with
+`allowed_mentions: {"parse": []}`, so stored text never pings anyone; stored text is shown
+through `as_discord_text`, so what one member wrote reaches others as text, never as
+formatting, masked links or mentions. Staff rights are checked here from
+`member.permissions` on every call, whatever the command's registration says. Work that
+may outlast Discord's 3 seconds (erasure, long listings) answers "thinking…" at once and
+finishes through the interaction webhook (see `Deferrer`).
+`/ask` answers "thinking…" in public (the answer is for the channel) and hands the question
+to the injected `Asker`; like every command that does work, it runs behind the handler's
+replay protection (it is not in `changes_nothing`), so a replayed interaction asks once.
+Every change to a fact made here is kept in its history (botmemory.fact_history).
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from botmemory import command_specs as spec
+from botmemory import fact_history
 from botmemory.clock import DAY_MS, day, epoch_seconds
 from botmemory.erasure import Eraser, ErasureReport
 from botmemory.interactions import (
@@ -32,7 +40,18 @@ from botmemory.interactions import (
 from botmemory.keys import message_of
 from botmemory.names import names_pattern
 from botmemory.recall import SECTION_HEADINGS
-from botmemory.records import Fact, FactKind, FactSource, FactStatus, Pin, Quarantine, scope_of
+from botmemory.records import (
+    Fact,
+    FactChange,
+    FactHistory,
+    FactKind,
+    FactSource,
+    FactStatus,
+    HistoryActor,
+    Pin,
+    Quarantine,
+    scope_of,
+)
 from botmemory.runtime import MemoryServices
 from botmemory.table import ttl_alive
 from botmemory.text import (
@@ -208,13 +227,46 @@ def _listing(header: str, lines: list[str]) -> str:
     return text
 
 
+def _moment(ms: int) -> str:
+    """A stored time as staff read it: the UTC day and minute."""
+    try:
+        at = datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, ValueError, OSError):
+        return day(ms)
+    return f"{day(ms)} {at.hour:02d}:{at.minute:02d} UTC"
+
+
+_CHANGE_WORDS = {
+    FactChange.CREATED: "created",
+    FactChange.UPDATED: "changed",
+    FactChange.RESTORED: "restated",
+    FactChange.SUPERSEDED: "superseded",
+    FactChange.DELETED: "deleted",
+}
+
+
+def _history_line(entry: FactHistory) -> str:
+    """One change to a fact: when, who, what, with its texts shown as text."""
+    who = entry.actor.value + (f" <@{entry.actor_id}>" if entry.actor_id else "")
+    old = f'"{_shown(entry.old)}"' if entry.old is not None else ""
+    new = f'"{_shown(entry.new)}"' if entry.new is not None else ""
+    what = " → ".join(t for t in (old, new) if t)
+    if entry.change == FactChange.SUPERSEDED and entry.superseded_by:
+        what += f" (by `{entry.superseded_by}`)"
+    return f"{_moment(entry.at_ms)}, {who}: {_CHANGE_WORDS[entry.change]} {what}".rstrip()
+
+
 Deferrer = Callable[[dict[str, Any]], None]
+# Starts the answer to `/ask`: `{"ask": {"interaction": ..., "question": ...}}`, in Lambda an
+# asynchronous invoke of AnswerFunction, which edits the deferred answer.
+Asker = Callable[[dict[str, Any]], None]
 
 
 class Commands:
-    def __init__(self, services: MemoryServices, defer: Deferrer) -> None:
+    def __init__(self, services: MemoryServices, defer: Deferrer, ask: Asker | None = None) -> None:
         self._services = services
         self._defer = defer
+        self._ask = ask
         self._eraser = Eraser(
             services.repository,
             services.clock,
@@ -254,6 +306,7 @@ class Commands:
             (spec.MEMBER_COMMAND, spec.SHOW),
             (spec.STAFF_COMMAND, spec.USER),
             (spec.STAFF_COMMAND, spec.QUARANTINE),
+            (spec.STAFF_COMMAND, spec.HISTORY),
         )
 
     def finish(
@@ -310,6 +363,8 @@ class Commands:
             (spec.STAFF_COMMAND, spec.PIN): self._staff_pin,
             (spec.STAFF_COMMAND, spec.UNPIN): self._staff_unpin,
             (spec.STAFF_COMMAND, spec.QUARANTINE): self._staff_quarantine,
+            (spec.STAFF_COMMAND, spec.HISTORY): self._staff_history,
+            (spec.ASK_COMMAND, ""): self._ask_question,
         }
         route = routes.get((invocation.command, invocation.subcommand))
         if route is None:
@@ -320,7 +375,8 @@ class Commands:
                 "Only members with the Manage Server permission can use this command."
             )
         if (
-            invocation.command != spec.FORGETME_COMMAND
+            # Erasure works whatever the settings; answering does not need memory.
+            invocation.command not in (spec.FORGETME_COMMAND, spec.ASK_COMMAND)
             and not self._services.settings.memory_enabled
         ):
             return ephemeral_reply("Memory is off on this bot: nothing is kept about anyone.")
@@ -414,7 +470,17 @@ class Commands:
             updated_ms=now,
             expires_at=epoch_seconds(now + self._services.settings.fact_retention_days * DAY_MS),
         )
-        self._services.repository.put_fact(fact)
+        repository = self._services.repository
+        previous = repository.fact(fact.scope, fact.user_id, fact.fact_id)
+        entry = fact_history.written(
+            previous,
+            fact,
+            actor=HistoryActor.MEMBER,
+            at_ms=now,
+            retention_days=self._services.settings.fact_retention_days,
+            actor_id=invocation.user_id,
+        )
+        repository.put_fact(fact, entry)
         return ephemeral_reply(f"Remembered as `{fact.fact_id}`: {_shown(text)}")
 
     def _forget(self, invocation: Invocation) -> dict[str, Any]:
@@ -427,7 +493,7 @@ class Commands:
             return ephemeral_reply(
                 "None of your facts here matches that. `/memory show` lists them with their ids."
             )
-        self._services.repository.delete_facts(matching)
+        self._delete_recorded(matching, HistoryActor.MEMBER, invocation.user_id)
         return ephemeral_reply(
             _listing("Forgotten:", [f"`{f.fact_id}` {_shown(f.text)}" for f in matching])
         )
@@ -530,10 +596,63 @@ class Commands:
         fact = self._fact_here(invocation, invocation.text(spec.OPTION_ID))
         if fact is None:
             return ephemeral_reply("There is no fact with that id in this server.")
-        self._services.repository.delete_facts([fact])
+        self._delete_recorded([fact], HistoryActor.STAFF, invocation.user_id)
         return ephemeral_reply(
             f"Deleted `{fact.fact_id}` about <@{fact.user_id}>: {_shown(fact.text)}"
         )
+
+    def _delete_recorded(self, facts: list[Fact], actor: HistoryActor, actor_id: str) -> None:
+        """Delete facts, each with its history entry, in one write per few facts."""
+        now = self._services.clock.now_ms()
+        retention = self._services.settings.fact_retention_days
+        entries = [
+            fact_history.deleted(
+                f, actor=actor, at_ms=now, retention_days=retention, actor_id=actor_id
+            )
+            for f in facts
+        ]
+        self._services.repository.delete_facts(facts, entries)
+
+    def _staff_history(self, invocation: Invocation) -> dict[str, Any]:
+        """Every change to one fact of this server, oldest first: when, who, the texts."""
+        fact_id = scrub(invocation.text(spec.OPTION_ID)).strip().lower()
+        if not fact_id.isalnum() or len(fact_id) > 32:
+            return ephemeral_reply("There is no fact with that id in this server.")
+        now = self._services.clock.now_ms()
+        entries = [
+            e
+            for e in self._services.repository.history_of(invocation.scope, fact_id)
+            if ttl_alive(e.expires_at, now)
+        ]
+        if not entries:
+            if self._fact_here(invocation, fact_id) is not None:
+                return ephemeral_reply(f"No change to `{fact_id}` is on record.")
+            return ephemeral_reply("There is no fact with that id in this server.")
+        return ephemeral_reply(
+            _listing(
+                f"History of `{fact_id}` about <@{entries[0].user_id}>, oldest first:",
+                [_history_line(e) for e in entries],
+            )
+        )
+
+    # Asking -------------------------------------------------------------------------
+
+    def _ask_question(self, invocation: Invocation) -> dict[str, Any]:
+        """Hand the question to the answering function; the answer is for the channel, so
+        the "thinking…" answer is public. A replay of this interaction gets the stored
+        response from the handler's replay protection and asks nothing."""
+        if self._ask is None:
+            return ephemeral_reply("Answering is not set up on this bot.")
+        question = scrub(invocation.text(spec.OPTION_QUESTION), keep_newlines=True)
+        if not question:
+            raise CommandError("That question is empty once invisible characters are removed.")
+        if len(question) > spec.MAX_QUESTION_LENGTH:
+            raise CommandError(
+                f"Please keep a question to {spec.MAX_QUESTION_LENGTH} characters "
+                f"(yours has {len(question)})."
+            )
+        self._ask({"ask": {"interaction": deferred_interaction(invocation), "question": question}})
+        return {"type": InteractionResponseType.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE}
 
     def _staff_pin(self, invocation: Invocation) -> dict[str, Any]:
         where = invocation.text(spec.OPTION_WHERE)
@@ -583,7 +702,7 @@ class Commands:
                         invocation.scope, MAX_PINS_PER_SCOPE
                     )
                 ]
-            elif invocation.subcommand == spec.FORGET_FACT and typed:
+            elif invocation.subcommand in (spec.FORGET_FACT, spec.HISTORY) and typed:
                 fact = self._fact_here(invocation, typed)
                 choices = [(fact.fact_id, fact.text)] if fact else []
         matches = [

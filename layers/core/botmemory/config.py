@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from botmemory.environment import ConfigError as ConfigError
 from botmemory.secrets import EMBEDDING_API_KEY_ENV, MODEL_API_KEY_ENV, one_form
 
+CHAT_API_KEY_ENV = "CHAT_MODEL_API_KEY"
+
 # A table name, or a table ARN (DynamoDB accepts both).
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,1024}$")
 # A Secrets Manager secret's name, or its (partial) ARN.
@@ -27,7 +29,7 @@ _SECRET_ID = re.compile(r"^[A-Za-z0-9/_+=.@:-]{1,2048}$")
 _HTTP_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
 _SNOWFLAKE = re.compile(r"^[0-9]{1,21}$")
 # Settings whose values never appear in an error message.
-_HIDDEN_FIELDS = frozenset({"model_api_key", "embedding_api_key"})
+_HIDDEN_FIELDS = frozenset({"model_api_key", "embedding_api_key", "chat_api_key"})
 _SHOWN_VALUE_CHARS = 60
 
 
@@ -87,8 +89,33 @@ class Settings(BaseModel):
     embedding_api_key_secret: str | None = None  # at most one of the two
     embedding_dimensions: int = Field(default=512, ge=64, le=4096)
 
+    # The chat model that answers (DESIGN.md section 10): `bedrock:<model id>`,
+    # `openai:<model>` or `rules`; None: the bot does not answer.
+    chat_model: str | None = None
+    chat_base_url: str | None = None  # unset: MEMORY_MODEL_BASE_URL
+    chat_api_key: str | None = None  # unset (and no secret): the memory model's key
+    chat_api_key_secret: str | None = None  # at most one of the two
+    # Someone is waiting for the answer: a shorter timeout and fewer attempts than consolidation.
+    chat_timeout_seconds: float = Field(default=20.0, gt=0, le=300)
+    chat_max_attempts: int = Field(default=2, ge=1, le=5)
+    chat_max_output_tokens: int = Field(default=800, ge=50, le=8000)
+
     # The bot's own user id: its messages are recorded as answers, never mined for facts.
     bot_user_id: str | None = None
+
+    # How often the bot answers (botmemory.answer_rate), in fixed windows: per person and
+    # per channel. The first request over a limit is told once, later ones get silence.
+    answer_rate_window_seconds: int = Field(default=600, ge=10, le=86_400)
+    answer_rate_per_person: int = Field(default=5, ge=1, le=1000)
+    answer_rate_per_channel: int = Field(default=20, ge=1, le=10_000)
+
+    # Answering (botmemory.answering): the function ingest and /ask start (its name or ARN;
+    # unset: the bot does not answer), the bot's prompt, and the prompt's parts' budgets.
+    answer_function: str | None = Field(default=None, pattern=r"^(arn:\S+|[A-Za-z0-9_-]{1,140})$")
+    bot_system_prompt: str | None = Field(default=None, max_length=20_000)  # with {memory}
+    bot_system_prompt_parameter: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9_./-]+$")
+    answer_history_chars: int = Field(default=3000, ge=0, le=20_000)
+    answer_person_facts: int = Field(default=8, ge=0, le=8)
 
     @property
     def memory_enabled(self) -> bool:
@@ -101,14 +128,14 @@ class Settings(BaseModel):
             raise ValueError("must be a DynamoDB table name (letters, digits, '_', '-', '.')")
         return value
 
-    @field_validator("model_base_url", "embedding_base_url")
+    @field_validator("model_base_url", "embedding_base_url", "chat_base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is not None and not _HTTP_URL.match(value):
             raise ValueError("must be a URL starting with http:// or https://")
         return value
 
-    @field_validator("model_api_key", "embedding_api_key")
+    @field_validator("model_api_key", "embedding_api_key", "chat_api_key")
     @classmethod
     def _bearer_token(cls, value: str | None) -> str | None:
         # Sent as an HTTP header: whitespace or a control character would break it.
@@ -116,7 +143,7 @@ class Settings(BaseModel):
             raise ValueError("must not contain spaces or control characters")
         return value
 
-    @field_validator("model_api_key_secret", "embedding_api_key_secret")
+    @field_validator("model_api_key_secret", "embedding_api_key_secret", "chat_api_key_secret")
     @classmethod
     def _secret_id(cls, value: str | None) -> str | None:
         if value is not None and not _SECRET_ID.match(value):
@@ -140,7 +167,18 @@ class Settings(BaseModel):
             self.embedding_api_key_secret,
             error=ValueError,
         )
+        one_form(CHAT_API_KEY_ENV, self.chat_api_key, self.chat_api_key_secret, error=ValueError)
         return self
+
+    @field_validator("chat_model")
+    @classmethod
+    def _chat_model_form(cls, value: str | None) -> str | None:
+        # Checked here, not only when the model is built: a handler that never answers still
+        # fails its cold start on a misspelt CHAT_MODEL, as on any other bad setting.
+        provider, colon, name = (value or "rules").partition(":")
+        if (provider, colon) == ("rules", "") or (provider in ("bedrock", "openai") and name):
+            return value
+        raise ValueError("must be 'rules', 'bedrock:<model id>' or 'openai:<model>'")
 
     @model_validator(mode="after")
     def _batch_holds_threshold(self) -> Settings:
@@ -201,7 +239,22 @@ ENVIRONMENT: dict[str, str] = {
     "EMBEDDING_MODEL_API_KEY": "embedding_api_key",
     "EMBEDDING_MODEL_API_KEY_SECRET": "embedding_api_key_secret",
     "EMBEDDING_DIMENSIONS": "embedding_dimensions",
+    "CHAT_MODEL": "chat_model",
+    "CHAT_MODEL_BASE_URL": "chat_base_url",
+    "CHAT_MODEL_API_KEY": "chat_api_key",
+    "CHAT_MODEL_API_KEY_SECRET": "chat_api_key_secret",
+    "CHAT_MODEL_TIMEOUT_SECONDS": "chat_timeout_seconds",
+    "CHAT_MODEL_MAX_ATTEMPTS": "chat_max_attempts",
+    "CHAT_MODEL_MAX_OUTPUT_TOKENS": "chat_max_output_tokens",
     "DISCORD_BOT_USER_ID": "bot_user_id",
+    "ANSWER_RATE_WINDOW_SECONDS": "answer_rate_window_seconds",
+    "ANSWER_RATE_PER_PERSON": "answer_rate_per_person",
+    "ANSWER_RATE_PER_CHANNEL": "answer_rate_per_channel",
+    "ANSWER_FUNCTION": "answer_function",
+    "BOT_SYSTEM_PROMPT": "bot_system_prompt",
+    "BOT_SYSTEM_PROMPT_PARAMETER": "bot_system_prompt_parameter",
+    "ANSWER_HISTORY_CHARS": "answer_history_chars",
+    "ANSWER_PERSON_FACTS": "answer_person_facts",
 }
 
 

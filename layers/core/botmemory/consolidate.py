@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from botmemory import keys
+from botmemory import fact_history, keys
 from botmemory.attempts import MINUTE_MS, Attempts, RetryPolicy
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.config import Settings
@@ -48,7 +48,10 @@ from botmemory.passages import episode_passage, fact_passage, holders, message_p
 from botmemory.records import (
     Episode,
     Fact,
+    FactChange,
+    FactHistory,
     FactSource,
+    HistoryActor,
     Named,
     Observation,
     ObservationKind,
@@ -112,6 +115,7 @@ class _Judgement:
 
     facts: list[Fact] = field(default_factory=list)
     superseded: list[Fact] = field(default_factory=list)
+    superseded_by: dict[str, Fact] = field(default_factory=dict)  # old fact id -> newer fact
     episode: Episode | None = None
 
 
@@ -401,12 +405,12 @@ class Consolidator:
                 outcome, extra.user_id, extra.text, f"beyond the answer's cap of {MAX_FACTS} facts"
             )
         proposed = answer.facts[:MAX_FACTS]
-        facts, superseded = self._accept_facts(proposed, batch, known, outcome)
+        facts, superseded, superseded_by = self._accept_facts(proposed, batch, known, outcome)
         facts = self._not_forgotten(facts, outcome)
         episode = self._episode(
             outcome.channel_id, batch, answer.episode.summary, answer.episode.participants
         )
-        return _Judgement(facts, superseded, episode)
+        return _Judgement(facts, superseded, superseded_by, episode)
 
     def _not_forgotten(self, facts: list[Fact], outcome: Outcome) -> list[Fact]:
         """Drop a fact its subject forgot after its newest evidence was said (one consistent
@@ -509,6 +513,13 @@ class Consolidator:
             facts = facts[:fits]
             superseded = superseded[: max(0, room - 2 * len(facts))]
         commit.facts, commit.superseded = facts, superseded
+        # Their history entries, in the transaction while they fit (the erasure and opt-out
+        # checks then cover them as they cover the facts); those beyond are written right
+        # after it, for people not barred by then, as the pointers below are. Facts come
+        # first: recording a change never costs a fact its place.
+        history = self._history(facts, superseded, judgement.superseded_by, now)
+        fits = max(0, commit.room_left())
+        commit.history, commit.history_later = history[:fits], history[fits:]
         # Pointers, person by person while they and the checks on that person fit.
         guarded = set(commit.guarded)
         by_person: dict[str, list[Named]] = {}
@@ -527,6 +538,48 @@ class Consolidator:
         commit.guarded, commit.named, commit.named_later = sorted(guarded), named, later
         return commit
 
+    def _history(
+        self,
+        facts: list[Fact],
+        superseded: list[Fact],
+        superseded_by: dict[str, Fact],
+        now_ms: int,
+    ) -> list[FactHistory]:
+        """The history entries of what the round writes: a fact created, restated with new
+        text or after it was superseded (one consistent read of what is stored), and each
+        fact superseded, with the newer fact's text. A fact stated again as it is: none."""
+        stored = self._repository.facts_at((f.scope, f.user_id, f.fact_id) for f in facts)
+        retention = self._settings.fact_retention_days
+        entries = [
+            entry
+            for fact in facts
+            if (
+                entry := fact_history.written(
+                    stored.get((fact.scope, fact.user_id, fact.fact_id)),
+                    fact,
+                    actor=HistoryActor.CONSOLIDATION,
+                    at_ms=now_ms,
+                    retention_days=retention,
+                )
+            )
+            is not None
+        ]
+        for old in superseded:
+            newer = superseded_by.get(old.fact_id)
+            entries.append(
+                fact_history.history_entry(
+                    old,
+                    FactChange.SUPERSEDED,
+                    actor=HistoryActor.CONSOLIDATION,
+                    at_ms=now_ms,
+                    retention_days=retention,
+                    old=old.text,
+                    new=newer.text if newer else None,
+                    superseded_by=newer.fact_id if newer else None,
+                )
+            )
+        return entries
+
     def _commit(self, commit: ConsolidationCommit, batch: _Batch, outcome: Outcome) -> Outcome:
         try:
             self._repository.commit_consolidation(commit)
@@ -540,6 +593,11 @@ class Consolidator:
             outcome.detail = str(rejected)
             return outcome
 
+        if commit.history_later:  # idempotent, like the pointers
+            barred = self._opt_outs.barred({e.user_id for e in commit.history_later})
+            self._repository.put_history(
+                [e for e in commit.history_later if e.user_id not in barred]
+            )
         if commit.named_later:  # idempotent: written after the commit that needed them
             barred = self._opt_outs.barred({n.user_id for n in commit.named_later})
             self._repository.put_named([n for n in commit.named_later if n.user_id not in barred])
@@ -766,7 +824,15 @@ class Consolidator:
             for fact in self._repository.all_facts(scope, author_id):
                 kept = [sk for sk in fact.provenance if _message_of(sk) not in deleted]
                 if len(kept) < len(fact.provenance):
-                    self._repository.retire_evidence(fact, kept)
+                    gone = None
+                    if not kept:
+                        gone = fact_history.deleted(
+                            fact,
+                            actor=HistoryActor.CONSOLIDATION,
+                            at_ms=self._clock.now_ms(),
+                            retention_days=self._settings.fact_retention_days,
+                        )
+                    self._repository.retire_evidence(fact, kept, gone)
                     retired += not kept
         if retired:
             log.info("retired facts of deleted messages", extra={"retired": retired})
@@ -802,12 +868,14 @@ class Consolidator:
         batch: _Batch,
         known: dict[str, Fact],
         outcome: Outcome,
-    ) -> tuple[list[Fact], list[Fact]]:
-        """Keep a fact only when its subject wrote every observation cited as its evidence."""
+    ) -> tuple[list[Fact], list[Fact], dict[str, Fact]]:
+        """Keep a fact only when its subject wrote every observation cited as its evidence.
+        Returns the facts kept, the facts they supersede, and which kept fact supersedes each."""
         now = self._clock.now_ms()
         expires = epoch_seconds(now + self._settings.fact_retention_days * DAY_MS)
         accepted: dict[str, Fact] = {}
         superseded: dict[str, Fact] = {}
+        superseded_by: dict[str, Fact] = {}
         for candidate in proposed:
             text = clean(candidate.text, self._settings.fact_chars)
             reason = self._rejection(candidate, text, batch)
@@ -842,9 +910,10 @@ class Consolidator:
                     )
                     continue
                 superseded[old_id] = old
+                superseded_by[old_id] = accepted[fact_id]
         for fact_id in accepted:  # restating a fact keeps it active
             superseded.pop(fact_id, None)
-        return list(accepted.values()), list(superseded.values())
+        return list(accepted.values()), list(superseded.values()), superseded_by
 
     @staticmethod
     def _rejection(candidate: ProposedFact, text: str, batch: _Batch) -> str | None:

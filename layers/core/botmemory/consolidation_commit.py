@@ -1,6 +1,6 @@
 """The consolidation commit: everything one consolidation round writes, in one transaction.
 
-Facts, supersessions, the episode, episodes beyond the cap, consumption of the batch,
+Facts, supersessions, their history entries, the episode, episodes beyond the cap, consumption of the batch,
 deletion of opted-out words, the profiles of the people seen, the quarantine record of a batch
 that kept failing, and the release of the channel lock (with the channel's failure record)
 go into one `TransactWriteItems`, so a round either happens whole or not
@@ -28,6 +28,7 @@ from botmemory.items import (
     episode_values,
     fact_key,
     forgotten_key,
+    history_puts,
     key,
     name_key,
     named_values,
@@ -37,7 +38,15 @@ from botmemory.items import (
     state_key,
     to_item,
 )
-from botmemory.records import Episode, Fact, FactStatus, Named, Observation, Quarantine
+from botmemory.records import (
+    Episode,
+    Fact,
+    FactHistory,
+    FactStatus,
+    Named,
+    Observation,
+    Quarantine,
+)
 
 # DynamoDB refuses a transaction of more than 100 actions.
 MAX_TRANSACTION_ACTIONS = 100
@@ -122,6 +131,16 @@ class ConsolidationCommit:
     # Consumed observations -> the search passages that copy their words (botmemory.passages),
     # stored on each so that its deletion or rewrite names the passages to remove.
     holders: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    # The history entries of the facts written and superseded (botmemory.fact_history), one
+    # action each, in the transaction while there is room after the facts: an entry holds the
+    # fact's text, and here the erasure and opt-out checks above cover it as they cover the
+    # fact (an erasure that lands while the model thinks cancels both), and the change is
+    # never kept without its entry. Budgeting a third action per fact would cost a full
+    # batch a third of its facts; so entries beyond the room (`history_later`, not counted)
+    # are written right after the commit in one batch, for people not barred by then, as
+    # the Named pointers beyond it are.
+    history: Sequence[FactHistory] = ()
+    history_later: Sequence[FactHistory] = ()
 
     def action_count(self) -> int:
         return (
@@ -138,6 +157,7 @@ class ConsolidationCommit:
             + len(self.facts)  # each fact's forget tombstone
             + len(self.names)
             + len(self.named)
+            + sum(len(history_puts(entry)) for entry in self.history)
         )
 
     def room_left(self) -> int:
@@ -151,6 +171,7 @@ class ConsolidationCommit:
         channel_id = self.lock.channel_id
         actions: list[dict[str, Any]] = [{"Update": _fact_upsert(f)} for f in self.facts]
         actions += [{"Update": _supersede(f, self.now_ms)} for f in self.superseded]
+        actions += [put for entry in self.history for put in history_puts(entry)]
         if self.episode:
             actions.append(
                 {

@@ -1,15 +1,16 @@
 """A small client for the parts of Discord's REST API the bot uses.
 
-Command registration (bulk overwrite, list) authenticates with the bot token; editing an
-interaction's original response goes through the interaction webhook, whose token in the
-path is the credential, so no bot token is sent there.
+Command registration (bulk overwrite, list) and posting in a channel (a message, the
+typing indicator) authenticate with the bot token; editing an interaction's original
+response goes through the interaction webhook, whose token in the path is the credential,
+so no bot token is sent there.
 
 Every request is retried a bounded number of times: on 429 the client waits as long as
 Discord asks (`retry_after` in the JSON body, else the `Retry-After` header), on 5xx and
 on transport failures it backs off exponentially. A wait longer than `max_retry_wait`
 is not shortened and retried early (that only earns another 429): the call fails at
 once with a `DiscordApiError`. Any other 4xx fails at once too, carrying Discord's
-message and code. Error text never contains the bot token or an interaction token.
+message and code (a 403, `forbidden`: the bot may not see or post in that channel). Error text never contains the bot token or an interaction token.
 """
 
 from __future__ import annotations
@@ -21,13 +22,17 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from enum import IntEnum
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from botmemory.secrets import value_or_secret
+from botmemory.text import DISCORD_MESSAGE_CHARS
+from botmemory.text import split_message as split_message
 
 DEFAULT_API_BASE = "https://discord.com/api/v10"
 API_BASE_ENV = "DISCORD_API_BASE"
@@ -43,8 +48,22 @@ _BACKOFF_CAP_SECONDS = 8.0
 _JITTER_SECONDS = 0.25
 _MAX_FIELD_ERRORS = 5
 _EXCERPT_CHARS = 200
+# Discord's limits on a message: the users one may ping, the length of its nonce.
+_MAX_ALLOWED_USERS = 100
+_NONCE_CHARS = 25
 
 logger = logging.getLogger(__name__)
+
+
+class JsonErrorCode(IntEnum):
+    """Discord's JSON error codes that callers act on (the `code` of a DiscordApiError)."""
+
+    UNKNOWN_CHANNEL = 10003
+    UNKNOWN_MESSAGE = 10008
+    MISSING_ACCESS = 50001  # the bot cannot see the channel
+    CANNOT_SEND_IN_DM = 50007
+    MISSING_PERMISSIONS = 50013  # it sees the channel, and may not do this there
+    INVALID_FORM_BODY = 50035
 
 
 class DiscordConfigError(RuntimeError):
@@ -75,6 +94,13 @@ class DiscordApiError(RuntimeError):
         self.field_errors = field_errors
         self.retry_after = retry_after
         super().__init__(self._describe())
+
+    @property
+    def forbidden(self) -> bool:
+        """Discord will not let the bot do this here (403: no access, no permission): asking
+        again changes nothing, and repeated refusals count against the bot's invalid
+        requests, which Cloudflare bans for."""
+        return self.status == 403
 
     def _describe(self) -> str:
         where = f" to {self.route}" if self.route else ""
@@ -174,6 +200,43 @@ class DiscordApi:
         )
         return answer if isinstance(answer, dict) else {}
 
+    # -- channel messages ----------------------------------------------------------------------
+
+    def create_message(
+        self,
+        channel_id: str,
+        content: str,
+        *,
+        reply_to: str | None = None,
+        allowed_users: Sequence[str] | None = None,
+        reply_to_author: str | None = None,
+        nonce: str | None = None,
+    ) -> dict[str, Any]:
+        """Post `content` (1 to 2,000 characters: `split_message` first) in a channel.
+
+        It pings nobody but `allowed_users` (whatever the content holds: @everyone, roles
+        and every other user are text), and with `reply_to` it answers that message; the
+        replied-to person is pinged only when `reply_to_author` names them and they are in
+        `allowed_users`. A reply to a message deleted meanwhile is posted as a plain message.
+
+        The post carries a nonce that Discord enforces, so a retry after an answer lost on
+        the way never posts twice; pass the same `nonce` (at most 25 characters) to make the
+        caller's own retries safe too. Returns Discord's message object.
+        """
+        _require_snowflake(channel_id, "channel id")
+        body = _message_body(content, reply_to, allowed_users or (), reply_to_author)
+        body["nonce"] = _nonce(nonce)
+        body["enforce_nonce"] = True
+        answer = self._request(
+            "POST", f"/channels/{channel_id}/messages", json_body=body, bot_auth=True
+        )
+        return answer if isinstance(answer, dict) else {}
+
+    def trigger_typing(self, channel_id: str) -> None:
+        """Show "typing…" in the channel, for up to 10 s or until the bot's next message."""
+        _require_snowflake(channel_id, "channel id")
+        self._request("POST", f"/channels/{channel_id}/typing", bot_auth=True)
+
     # -- plumbing ------------------------------------------------------------------------------
 
     def _http(self) -> httpx.Client:
@@ -212,7 +275,8 @@ class DiscordApi:
                 response = self._http().request(method, path, json=json_body, headers=headers)
             except httpx.TransportError as exc:
                 # All calls here are idempotent (GET, PUT of the full set, PATCH of one
-                # message), so repeating one after a lost answer is safe.
+                # message, typing, a new message with an enforced nonce), so repeating one
+                # after a lost answer is safe.
                 last_problem = _redact(f"{type(exc).__name__}: {exc}", secrets)
                 if is_last:
                     break
@@ -309,6 +373,46 @@ def _token_from_secret(value: str, secret_name: str) -> str:
     if not text:
         raise DiscordConfigError(f"secret {secret_name!r} holds no bot token")
     return text
+
+
+def _message_body(
+    content: str,
+    reply_to: str | None,
+    allowed_users: Sequence[str],
+    reply_to_author: str | None,
+) -> dict[str, Any]:
+    if not content.strip():
+        raise ValueError("a message needs content")
+    if len(content) > DISCORD_MESSAGE_CHARS:
+        raise ValueError(
+            f"content of {len(content)} characters is over Discord's {DISCORD_MESSAGE_CHARS}: "
+            "split it (split_message)"
+        )
+    users = list(dict.fromkeys(allowed_users))
+    for user_id in users:
+        _require_snowflake(user_id, "allowed user id")
+    if len(users) > _MAX_ALLOWED_USERS:
+        raise ValueError(f"at most {_MAX_ALLOWED_USERS} users may be pinged, got {len(users)}")
+    body: dict[str, Any] = {
+        "content": content,
+        "allowed_mentions": {
+            "parse": [],
+            "users": users,
+            "replied_user": reply_to is not None and reply_to_author in users,
+        },
+    }
+    if reply_to is not None:
+        _require_snowflake(reply_to, "message id")
+        body["message_reference"] = {"message_id": reply_to, "fail_if_not_exists": False}
+    return body
+
+
+def _nonce(nonce: str | None) -> str:
+    if nonce is None:
+        return uuid.uuid4().hex[:_NONCE_CHARS]
+    if not 1 <= len(nonce) <= _NONCE_CHARS or not nonce.isascii() or not nonce.isprintable():
+        raise ValueError(f"a nonce is 1 to {_NONCE_CHARS} printable ASCII characters")
+    return nonce
 
 
 def _commands_path(application_id: str, guild_id: str | None) -> str:

@@ -2,12 +2,14 @@
 
 What goes: every item that holds the person's id (the by_user index: facts, profiles,
 the observations they wrote, their reactions, the pins made in their name, quarantine
-records, forget tombstones, Named pointers), and the episodes they took part in (by
+records, forget tombstones, Named pointers, the history entries of their facts), and the episodes they took part in (by
 participant id, in the channels their profiles list). Text written by others is touched
 only where it names them: each Named pointer leads to one item (an episode naming them
 is deleted, another person's recorded message loses their mentions and their distinctive
 names), and in the episodes of channels they spoke in, a summary that mentions their id
-or a name distinctive to them (`names.is_distinctive`) is deleted. A name someone merely
+or a name distinctive to them (`names.is_distinctive`) is deleted. In the history of
+someone else's fact that they changed (staff, or the person the chat model answered), an
+ACTED# pointer leads to the entry, which loses their id and stays its subject's. A name someone merely
 chose ("the", or "Alice" like another member) never matches: nobody's nickname erases
 anyone else's data. Channel histories are never read.
 
@@ -239,6 +241,8 @@ class Eraser:
         for ref in work:
             if ref.kind == ItemKind.NAMED:
                 self._follow_pointer(run, ref, user_id)
+            elif ref.kind == ItemKind.ACTED:  # they changed someone else's fact: unname them
+                repository.clear_actor(ref, user_id)
             elif ref.kind in (ItemKind.FACT, ItemKind.PIN) and len(run.quoted_ids) < MAX_QUOTED_IDS:
                 run.quoted_ids.append(ref.item_id)
         by_kind: dict[str, list[ItemRef]] = {}

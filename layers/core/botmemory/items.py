@@ -16,8 +16,10 @@ from botmemory.attempts import Attempts
 from botmemory.records import (
     Episode,
     Fact,
+    FactHistory,
     FactStatus,
     Forgotten,
+    HistoryActed,
     Named,
     Observation,
     Pin,
@@ -95,6 +97,45 @@ def named_key(named: Named) -> dict[str, Any]:
 
 def name_key(scope: str, normalized_name: str) -> dict[str, Any]:
     return key(keys.scope_pk(scope), keys.name_sk(normalized_name))
+
+
+def history_target_sk(entry: FactHistory) -> str:
+    return keys.history_sk(entry.fact_id, entry.at_ms, entry.entry_id)
+
+
+def history_values(entry: FactHistory) -> dict[str, Any]:
+    """A history entry as stored, under its scope; `user_id` (the fact's subject) puts it in
+    the by_user index, so the subject's erasure finds it."""
+    values = entry.model_dump(mode="json")
+    values.update(pk=keys.scope_pk(entry.scope), sk=history_target_sk(entry))
+    return values
+
+
+def acted_values(acted: HistoryActed) -> dict[str, Any]:
+    """An actor's pointer as stored; `user_id` (the actor) puts it in the by_user index."""
+    values = acted.model_dump(mode="json")
+    values.update(
+        pk=keys.scope_pk(acted.scope),
+        sk=keys.acted_sk(acted.actor_id, acted.target_sk),
+        user_id=acted.actor_id,
+    )
+    return values
+
+
+def history_puts(entry: FactHistory) -> list[dict[str, Any]]:
+    """The Put actions (without TableName) that record one change: the entry, and a pointer
+    under its actor when someone other than the subject acted. Idempotent: the same change
+    written twice is the same items."""
+    puts = [{"Put": {"Item": to_item(history_values(entry))}}]
+    if entry.actor_id and entry.actor_id != entry.user_id:
+        acted = HistoryActed(
+            scope=entry.scope,
+            actor_id=entry.actor_id,
+            target_sk=history_target_sk(entry),
+            expires_at=entry.expires_at,
+        )
+        puts.append({"Put": {"Item": to_item(acted_values(acted))}})
+    return puts
 
 
 def forgotten_values(forgotten: Forgotten) -> dict[str, Any]:

@@ -23,6 +23,13 @@ FORGOTTEN_PREFIX = "FORGOT#"
 NAMED_PREFIX = "NAMED#"
 # Under a scope's partition: a display name, and the members seen using it.
 NAME_PREFIX = "NAME#"
+# Under a scope's partition: a fact's history, one entry per change, oldest first, found by
+# fact id even after the fact is gone (and only in its own scope); each entry carries the
+# fact's subject as `user_id`, so their erasure finds it in the by_user index. An actor
+# other than the subject (staff, the person the model answered) gets an ACTED# pointer
+# there too, under their own `user_id`.
+HISTORY_PREFIX = "HIST#"
+ACTED_PREFIX = "ACTED#"
 SWEEP_BUCKET = "SWEEP"
 OPT_OUT_PK = "OPTOUT"
 # Erasures in progress or just done, by keyed hash of the user id: a commit that would
@@ -44,6 +51,8 @@ class ItemKind(StrEnum):
     FORGOTTEN = "forgotten"
     NAMED = "named"
     NAME = "name"
+    HISTORY = "history"
+    ACTED = "acted"
     STATE = "state"
     OTHER = "other"
 
@@ -80,6 +89,8 @@ def kind_of(sk: str) -> ItemKind:
         (FORGOTTEN_PREFIX, ItemKind.FORGOTTEN),
         (NAMED_PREFIX, ItemKind.NAMED),
         (NAME_PREFIX, ItemKind.NAME),
+        (HISTORY_PREFIX, ItemKind.HISTORY),
+        (ACTED_PREFIX, ItemKind.ACTED),
     ):
         if sk.startswith(prefix):
             return kind
@@ -132,6 +143,29 @@ def name_sk(normalized_name: str) -> str:
     return f"{NAME_PREFIX}{normalized_name}"
 
 
+def history_prefix(fact_id: str) -> str:
+    """The sort key prefix of every history entry of one fact (in its scope's partition)."""
+    return f"{HISTORY_PREFIX}{fact_id}#"
+
+
+def history_sk(fact_id: str, at_ms: int, entry_id: str) -> str:
+    """`HIST#{fact_id}#{at_ms:013d}#{entry_id}`: a fact's changes sort oldest first."""
+    return f"{history_prefix(fact_id)}{at_ms:013d}#{entry_id}"
+
+
+def acted_sk(actor_id: str, target_sk: str) -> str:
+    """A pointer to a history entry naming `actor_id` as who acted (scope's partition)."""
+    return f"{ACTED_PREFIX}{actor_id}#{target_sk}"
+
+
+def acted_target(sk: str) -> str | None:
+    """The history entry's sort key an ACTED# pointer points at; None for any other key."""
+    if not sk.startswith(ACTED_PREFIX):
+        return None
+    _actor, _, target = sk.removeprefix(ACTED_PREFIX).partition("#")
+    return target if target.startswith(HISTORY_PREFIX) else None
+
+
 def pin_target_prefix(target: str) -> str:
     """The sort key prefix of every pin of one target (`global` or a channel id)."""
     return f"{PIN_PREFIX}{target}#"
@@ -159,3 +193,22 @@ def fact_passage_id(scope: str, user_id: str, fact_id: str) -> str:
 
 def episode_passage_id(channel_id: str, episode_id: str) -> str:
     return f"E#{channel_id}#{episode_id}"
+
+
+# Answer rate limits (botmemory.answer_rate): a counter per channel and one per person, for
+# each fixed window, under the scope's rate partition; each expires a window after its own.
+RATE_PREFIX = "RATE#"
+RATE_PERSON_PREFIX = "U#"
+
+
+def rate_pk(scope: str) -> str:
+    return f"{RATE_PREFIX}{scope}"
+
+
+def channel_rate_sk(channel_id: str, window: int) -> str:
+    return f"{CHANNEL_PREFIX}{channel_id}#{window}"
+
+
+def person_rate_sk(person: str, window: int) -> str:
+    """`person` is how the limiter names the person: their id, or a keyed hash of it."""
+    return f"{RATE_PERSON_PREFIX}{person}#{window}"

@@ -140,6 +140,8 @@ class IngestResult(BaseModel):
     duplicates: int = 0
     ignored: list[Skip] = []
     rejected: list[Skip] = []
+    # Events seen before (a relay resending a batch): nothing about them happens again.
+    duplicate_indexes: list[int] = Field(default=[], exclude=True)
 
 
 def events_from(envelope: Any) -> list[Any]:
@@ -222,6 +224,7 @@ class ObservationRecorder:
                 result.stored += 1
             else:
                 result.duplicates += 1
+                result.duplicate_indexes.append(index)
         return result
 
     def parse(self, event: Any) -> Observation:

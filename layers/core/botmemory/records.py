@@ -33,6 +33,9 @@ class FactSource(StrEnum):
     SELF = "self"  # from the person's own words, by consolidation
     MANUAL = "manual"  # the person's `/memory remember`
     OPERATOR = "operator"  # staff
+    # Corrected by the chat model with its `update_memory` tool (botmemory.corrections): the
+    # fact keeps its id and its evidence, its text is the model's, announced in the channel.
+    MODEL = "model"
 
 
 class FactStatus(StrEnum):
@@ -78,6 +81,58 @@ class Fact(Record):
     created_ms: int
     updated_ms: int
     hits: int = 1
+    expires_at: int | None = None
+
+
+class HistoryActor(StrEnum):
+    """Who changed a fact."""
+
+    CONSOLIDATION = "consolidation"  # the memory model's batch, judged by consolidation
+    MEMBER = "member"  # the fact's subject: `/memory remember`, `/memory forget`
+    STAFF = "staff"  # `/memory-staff forget-fact`
+    MODEL = "model"  # the chat model's `update_memory` (botmemory.corrections)
+
+
+class FactChange(StrEnum):
+    """What a change did to a fact."""
+
+    CREATED = "created"  # old is None
+    UPDATED = "updated"  # new text
+    RESTORED = "restored"  # a superseded fact stated again: active again
+    SUPERSEDED = "superseded"  # kept for staff, out of recall; `new` is the newer fact's text
+    DELETED = "deleted"  # new is None
+
+
+class FactHistory(Record):
+    """One change to a fact: stored under the scope's partition, findable by fact id even
+    after the fact is gone, and in the by_user index under the fact's subject (`user_id`),
+    so the subject's erasure removes it. It holds texts: personal data, retained like the
+    fact (`expires_at` = when it happened + the fact retention)."""
+
+    scope: str
+    user_id: str  # the fact's subject
+    fact_id: str
+    entry_id: str  # unique among the fact's changes at one time
+    change: FactChange
+    old: str | None = None
+    new: str | None = None
+    actor: HistoryActor
+    # Who acted, when someone did: staff, or the person whose conversation led the model to
+    # correct it. An actor other than the subject gets a pointer (`HistoryActed`) so their
+    # own erasure takes their id out of the entry.
+    actor_id: str | None = None
+    superseded_by: str | None = None  # the newer fact's id, for a supersession
+    at_ms: int
+    expires_at: int | None = None
+
+
+class HistoryActed(Record):
+    """A pointer, under the acting person's id, to a history entry of someone else's fact
+    that names them as its actor: erasure finds it in the by_user index and clears the id."""
+
+    scope: str
+    actor_id: str
+    target_sk: str  # the history entry's sort key, in the scope's partition
     expires_at: int | None = None
 
 

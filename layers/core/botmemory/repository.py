@@ -32,7 +32,9 @@ from botmemory.items import (
     episode_values,
     fact_key,
     fact_values,
+    forgotten_values,
     from_item,
+    history_puts,
     key,
     observation_values,
     pin_key,
@@ -44,6 +46,9 @@ from botmemory.passages import source_keys
 from botmemory.records import (
     Episode,
     Fact,
+    FactHistory,
+    FactStatus,
+    Forgotten,
     Observation,
     ObservationKind,
     Pin,
@@ -158,10 +163,23 @@ class MemoryRepository(PeopleRepository):
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
 
-    def retire_evidence(self, fact: Fact, provenance: list[str]) -> None:
-        """Keep only this evidence of a fact; a fact left with none is deleted."""
+    def retire_evidence(
+        self, fact: Fact, provenance: list[str], history: FactHistory | None = None
+    ) -> None:
+        """Keep only this evidence of a fact; a fact left with none is deleted, and its
+        deletion recorded in the same transaction (`history`)."""
         if not provenance:
-            self._client.delete_item(TableName=self.table_name, Key=fact_key(fact))
+            actions: list[dict[str, Any]] = [
+                {"Delete": {"Key": fact_key(fact), "ConditionExpression": "attribute_exists(pk)"}}
+            ]
+            if history is not None:
+                actions += history_puts(history)
+            try:
+                self._transact(self._in_table(actions))
+            except ClientError as exc:
+                if error_code(exc) != "TransactionCanceledException":
+                    raise
+                # Already gone (forgotten, erased): nothing to delete, nothing to record.
             return
         self._client.update_item(
             TableName=self.table_name,
@@ -386,17 +404,147 @@ class MemoryRepository(PeopleRepository):
         )
         return [Fact.model_validate(from_item(i)) for i in items]
 
-    def put_fact(self, fact: Fact) -> None:
-        """Write a fact as is (manual and operator facts, seeding)."""
-        self._client.put_item(TableName=self.table_name, Item=to_item(fact_values(fact)))
+    def put_fact(self, fact: Fact, history: FactHistory | None = None) -> None:
+        """Write a fact as is (manual and operator facts, seeding); with `history`, the
+        change is recorded in the same transaction."""
+        if history is None:
+            self._client.put_item(TableName=self.table_name, Item=to_item(fact_values(fact)))
+            return
+        put = {"Put": {"Item": to_item(fact_values(fact))}}
+        self._transact(self._in_table([put, *history_puts(history)]))
+
+    def fact(self, scope: str, user_id: str, fact_id: str) -> Fact | None:
+        """One fact by its address, read strongly consistent."""
+        response = self._client.get_item(
+            TableName=self.table_name,
+            Key=key(keys.user_pk(scope, user_id), keys.fact_sk(fact_id)),
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        return Fact.model_validate(from_item(item)) if item else None
+
+    def facts_at(
+        self, addresses: Iterable[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], Fact]:
+        """Of these (scope, user id, fact id), the facts stored, read strongly consistent
+        (one BatchGetItem per 100)."""
+        wanted = [key(keys.user_pk(s, u), keys.fact_sk(f)) for s, u, f in dict.fromkeys(addresses)]
+        found: dict[tuple[str, str, str], Fact] = {}
+        for item in self._items_at(wanted):
+            fact = Fact.model_validate(from_item(item))
+            found[(fact.scope, fact.user_id, fact.fact_id)] = fact
+        return found
+
+    def put_history(self, entries: Iterable[FactHistory]) -> int:
+        """History entries that did not fit a consolidation's transaction (idempotent)."""
+        puts = [put for entry in entries for put in history_puts(entry)]
+        self._batch_write([{"PutRequest": {"Item": p["Put"]["Item"]}} for p in puts])
+        return len(puts)
+
+    def history_of(self, scope: str, fact_id: str, limit: int = 100) -> list[FactHistory]:
+        """A fact's history in a scope, oldest first (at most `limit` entries). TTL deletes
+        lazily: filter with `ttl_alive`."""
+        response = self._client.query(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={
+                ":pk": {"S": keys.scope_pk(scope)},
+                ":prefix": {"S": keys.history_prefix(fact_id)},
+            },
+            ScanIndexForward=True,
+            Limit=limit,
+        )
+        return [FactHistory.model_validate(from_item(i)) for i in response["Items"]]
+
+    def correct_fact(
+        self,
+        stored: Fact,
+        corrected: Fact | None,
+        history: FactHistory,
+        *,
+        person_hash: str,
+        now_ms: int,
+        tombstone: Forgotten | None = None,
+    ) -> bool:
+        """Replace (or, with None, delete) a fact only while it is still exactly what was
+        read (`stored`: active, same text), with its history entry, in one transaction that
+        also checks that its subject is not being erased (and, for a replacement, has not
+        opted out). False when any of that no longer holds: then nothing was written."""
+        still_so = {
+            "ConditionExpression": "attribute_exists(pk) AND #status = :active AND #text = :old",
+            "ExpressionAttributeNames": {"#status": "status", "#text": "text"},
+            "ExpressionAttributeValues": {
+                ":active": {"S": FactStatus.ACTIVE.value},
+                ":old": {"S": stored.text},
+            },
+        }
+        actions: list[dict[str, Any]] = []
+        if corrected is None:
+            actions.append({"Delete": {"Key": fact_key(stored), **still_so}})
+        else:
+            actions.append({"Put": {"Item": to_item(fact_values(corrected)), **still_so}})
+        actions += history_puts(history)
+        if tombstone is not None:
+            actions.append({"Put": {"Item": to_item(forgotten_values(tombstone))}})
+        actions.append(
+            {
+                "ConditionCheck": {
+                    "Key": key(keys.ERASED_PK, person_hash),
+                    "ConditionExpression": "attribute_not_exists(pk) OR expires_at <= :now",
+                    "ExpressionAttributeValues": {":now": {"N": str(now_ms // 1000)}},
+                }
+            }
+        )
+        if corrected is not None:
+            actions.append(
+                {
+                    "ConditionCheck": {
+                        "Key": key(keys.OPT_OUT_PK, person_hash),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                }
+            )
+        try:
+            self._transact(self._in_table(actions))
+        except ClientError as exc:
+            if error_code(exc) == "TransactionCanceledException":
+                return False
+            raise
+        return True
 
     def fact_by_id(self, fact_id: str) -> Fact | None:
         """A fact by the short id staff type, in whatever scope it is."""
         item = self._item_by_id(fact_id, keys.ItemKind.FACT)
         return Fact.model_validate(item) if item else None
 
-    def delete_facts(self, facts: Iterable[Fact]) -> int:
-        return self._delete_keys([fact_key(f) for f in facts])
+    def delete_facts(self, facts: Iterable[Fact], history: Sequence[FactHistory] = ()) -> int:
+        """Delete these facts; with `history`, each fact's deletion and its entries go in
+        one transaction (a few facts per transaction)."""
+        facts = list(facts)
+        if not history:
+            return self._delete_keys([fact_key(f) for f in facts])
+        entries: dict[tuple[str, str, str], list[FactHistory]] = {}
+        for entry in history:
+            entries.setdefault((entry.scope, entry.user_id, entry.fact_id), []).append(entry)
+        actions: list[dict[str, Any]] = []
+        for fact in facts:
+            change = [{"Delete": {"Key": fact_key(fact)}}]
+            for entry in entries.get((fact.scope, fact.user_id, fact.fact_id), []):
+                change += history_puts(entry)
+            if len(actions) + len(change) > MAX_TRANSACTION_ACTIONS:
+                self._transact(self._in_table(actions))
+                actions = []
+            actions += change
+        if actions:
+            self._transact(self._in_table(actions))
+        return len(facts)
+
+    def _in_table(self, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Transaction actions built without a table name, given this table's."""
+        for action in actions:
+            for request in action.values():
+                request["TableName"] = self.table_name
+        return actions
 
     # Pins and episodes --------------------------------------------------------------
 

@@ -318,6 +318,26 @@ class PeopleRepository(Table):
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
 
+    def clear_actor(self, pointer: ItemRef, user_id: str) -> bool:
+        """Take a person's id out of the history entry an ACTED# pointer of theirs points at
+        (an entry of someone else's fact, which stays that person's); whether it held it."""
+        target = keys.acted_target(pointer.sk)
+        if target is None:
+            return False
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=key(pointer.pk, target),
+                UpdateExpression="REMOVE actor_id",
+                ConditionExpression="attribute_exists(pk) AND actor_id = :user",
+                ExpressionAttributeValues={":user": {"S": user_id}},
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
     def redact_observation(self, observation: Observation, content: str) -> None:
         """Replace a stored observation's text (erasure takes a name out of it)."""
         self._client.update_item(

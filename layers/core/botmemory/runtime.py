@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botmemory.clock import Clock, SystemClock
 from botmemory.config import Settings, get_settings
@@ -17,6 +17,10 @@ from botmemory.recall import Recaller
 from botmemory.recall_search import SearchLeg
 from botmemory.repository import MemoryRepository
 from botmemory.search import SearchIndex, build_search_index
+
+if TYPE_CHECKING:
+    from botmemory.answer_requests import AnswerRequests
+    from botmemory.answering import Answerer
 
 
 @dataclass
@@ -73,3 +77,47 @@ def build_services(
 def services_from_environment() -> MemoryServices:
     """The services of this process, built on first use and reused across warm invocations."""
     return build_services()
+
+
+@lru_cache(maxsize=1)
+def answerer_from_environment() -> Answerer:
+    """AnswerFunction's answerer: the chat model, Discord's REST API with the bot token (from
+    Secrets Manager, cached), the rate limiter and the prompt template, built once."""
+    from botmemory.answer_prompt import system_prompt_source
+    from botmemory.answer_rate import AnswerRateLimiter
+    from botmemory.answering import Answerer
+    from botmemory.chat_model import build_chat_model
+    from botmemory.discord_api import (
+        DiscordApi,
+        api_base_from_environment,
+        bot_token_from_environment,
+    )
+
+    services = services_from_environment()
+    settings = services.settings
+    return Answerer(
+        services,
+        build_chat_model(settings),
+        DiscordApi(bot_token_from_environment(), base_url=api_base_from_environment()),
+        AnswerRateLimiter(
+            services.repository.client, settings.table_name, settings, services.clock
+        ),
+        system_prompt_source(settings),
+    )
+
+
+@lru_cache(maxsize=1)
+def answer_requests_from_environment() -> AnswerRequests:
+    """How this process starts answers (ANSWER_FUNCTION); inert when it is unset."""
+    from botmemory.answer_requests import AnswerRequests
+
+    return AnswerRequests(get_settings())
+
+
+def forget_environment() -> None:
+    """Drop everything built from the environment (a local run or a test that changes it
+    starts over, as a new Lambda sandbox would)."""
+    get_settings.cache_clear()
+    services_from_environment.cache_clear()
+    answerer_from_environment.cache_clear()
+    answer_requests_from_environment.cache_clear()

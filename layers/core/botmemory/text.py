@@ -221,3 +221,54 @@ def short_id(digest_hex: str, length: int = 8) -> str:
         value, rem = divmod(value, len(_ID_ALPHABET))
         out.append(_ID_ALPHABET[rem])
     return "".join(out)
+
+
+# Long text as Discord messages ---------------------------------------------------------
+
+# Discord's limit on a message's content, in characters.
+DISCORD_MESSAGE_CHARS = 2000
+# A sentence ends at . ! ? or … (closing quotes and brackets included), before whitespace;
+# a line break ends one too.
+_SENTENCE_END_RE = re.compile(r"[.!?…][\"'’”»)\]]*(?=\s)|(?=\n)")
+_WHITESPACE_RE = re.compile(r"\s+")
+# Never the first character of a chunk: it belongs to the character before it.
+_JOINERS = "\u200d\ufe0e\ufe0f"
+
+
+def split_message(text: str, limit: int = DISCORD_MESSAGE_CHARS) -> list[str]:
+    """`text` in chunks of at most `limit` characters, none empty or blank.
+
+    A chunk ends at a sentence end (or a line break) when one lies in the second half of the
+    room left, else at whitespace there, else at the limit. Only the whitespace at a cut is
+    dropped (and around the whole text): every other character is kept, in order.
+    """
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    chunks: list[str] = []
+    rest = text.strip()
+    while len(rest) > limit:
+        cut = _cut(rest, limit)
+        chunks.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    if rest:
+        chunks.append(rest)
+    return chunks
+
+
+def _cut(text: str, limit: int) -> int:
+    """Where to end the next chunk of `text` (longer than `limit`, no outer whitespace)."""
+    # One character past the room, so a sentence end at the limit sees its whitespace.
+    window = text[: limit + 1]
+    least = max(limit // 2, 1)
+    for pattern in (_SENTENCE_END_RE, _WHITESPACE_RE):
+        ends = [m.end() if m.group().strip() else m.start() for m in pattern.finditer(window)]
+        fitting = [end for end in ends if least <= end <= limit]
+        if fitting:
+            return fitting[-1]
+    cut = limit
+    # A hard cut keeps a combining mark or a joiner with the character it belongs to.
+    while cut > 1 and (
+        unicodedata.combining(text[cut]) or text[cut] in _JOINERS or text[cut - 1] == "\u200d"
+    ):
+        cut -= 1
+    return cut

@@ -1,0 +1,159 @@
+"""A chat model on Amazon Bedrock, through the Converse API.
+
+Converse wants a conversation that starts with the user and alternates roles: consecutive
+turns of one role travel as one message (one text block each), and assistant turns before
+the first user turn are left out; a blank turn is sent as EMPTY_TURN (Converse refuses an
+empty text block). Tools are offered through `toolConfig` (the model chooses
+whether to call them); text blocks make the reply's text, `toolUse` blocks its tool calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botmemory.aws_clients import bedrock_runtime_client
+from botmemory.chat_model.contract import (
+    ChatModelError,
+    ChatReply,
+    ChatRequest,
+    ChatTurn,
+    ToolCall,
+    effective_max_tokens,
+    generated_call_id,
+    parsed_arguments,
+)
+
+# What a blank turn becomes: Converse refuses a text block with nothing in it.
+EMPTY_TURN = "(an empty message)"
+
+
+class BedrockChatModel:
+    """One Converse call per answer. Timeouts and retries (throttling, 5xx, transport errors)
+    are botocore's, configured from the chat settings by botmemory.aws_clients."""
+
+    def __init__(
+        self,
+        model_id: str,
+        *,
+        client: Any | None = None,
+        max_output_tokens: int = 800,
+        region_name: str | None = None,
+        timeout_seconds: float = 20.0,
+        max_attempts: int = 2,
+    ) -> None:
+        self.name = f"bedrock:{model_id}"
+        self._model_id = model_id
+        self._client = client
+        self._max_output_tokens = max_output_tokens
+        self._region_name = region_name
+        self._timeout_seconds = timeout_seconds
+        self._max_attempts = max_attempts
+
+    def _bedrock(self) -> Any:
+        # boto3 is imported and the client built only when needed: both are slow on a cold start.
+        if self._client is None:
+            self._client = bedrock_runtime_client(
+                region_name=self._region_name,
+                read_timeout_seconds=self._timeout_seconds,
+                max_attempts=self._max_attempts,
+            )
+        return self._client
+
+    def reply(self, request: ChatRequest) -> ChatReply:
+        # Imported here for the same cold-start reason; botocore comes with boto3.
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            response = self._bedrock().converse(**self._converse_params(request))
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code = error.get("Code", "Unknown")
+            message = " ".join(str(error.get("Message", "")).split())[:300]
+            raise ChatModelError(f"{self.name} call failed: {code}: {message}") from exc
+        except BotoCoreError as exc:  # connection and read timeouts, after botocore's retries
+            raise ChatModelError(f"{self.name} call failed: {exc}") from exc
+        return self._parse_response(response)
+
+    # -- request -------------------------------------------------------------------------------
+
+    def _converse_params(self, request: ChatRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "modelId": self._model_id,
+            "system": [{"text": request.system}],
+            "messages": converse_messages(request.turns),
+            "inferenceConfig": {
+                "maxTokens": effective_max_tokens(request, self._max_output_tokens)
+            },
+        }
+        if request.tools:
+            params["toolConfig"] = {
+                "tools": [
+                    {
+                        "toolSpec": {
+                            "name": tool.name,
+                            "description": tool.description,
+                            "inputSchema": {"json": tool.parameters},
+                        }
+                    }
+                    for tool in request.tools
+                ]
+            }
+        return params
+
+    # -- response ------------------------------------------------------------------------------
+
+    def _parse_response(self, response: Any) -> ChatReply:
+        output = response.get("output") if isinstance(response, dict) else None
+        message = output.get("message") if isinstance(output, dict) else None
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            raise ChatModelError(f"{self.name} returned no message")
+        stop_reason = response.get("stopReason")
+        blocks = [block for block in content if isinstance(block, dict)]
+        text = "\n".join(
+            block["text"].strip()
+            for block in blocks
+            if isinstance(block.get("text"), str) and block["text"].strip()
+        )
+        # A call cut off by the token limit may carry half its input: it is not applied. Cut
+        # text is still an answer, better than an apology.
+        calls = [] if stop_reason == "max_tokens" else _tool_calls(blocks)
+        if not text and not calls:
+            raise ChatModelError(
+                f"{self.name} returned neither text nor a tool call (stopReason={stop_reason!r})"
+            )
+        return ChatReply(text=text, tool_calls=calls)
+
+
+def converse_messages(turns: list[ChatTurn]) -> list[dict[str, Any]]:
+    """The turns as Converse messages: from the first user turn on, one message per run of
+    turns of one role."""
+    messages: list[dict[str, Any]] = []
+    for turn in turns:
+        if not messages and turn.role != "user":
+            continue
+        block = {"text": turn.content if turn.content.strip() else EMPTY_TURN}
+        if messages and messages[-1]["role"] == turn.role:
+            messages[-1]["content"].append(block)
+        else:
+            messages.append({"role": turn.role, "content": [block]})
+    return messages
+
+
+def _tool_calls(blocks: list[dict[str, Any]]) -> list[ToolCall]:
+    """The `toolUse` blocks as tool calls; one without a name is skipped."""
+    calls: list[ToolCall] = []
+    for index, block in enumerate(blocks):
+        use = block.get("toolUse")
+        name = use.get("name") if isinstance(use, dict) else None
+        if not isinstance(use, dict) or not isinstance(name, str) or not name:
+            continue
+        call_id = use.get("toolUseId")
+        calls.append(
+            ToolCall(
+                id=call_id if isinstance(call_id, str) and call_id else generated_call_id(index),
+                name=name,
+                arguments=parsed_arguments(use.get("input")),
+            )
+        )
+    return calls
