@@ -315,3 +315,27 @@ def test_a_huge_mention_is_bounded_and_a_control_character_question_is_ignored(
     assert len(request.body["messages"][-1]["content"]) <= 4000
     openai_bot.say(mention(gw.ALICE, "\u0000\u0007\u001b\u202e", START_MS + 1000))
     assert len(chat_server.requests) == 1 and len(openai_bot.posts()) == 1
+
+
+def test_ask_edits_its_deferred_answer(rules_bot: Bot) -> None:
+    seed_fact(rules_bot, gw.ALICE, "Alice grows chillies on her balcony")
+    interaction = {
+        "id": "1600000000000000001",
+        "application_id": gw.BOT,
+        "token": "token-ask",
+        "type": 2,
+        "guild_id": gw.GUILD,
+        "channel_id": gw.CHANNEL,
+        "member": {"user": {"id": gw.ALICE, "global_name": "Alice"}, "permissions": "32"},
+    }
+    report = rules_bot.local.invoke(
+        ANSWER, {"ask": {"interaction": interaction, "question": "what do I grow?"}}
+    )
+
+    assert report["status"] == "answered"
+    edit = rules_bot.discord.wait_for(
+        lambda r: r.method == "PATCH" and "token-ask" in r.path, timeout=5
+    )
+    assert "chillies" in edit.body["content"]
+    assert edit.body["allowed_mentions"] == {"parse": []}
+    assert rules_bot.posts() == []  # the answer went into the deferred reply, not a new post

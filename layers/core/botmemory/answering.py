@@ -34,7 +34,7 @@ from botmemory.corrections import Correction, apply_update_memory, correction_no
 from botmemory.discord_api import DiscordApiError
 from botmemory.records import scope_of
 from botmemory.runtime import MemoryServices
-from botmemory.text import split_message
+from botmemory.text import scrub, split_message
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,9 @@ class Answerer:
     def _post(
         self, question: Question, reply: Reply, text: str, report: AnswerReport
     ) -> AnswerReport:
-        chunks = split_message(text)
+        # Model output is text from outside too: no control, bidirectional or invisible
+        # characters reach the channel (and pings are off whatever it says).
+        chunks = split_message(scrub(text, keep_newlines=True) or NOTHING_TO_SAY)
         posted: list[dict[str, Any]] = []
         try:
             for index, chunk in enumerate(chunks):
