@@ -200,8 +200,22 @@ def test_dev_serves_ingest_recall_and_interactions_and_stops_on_ctrl_c() -> None
         status, _ = request(f"{base}/interactions", ping["body"].encode(), forged)
         assert status == 401
 
+        # A message mentioning the bot is answered: the reply it would post is printed.
+        bot = "1399999999999999999"  # DISCORD_APPLICATION_ID unset: the sample bot id
+        mention = json.loads((EVENTS / "ingest/gateway-batch.json").read_text())["events"][0]
+        mention["d"].update(
+            id=str(int(mention["d"]["id"]) + 7),
+            content=f"<@{bot}> do you remember me?",
+            mentions=[{"id": bot, "username": "memorybot", "bot": True}],
+        )
+        status, body = request(f"{base}/ingest", {"events": [mention]})
+        assert status == 200 and json.loads(body)["stored"] == 1
+
         dev.send_signal(signal.SIGINT)
-        assert dev.wait(timeout=20) == 0
+        output, _ = dev.communicate(timeout=20)
+        assert dev.returncode == 0
+        replies = [line for line in output.splitlines() if line.startswith("[bot -> channel")]
+        assert replies and f"in reply to {mention['d']['id']}" in replies[0], output[-2000:]
     finally:
         if dev.poll() is None:
             dev.kill()
