@@ -5,9 +5,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
+import botocore.loaders
+import botocore.session
 import pytest
 from moto import mock_aws
 from moto.core.botocore_stubber import BotocoreStubber
+from moto.dynamodb.models import DynamoDBBackend
 
 from botmemory.clock import ManualClock
 from botmemory.config import Settings
@@ -15,6 +18,7 @@ from botmemory.memory_model.contract import ConsolidationAnswer, ModelInput
 from botmemory.memory_model.rules import RulesModel
 from botmemory.runtime import MemoryServices, build_services
 from botmemory.schema import create_table
+from localrun.fastmoto import one_backup_per_transaction
 
 TABLE = "MemoryTable"
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -36,9 +40,50 @@ def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORY_HASH_KEY", "test-person-hash-key-0123456789")
 
 
+@pytest.fixture(autouse=True)
+def one_table_backup_per_transaction() -> Iterator[None]:
+    """moto backs a table up before a TransactWriteItems by deep-copying it once per action:
+    identical copies, all taken before the first write. `localrun.fastmoto` (the demo's and
+    the bench's moto) keeps one; a failed transaction still restores it, so what a test sees
+    is unchanged, only the copying (most of a consolidation test's time) is gone.
+    Transactions run one at a time, as DynamoDB isolates them, so that one backup is always
+    the transaction's own even when a test runs work in threads."""
+    with one_backup_per_transaction():
+        shimmed = DynamoDBBackend.transact_write_items
+        lock = threading.Lock()
+
+        def isolated(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
+            with lock:
+                shimmed(self, transact_items)
+
+        DynamoDBBackend.transact_write_items = isolated  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            DynamoDBBackend.transact_write_items = shimmed  # type: ignore[method-assign]
+
+
+# botocore's service models (JSON files, read-only once parsed), parsed once for the run.
+_SERVICE_MODELS: dict[Any, Any] = {}
+
+
+def fresh_default_session() -> boto3.Session:
+    """A new default session, as moto makes one per mock (fresh credentials, region and
+    config files), whose loader reuses the run's parsed service models instead of parsing
+    them again: tens of milliseconds per test, and the garbage of it for the collector."""
+    core = botocore.session.get_session()
+    loader = botocore.loaders.create_loader(core.get_config_variable("data_path"))
+    loader._cache = _SERVICE_MODELS  # the loader's own memo of parsed files
+    core.register_component("data_loader", loader)
+    return boto3.Session(botocore_session=core)
+
+
 @pytest.fixture
 def dynamodb() -> Iterator[Any]:
     with mock_aws():
+        # moto has set boto3's default session aside (and restores it on exit); the session
+        # the code under test gets is still new to this test.
+        boto3.DEFAULT_SESSION = fresh_default_session()
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_table(client, TABLE)
         yield client
