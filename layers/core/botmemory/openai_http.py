@@ -166,3 +166,27 @@ class OpenAIEndpoint:
     def _redact(self, text: str) -> str:
         # Some servers echo the bad key back in their 401 body; error messages end up in logs.
         return text.replace(self._api_key, "***") if self._api_key else text
+
+
+def chat_completions_endpoint(
+    model: str,
+    *,
+    base_url: str,
+    api_key: str | None,
+    timeout_seconds: float,
+    max_attempts: int,
+    retry: RetryPolicy,
+    transport: httpx.BaseTransport | None,
+    sleep: Callable[[float], None],
+) -> OpenAIEndpoint:
+    """The chat-completions endpoint of the server at `base_url`, named `openai:<model>`."""
+    return OpenAIEndpoint(
+        f"openai:{model}",
+        f"{base_url.rstrip('/')}/chat/completions",
+        api_key=api_key,
+        timeout_seconds=timeout_seconds,
+        max_attempts=max_attempts,
+        retry=retry,
+        transport=transport,
+        sleep=sleep,
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from botmemory.aws_clients import bedrock_runtime_client
+from botmemory.aws_clients import ConverseCaller
 from botmemory.chat_model.contract import (
     ChatModelError,
     ChatReply,
@@ -25,6 +25,9 @@ from botmemory.chat_model.contract import (
 
 # What a blank turn becomes: Converse refuses a text block with nothing in it.
 EMPTY_TURN = "(an empty message)"
+
+# How much of Bedrock's error message an error keeps, on one line: the text reaches the logs.
+_ERROR_MESSAGE_CHARS = 300
 
 
 class BedrockChatModel:
@@ -41,44 +44,28 @@ class BedrockChatModel:
         timeout_seconds: float = 20.0,
         max_attempts: int = 2,
     ) -> None:
-        self.name = f"bedrock:{model_id}"
-        self._model_id = model_id
-        self._client = client
+        self._converse = ConverseCaller(
+            model_id,
+            error=ChatModelError,
+            client=client,
+            region_name=region_name,
+            read_timeout_seconds=timeout_seconds,
+            max_attempts=max_attempts,
+            message_chars=_ERROR_MESSAGE_CHARS,
+        )
+        self.name = self._converse.name
         self._max_output_tokens = max_output_tokens
-        self._region_name = region_name
-        self._timeout_seconds = timeout_seconds
-        self._max_attempts = max_attempts
 
     def _bedrock(self) -> Any:
-        # boto3 is imported and the client built only when needed: both are slow on a cold start.
-        if self._client is None:
-            self._client = bedrock_runtime_client(
-                region_name=self._region_name,
-                read_timeout_seconds=self._timeout_seconds,
-                max_attempts=self._max_attempts,
-            )
-        return self._client
+        return self._converse.client()
 
     def reply(self, request: ChatRequest) -> ChatReply:
-        # Imported here for the same cold-start reason; botocore comes with boto3.
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            response = self._bedrock().converse(**self._converse_params(request))
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            code = error.get("Code", "Unknown")
-            message = " ".join(str(error.get("Message", "")).split())[:300]
-            raise ChatModelError(f"{self.name} call failed: {code}: {message}") from exc
-        except BotoCoreError as exc:  # connection and read timeouts, after botocore's retries
-            raise ChatModelError(f"{self.name} call failed: {exc}") from exc
-        return self._parse_response(response)
+        return self._parse_response(self._converse.converse(**self._converse_params(request)))
 
     # -- request -------------------------------------------------------------------------------
 
     def _converse_params(self, request: ChatRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
-            "modelId": self._model_id,
             "system": [{"text": request.system}],
             "messages": converse_messages(request.turns),
             "inferenceConfig": {

@@ -22,7 +22,7 @@ from botmemory.chat_model.contract import (
     generated_call_id,
     parsed_arguments,
 )
-from botmemory.openai_http import EndpointError, OpenAIEndpoint, RetryPolicy
+from botmemory.openai_http import EndpointError, RetryPolicy, chat_completions_endpoint
 
 # Someone is waiting for the answer: waits stay short, and a server asking for a long pause
 # gets the apology instead.
@@ -49,12 +49,11 @@ class OpenAIChatModel:
         sleep: Callable[[float], None] = time.sleep,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.name = f"openai:{model}"
         self._model = model
         self._max_output_tokens = max_output_tokens
-        self._endpoint = OpenAIEndpoint(
-            self.name,
-            f"{base_url.rstrip('/')}/chat/completions",
+        self._endpoint = chat_completions_endpoint(
+            model,
+            base_url=base_url,
             api_key=api_key,
             timeout_seconds=timeout_seconds,
             max_attempts=max_attempts,
@@ -62,6 +61,7 @@ class OpenAIChatModel:
             transport=transport,
             sleep=sleep,
         )
+        self.name = self._endpoint.name
 
     def reply(self, request: ChatRequest) -> ChatReply:
         try:

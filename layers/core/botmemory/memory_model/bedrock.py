@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from botmemory.aws_clients import bedrock_runtime_client
+from botmemory.aws_clients import ConverseCaller
 from botmemory.memory_model.contract import (
     ANSWER_SCHEMA,
     INSTRUCTIONS,
@@ -40,54 +40,38 @@ class BedrockModel:
         timeout_seconds: float = 30.0,
         max_attempts: int = 3,
     ) -> None:
-        self.name = f"bedrock:{model_id}"
-        self._model_id = model_id
-        self._client = client
+        self._converse = ConverseCaller(
+            model_id,
+            error=MemoryModelError,
+            client=client,
+            region_name=region_name,
+            read_timeout_seconds=timeout_seconds,
+            max_attempts=max_attempts,
+        )
+        self.name = self._converse.name
         self._max_output_tokens = max_output_tokens
-        self._region_name = region_name
-        self._timeout_seconds = timeout_seconds
-        self._max_attempts = max_attempts
 
     def _bedrock(self) -> Any:
-        # boto3 is imported and the client built only when needed: both are slow on a cold start.
-        if self._client is None:
-            self._client = bedrock_runtime_client(
-                region_name=self._region_name,
-                read_timeout_seconds=self._timeout_seconds,
-                max_attempts=self._max_attempts,
-            )
-        return self._client
+        return self._converse.client()
 
     def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
-        # Imported here for the same cold-start reason; botocore comes with boto3.
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            response = self._bedrock().converse(
-                modelId=self._model_id,
-                system=[{"text": INSTRUCTIONS}],
-                messages=[{"role": "user", "content": [{"text": render_batch(batch)}]}],
-                toolConfig={
-                    "tools": [
-                        {
-                            "toolSpec": {
-                                "name": TOOL_NAME,
-                                "description": _TOOL_DESCRIPTION,
-                                "inputSchema": {"json": ANSWER_SCHEMA},
-                            }
+        response = self._converse.converse(
+            system=[{"text": INSTRUCTIONS}],
+            messages=[{"role": "user", "content": [{"text": render_batch(batch)}]}],
+            toolConfig={
+                "tools": [
+                    {
+                        "toolSpec": {
+                            "name": TOOL_NAME,
+                            "description": _TOOL_DESCRIPTION,
+                            "inputSchema": {"json": ANSWER_SCHEMA},
                         }
-                    ],
-                    "toolChoice": {"tool": {"name": TOOL_NAME}},
-                },
-                inferenceConfig={"maxTokens": self._max_output_tokens, "temperature": 0},
-            )
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            code = error.get("Code", "Unknown")
-            message = error.get("Message", "")
-            raise MemoryModelError(f"{self.name} call failed: {code}: {message}") from exc
-        except BotoCoreError as exc:  # connection and read timeouts, after botocore's retries
-            raise MemoryModelError(f"{self.name} call failed: {exc}") from exc
+                    }
+                ],
+                "toolChoice": {"tool": {"name": TOOL_NAME}},
+            },
+            inferenceConfig={"maxTokens": self._max_output_tokens, "temperature": 0},
+        )
 
         # A cut-off tool call can carry a partial input that happens to validate; refuse it.
         stop_reason = response.get("stopReason")

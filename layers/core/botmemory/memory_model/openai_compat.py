@@ -23,7 +23,7 @@ from botmemory.memory_model.contract import (
     parse_answer,
     render_batch,
 )
-from botmemory.openai_http import EndpointError, OpenAIEndpoint, RetryPolicy
+from botmemory.openai_http import EndpointError, RetryPolicy, chat_completions_endpoint
 
 # Waits are bounded so a misbehaving server cannot hold a Lambda for its whole timeout.
 _RETRY = RetryPolicy(
@@ -49,12 +49,11 @@ class OpenAICompatibleModel:
         sleep: Callable[[float], None] = time.sleep,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.name = f"openai:{model}"
         self._model = model
         self._max_output_tokens = max_output_tokens
-        self._endpoint = OpenAIEndpoint(
-            self.name,
-            f"{base_url.rstrip('/')}/chat/completions",
+        self._endpoint = chat_completions_endpoint(
+            model,
+            base_url=base_url,
             api_key=api_key,
             timeout_seconds=timeout_seconds,
             max_attempts=max_attempts,
@@ -62,6 +61,7 @@ class OpenAICompatibleModel:
             transport=transport,
             sleep=sleep,
         )
+        self.name = self._endpoint.name
 
     def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
         try:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from botmemory.aws_clients import bedrock_runtime_client
+from botmemory.aws_clients import bedrock_failures, bedrock_runtime_client
 from botmemory.config import ConfigError
 
 if TYPE_CHECKING:
@@ -117,10 +117,8 @@ class BedrockTitanEmbedder:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _embed_one(self, client: Any, text: str) -> list[float]:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         body = {"inputText": _cut(text), "dimensions": self.dimensions, "normalize": True}
-        try:
+        with bedrock_failures(self.name, EmbeddingError):
             response = client.invoke_model(
                 modelId=self._model_id,
                 body=json.dumps(body),
@@ -128,14 +126,6 @@ class BedrockTitanEmbedder:
                 accept="application/json",
             )
             raw = response["body"].read()
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            code = error.get("Code", "Unknown")
-            raise EmbeddingError(
-                f"{self.name} call failed: {code}: {error.get('Message', '')}"
-            ) from exc
-        except BotoCoreError as exc:  # connection and read timeouts, after botocore's retries
-            raise EmbeddingError(f"{self.name} call failed: {exc}") from exc
         try:
             payload = json.loads(raw)
         except ValueError as exc:
