@@ -11,7 +11,7 @@ import pytest
 
 from botmemory.clock import DAY_MS, ManualClock
 from botmemory.config import Settings
-from botmemory.consolidation_outcome import Status
+from botmemory.consolidation_outcome import Status, outcome_metrics
 from botmemory.memory_model.contract import (
     ConsolidationAnswer,
     MemoryModelError,
@@ -416,6 +416,60 @@ def test_a_superseded_fact_is_kept_but_marked(services: MemoryServices, dynamodb
     assert [
         f.text for f in services.repository.active_facts("100000000000000001", gw.ALICE, 10)
     ] == ["Alice moved to Berlin"]
+
+
+def test_in_shadow_mode_supersession_is_counted_and_nothing_is_superseded(
+    dynamodb: Any, clock: ManualClock
+) -> None:
+    services = with_model(dynamodb, clock, CountingModel(), supersession="shadow")
+    services.recorder.record(
+        [gw.message(gw.ALICE, "I live in Lyon.", T0)]
+        + chat(19, start_ms=T0 + 1000, speakers=[gw.BOB])
+    )
+    services.consolidator.consolidate(gw.CHANNEL)
+    services.recorder.record(
+        [gw.message(gw.ALICE, "I moved to Berlin.", T0 + 50_000)]
+        + chat(19, start_ms=T0 + 51_000, speakers=[gw.BOB])
+    )
+    (outcome,) = services.consolidator.consolidate(gw.CHANNEL)
+
+    assert (outcome.superseded, outcome.shadow_superseded) == (0, 1)
+    assert ("FactsSupersededShadow", 1) in outcome_metrics([outcome])
+    by_text = {f["text"]["S"]: f for f in facts(dynamodb)}
+    assert by_text["Alice lives in Lyon"]["status"]["S"] == FactStatus.ACTIVE.value
+    assert by_text["Alice moved to Berlin"]["status"]["S"] == FactStatus.ACTIVE.value
+
+
+def test_a_person_gains_at_most_three_new_facts_in_one_batch(
+    dynamodb: Any, clock: ManualClock
+) -> None:
+    def five_each(batch: ModelInput) -> ConsolidationAnswer:
+        return answer(
+            *(
+                fact(o.author_id, f"Likes topic {o.text.split()[-1]}", [o.number])
+                for o in batch.observations
+            )
+        )
+
+    services = with_model(dynamodb, clock, ScriptedModel(five_each), consolidate_every=10)
+    services.recorder.record(
+        [
+            gw.message([gw.ALICE, gw.BOB][i % 2], f"I like topic {i}", T0 + i * 1000)
+            for i in range(10)
+        ]
+    )
+    (outcome,) = services.consolidator.consolidate(gw.CHANNEL)
+
+    kept = {
+        user: [f for f in facts(dynamodb) if f["user_id"]["S"] == user]
+        for user in (gw.ALICE, gw.BOB)
+    }
+    assert {user: len(found) for user, found in kept.items()} == {gw.ALICE: 3, gw.BOB: 3}
+    assert [d.text for d in outcome.discarded if d.user_id == gw.ALICE] == [
+        "Likes topic 6",
+        "Likes topic 8",
+    ]
+    assert all("beyond 3 new facts" in d.reason for d in outcome.discarded)
 
 
 def test_episodes_beyond_the_cap_are_dropped(dynamodb: Any, clock: ManualClock) -> None:

@@ -166,7 +166,10 @@ def test_history_entries_of_a_full_batch_never_cost_a_fact_its_place(
             )
         )
 
-    services = services_with(dynamodb, clock, ScriptedModel(one_fact_per_message), max_batch=50)
+    # Many facts per person on purpose (the cap on new facts is not what this measures).
+    services = services_with(
+        dynamodb, clock, ScriptedModel(one_fact_per_message), max_batch=50, new_facts_per_person=20
+    )
     sizes: list[int] = []
     original = MemoryRepository.commit_consolidation
 

@@ -134,7 +134,9 @@ def test_a_member_stating_125_things_at_once_blocks_nobody(
     assert len(model.calls) == 1 and pending(services) == 0
     texts = fact_texts(dynamodb)
     assert "Alice lives in Lyon" in texts and "Bob uses Vim for everything" in texts
-    assert sum(t.startswith("Carol likes thing") for t in texts) == 5 * FACTS_PER_OBSERVATION
+    # Fewer than the walls hold: a person gains at most MEMORY_NEW_FACTS_PER_PERSON a batch.
+    walled = sum(t.startswith("Carol likes thing") for t in texts)
+    assert walled == min(5 * FACTS_PER_OBSERVATION, Settings().new_facts_per_person)
 
 
 def test_invalid_facts_in_an_answer_are_dropped_one_by_one(
@@ -180,7 +182,8 @@ def test_invalid_facts_in_an_answer_are_dropped_one_by_one(
     assert reasons[1].startswith("malformed fact: kind")
     assert reasons[2].startswith("malformed fact")
     assert reasons.count("beyond the answer's cap of 100 facts") == 125 - 99
-    assert "over the per-batch transaction cap" in reasons
+    # The flood stops at the person's cap on new facts, long before the transaction's.
+    assert "beyond 3 new facts in one batch" in reasons
     texts = fact_texts(dynamodb)
     assert "Lives in Lyon" in texts and "Likes gossip" not in texts
     assert outcome.facts_written == len(texts)
@@ -193,7 +196,8 @@ def test_a_poison_message_is_retried_three_times_split_then_quarantined_and_the_
     dynamodb: Any, clock: ManualClock
 ) -> None:
     model = FailingModel(clock, lambda batch: any("POISON" in o.text for o in batch.observations))
-    services = services_with(dynamodb, clock, model, max_batch=50)
+    # Every topic kept as a fact (the cap on new facts per person is not what this measures).
+    services = services_with(dynamodb, clock, model, max_batch=50, new_facts_per_person=20)
     messages = topics(50)
     poison = gw.message(MALLORY, "I love poison pills. POISON", T0 + 37 * 1000)
     messages[37] = poison
@@ -246,7 +250,7 @@ def test_a_channel_that_always_fails_costs_at_most_20_model_calls_a_day_then_rec
 ) -> None:
     broken = [True]
     model = FailingModel(clock, lambda batch: broken[0])
-    services = services_with(dynamodb, clock, model)
+    services = services_with(dynamodb, clock, model, new_facts_per_person=20)
     services.recorder.record(topics(25))
     start = clock.now_ms()
 

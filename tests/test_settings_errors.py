@@ -72,6 +72,8 @@ BAD: dict[str, str] = {
     "ANSWER_RATE_PER_PERSON": "0",
     "ANSWER_RATE_PER_CHANNEL": "-20",
     "ANSWER_FUNCTION": "answer function",
+    "MEMORY_NEW_FACTS_PER_PERSON": "0",
+    "MEMORY_SUPERSESSION": "off",
     "BOT_SYSTEM_PROMPT": "x" * 20_001,
     "BOT_SYSTEM_PROMPT_PARAMETER": "bot-prompt",
     "ANSWER_HISTORY_CHARS": "-1",

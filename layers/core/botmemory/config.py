@@ -59,6 +59,12 @@ class Settings(BaseModel):
     lock_lease_seconds: int = Field(default=900, ge=10)
     idle_flush_minutes: int = Field(default=30, ge=0)
     facts_per_person_in_model: int = Field(default=15, ge=0, le=50)
+    # Facts a person may gain in one batch (restated ones do not count): one chatty batch
+    # cannot flood their memory.
+    new_facts_per_person: int = Field(default=3, ge=1, le=20)
+    # `on`: a newer fact supersedes the one it replaces; `shadow`: only logged and counted
+    # (FactsSupersededShadow), so a model's supersessions can be watched before trusted.
+    supersession: Literal["on", "shadow"] = "on"
     observation_chars: int = Field(default=500, ge=20, le=4000)
     fact_chars: int = Field(default=240, ge=20, le=1000)
     episode_chars: int = Field(default=600, ge=50, le=4000)
@@ -218,6 +224,8 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_LOCK_LEASE_SECONDS": "lock_lease_seconds",
     "MEMORY_IDLE_FLUSH_MINUTES": "idle_flush_minutes",
     "MEMORY_FACTS_PER_PERSON_IN_MODEL": "facts_per_person_in_model",
+    "MEMORY_NEW_FACTS_PER_PERSON": "new_facts_per_person",
+    "MEMORY_SUPERSESSION": "supersession",
     "MEMORY_OBSERVATION_CHARS": "observation_chars",
     "MEMORY_FACT_CHARS": "fact_chars",
     "MEMORY_EPISODE_CHARS": "episode_chars",

@@ -407,10 +407,43 @@ class Consolidator:
         proposed = answer.facts[:MAX_FACTS]
         facts, superseded, superseded_by = self._accept_facts(proposed, batch, known, outcome)
         facts = self._not_forgotten(facts, outcome)
+        facts = self._few_new_per_person(facts, known, outcome)
+        superseded_by = {k: v for k, v in superseded_by.items() if v in facts}
+        superseded = [old for old in superseded if old.fact_id in superseded_by]
+        if self._settings.supersession == "shadow" and superseded:
+            # Watched, not done: the older facts stay active; ids only (texts are personal).
+            log.info(
+                "supersession shadowed",
+                extra={
+                    "channel_id": outcome.channel_id,
+                    "would_supersede": {k: v.fact_id for k, v in superseded_by.items()},
+                },
+            )
+            outcome.shadow_superseded = len(superseded)
+            superseded, superseded_by = [], {}
         episode = self._episode(
             outcome.channel_id, batch, answer.episode.summary, answer.episode.participants
         )
         return _Judgement(facts, superseded, superseded_by, episode)
+
+    def _few_new_per_person(
+        self, facts: list[Fact], known: dict[str, Fact], outcome: Outcome
+    ) -> list[Fact]:
+        """At most MEMORY_NEW_FACTS_PER_PERSON new facts per person, in the model's order; a
+        fact the model was shown and restated is not new."""
+        cap = self._settings.new_facts_per_person
+        new_so_far: dict[str, int] = {}
+        kept: list[Fact] = []
+        for fact in facts:
+            if fact.fact_id not in known:
+                new_so_far[fact.user_id] = new_so_far.get(fact.user_id, 0) + 1
+                if new_so_far[fact.user_id] > cap:
+                    self._discard(
+                        outcome, fact.user_id, fact.text, f"beyond {cap} new facts in one batch"
+                    )
+                    continue
+            kept.append(fact)
+        return kept
 
     def _not_forgotten(self, facts: list[Fact], outcome: Outcome) -> list[Fact]:
         """Drop a fact its subject forgot after its newest evidence was said (one consistent

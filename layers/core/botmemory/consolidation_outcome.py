@@ -47,6 +47,7 @@ class Outcome:
     index_writes: int = 0  # search index writes after the commit
     index_withdrawn: int = 0  # passages removed again: their source went meanwhile
     index_failed: bool = False  # the search index refused the round's passages (counted)
+    shadow_superseded: int = 0  # MEMORY_SUPERSESSION=shadow: what would have been superseded
 
 
 def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
@@ -60,6 +61,7 @@ def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
                 ("ObservationsConsumed", outcome.consumed),
                 ("FactsWritten", outcome.facts_written),
                 ("FactsSuperseded", outcome.superseded),
+                ("FactsSupersededShadow", outcome.shadow_superseded),
                 ("FactsDiscarded", len(outcome.discarded)),
                 ("SearchIndexWrites", outcome.index_writes),
             ]
