@@ -61,7 +61,7 @@ def test_protocol_numbers_are_discords_documented_values() -> None:
             },
         ),
         (MessageFlag, {"EPHEMERAL": 64}),
-        (Permissions, {"ADMINISTRATOR": 8, "MANAGE_GUILD": 32}),
+        (Permissions, {"ADMINISTRATOR": 8, "MANAGE_GUILD": 32, "VIEW_CHANNEL": 1024}),
         (ApplicationCommandType, {"CHAT_INPUT": 1}),
         (OptionType, {"SUB_COMMAND": 1, "STRING": 3, "USER": 6}),
         (InteractionContextType, {"GUILD": 0, "BOT_DM": 1}),

@@ -20,7 +20,8 @@ import pytest
 from botocore.client import BaseClient
 
 from botmemory.answer_requests import register_local_target
-from botmemory.keys import OPT_OUT_PK
+from botmemory.interactions import Permissions
+from botmemory.keys import GUILD_PREFIX, OPT_OUT_PK
 from botmemory.records import scope_of
 from localrun.samtemplate import passes_filters
 from scripts.make_events import BOB, BOT
@@ -33,6 +34,7 @@ from tests.test_iam import FUNCTIONS, function_statements, listed
 from tests.test_sam_local import stream_records
 
 STAFF = "32"  # MANAGE_GUILD
+VIEW_CHANNEL = int(Permissions.VIEW_CHANNEL)
 PACKAGE = ROOT / "layers" / "core" / "botmemory"
 # The parts of a transaction are authorised as the single-item actions they stand for.
 TRANSACTION_PARTS = {
@@ -128,11 +130,38 @@ def run_stream(discord: Discord, function: str, after: set[str]) -> None:
         assert answer == {"batchItemFailures": []}
 
 
+def channel_events() -> list[dict[str, Any]]:
+    everyone_denied = {"id": gw.GUILD, "type": 0, "allow": "0", "deny": str(VIEW_CHANNEL)}
+    other = "200000000000000077"
+    return [
+        {
+            "t": "GUILD_CREATE",
+            "d": {
+                "id": gw.GUILD,
+                "roles": [{"id": gw.GUILD, "permissions": str(VIEW_CHANNEL)}],
+                "channels": [{"id": gw.CHANNEL, "type": 0}, {"id": other, "type": 0}],
+            },
+        },
+        {
+            "t": "CHANNEL_UPDATE",
+            "d": {
+                "id": other,
+                "type": 0,
+                "guild_id": gw.GUILD,
+                "permission_overwrites": [everyone_denied],
+            },
+        },
+        {"t": "CHANNEL_DELETE", "d": {"id": other, "type": 0, "guild_id": gw.GUILD}},
+    ]
+
+
 def a_deployments_day(discord: Discord) -> None:
     seen_by_consolidation: set[str] = set()
     seen_by_index: set[str] = set()
     sample = json.loads((EVENTS / "ingest" / "gateway-batch.json").read_text())
     discord.local.invoke("IngestFunction", sample)
+    # The relay's guild and channel events: which channels @everyone can view.
+    discord.local.invoke("IngestFunction", {"events": channel_events()})
     talk = [
         gw.message(
             [gw.ALICE, gw.BOB, gw.CAROL][i % 3],
@@ -256,9 +285,19 @@ def test_recall_reads_and_the_search_index_never_touches_the_table() -> None:
 
 
 def test_ingest_writes_observations_and_reads_only_the_opt_out_list(day: CallLog) -> None:
-    assert table_actions("IngestFunction") == {"dynamodb:PutItem", "dynamodb:Query"}
+    visibility = {"dynamodb:GetItem", "dynamodb:BatchWriteItem", "dynamodb:DeleteItem"}
+    assert table_actions("IngestFunction") == {"dynamodb:PutItem", "dynamodb:Query"} | visibility
     assert day.actions("IngestFunction") == table_actions("IngestFunction")
     queries = [p for a, p in day.calls["IngestFunction"] if a == "dynamodb:Query"]
     assert queries
     for params in queries:
         assert params["ExpressionAttributeValues"][":pk"] == {"S": OPT_OUT_PK}
+    # Channel visibility reads and deletes only guild partitions (as the role's condition).
+    for action, params in day.calls["IngestFunction"]:
+        if action in {"dynamodb:GetItem", "dynamodb:DeleteItem"}:
+            assert params["Key"]["pk"]["S"].startswith(GUILD_PREFIX)
+        if action == "dynamodb:BatchWriteItem":
+            for (requests,) in [params["RequestItems"].values()]:
+                assert all(
+                    r["PutRequest"]["Item"]["pk"]["S"].startswith(GUILD_PREFIX) for r in requests
+                )

@@ -42,7 +42,7 @@ def http_json(response: dict[str, Any]) -> Any:
 
 
 def check_ingest(r: Any) -> None:
-    assert r == {"stored": 14, "duplicates": 0, "ignored": [], "rejected": []}
+    assert r == {"stored": 14, "channels": 0, "duplicates": 0, "ignored": [], "rejected": []}
 
 
 def check_stream(r: Any) -> None:

@@ -30,7 +30,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         # Async invokes retry on errors; a request that can never parse is answered, not raised.
         logger.warning("rejected ingest request", extra={"reason": str(error)})
         metrics.add_metric(name="IngestRequestsRejected", unit=MetricUnit.Count, value=1)
-        return {"error": str(error), "stored": 0, "duplicates": 0, "ignored": [], "rejected": []}
+        return {
+            "error": str(error),
+            "stored": 0,
+            "channels": 0,
+            "duplicates": 0,
+            "ignored": [],
+            "rejected": [],
+        }
     # The request id is this batch's correlation id: each observation keeps it, and the
     # consolidation that consumes them logs it.
     logger.set_correlation_id(context.aws_request_id)

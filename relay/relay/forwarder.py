@@ -23,7 +23,7 @@ from typing import Any
 
 from relay.backoff import Backoff
 from relay.batch import Batch, Batcher, BatchLimits, encode_event
-from relay.events import FORWARDED_EVENTS
+from relay.events import FORWARDED_EVENTS, trimmed
 from relay.logs import HEALTH_EVENT, fields
 from relay.sinks import Outcome, SendResult, Sink
 from relay.spool import Spool
@@ -147,6 +147,7 @@ class Forwarder:
         if not isinstance(payload, dict):
             log.warning("%s without a payload object; dropped", name)
             return None
+        payload = trimmed(name, payload)
         try:
             encoded = encode_event(name, payload)
             if not self._limits.fits_alone(encoded):

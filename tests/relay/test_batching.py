@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from relay.batch import ENVELOPE_BYTES, encode_event
-from relay.events import FORWARDED_EVENTS
+from relay.events import MESSAGE_EVENTS
 from tests import gateway as gw
 from tests.relay.helpers import Clock, RecordingSink, make_forwarder
 
@@ -102,7 +102,7 @@ def test_events_leave_in_arrival_order_so_each_channel_keeps_its_order(tmp_path:
 
 def test_all_eight_types_and_the_bots_own_message_are_forwarded_raw(tmp_path: Path) -> None:
     events = gw.every_event_type(T0)
-    assert {e["t"] for e in events} == FORWARDED_EVENTS
+    assert {e["t"] for e in events} == MESSAGE_EVENTS
     sink, clock = RecordingSink(), Clock()
     forwarder = make_forwarder(sink, tmp_path, clock)
     for event in events:

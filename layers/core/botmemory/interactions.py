@@ -57,6 +57,7 @@ class Permissions(IntFlag):
 
     ADMINISTRATOR = 1 << 3
     MANAGE_GUILD = 1 << 5  # "Manage Server" in the client
+    VIEW_CHANNEL = 1 << 10  # "View Channel": who can see a channel (botmemory.channels)
 
 
 class ApplicationCommandType(IntEnum):

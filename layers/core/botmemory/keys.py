@@ -37,6 +37,12 @@ OPT_OUT_PK = "OPTOUT"
 ERASED_PK = "ERASED"
 # Powertools Idempotency keeps its records for interactions under this partition.
 IDEMPOTENCY_PK = "IDEMPOTENCY#interactions"
+# A guild's channel visibility (botmemory.channels), in a partition of its own so that
+# IngestFunction's role can be limited to these keys: the @everyone role's permissions,
+# and one item per channel saying whether @everyone can view it.
+GUILD_PREFIX = "GUILD#"
+EVERYONE_SK = "EVERYONE"
+CHANNEL_VISIBILITY_PREFIX = "CHAN#"
 
 
 class ItemKind(StrEnum):
@@ -54,6 +60,8 @@ class ItemKind(StrEnum):
     HISTORY = "history"
     ACTED = "acted"
     STATE = "state"
+    EVERYONE = "everyone"
+    CHANNEL_VISIBILITY = "channel_visibility"
     OTHER = "other"
 
 
@@ -80,6 +88,8 @@ def kind_of(sk: str) -> ItemKind:
         return ItemKind.STATE
     if sk == PROFILE_SK:
         return ItemKind.PROFILE
+    if sk == EVERYONE_SK:
+        return ItemKind.EVERYONE
     for prefix, kind in (
         (OBS_PREFIX, ItemKind.OBSERVATION),
         (EPISODE_PREFIX, ItemKind.EPISODE),
@@ -91,10 +101,19 @@ def kind_of(sk: str) -> ItemKind:
         (NAME_PREFIX, ItemKind.NAME),
         (HISTORY_PREFIX, ItemKind.HISTORY),
         (ACTED_PREFIX, ItemKind.ACTED),
+        (CHANNEL_VISIBILITY_PREFIX, ItemKind.CHANNEL_VISIBILITY),
     ):
         if sk.startswith(prefix):
             return kind
     return ItemKind.OTHER
+
+
+def guild_pk(guild_id: str) -> str:
+    return f"{GUILD_PREFIX}{guild_id}"
+
+
+def channel_visibility_sk(channel_id: str) -> str:
+    return f"{CHANNEL_VISIBILITY_PREFIX}{channel_id}"
 
 
 def observation_sk(at_ms: int, kind: str, *ids: str) -> str:

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from botmemory.channels import CHANNEL_EVENTS, ChannelVisibility
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.config import Settings
 from botmemory.keys import observation_sk
@@ -137,6 +138,8 @@ class Skip(BaseModel):
 
 class IngestResult(BaseModel):
     stored: int = 0
+    # Channel visibility items written or deleted (guild and channel events, botmemory.channels).
+    channels: int = 0
     duplicates: int = 0
     ignored: list[Skip] = []
     rejected: list[Skip] = []
@@ -181,6 +184,7 @@ class ObservationRecorder:
         self._settings = settings
         self._clock = clock
         self._opt_outs = opt_outs
+        self._channels = ChannelVisibility(repository)
         self._parsers: dict[str, Callable[[dict[str, Any]], Observation]] = {
             "MESSAGE_CREATE": self._message_create,
             "MESSAGE_UPDATE": self._message_update,
@@ -202,18 +206,16 @@ class ObservationRecorder:
             if not self._settings.memory_enabled:
                 result.ignored.append(Skip(index=index, event=label, reason="memory is off"))
                 continue
+            if label in CHANNEL_EVENTS:
+                self._record_channel_event(index, label, event, result)
+                continue
             try:
                 observation = self.parse(event)
             except Ignored as why:
                 result.ignored.append(Skip(index=index, event=label, reason=str(why)))
                 continue
             except (ValueError, TypeError) as why:
-                reason = _reason(why)
-                log.warning(
-                    "rejected gateway event",
-                    extra={"index": index, "event": label, "reason": reason},
-                )
-                result.rejected.append(Skip(index=index, event=label, reason=reason))
+                _reject(result, index, label, why)
                 continue
             if self._opt_outs.is_opted_out(observation.author_id):
                 result.ignored.append(Skip(index=index, event=label, reason="author opted out"))
@@ -227,24 +229,29 @@ class ObservationRecorder:
                 result.duplicate_indexes.append(index)
         return result
 
+    def _record_channel_event(
+        self, index: int, label: str, event: dict[str, Any], result: IngestResult
+    ) -> None:
+        """A guild or channel event updates channel visibility; it is no observation."""
+        try:
+            change = self._channels.apply(label, _payload_of(event))
+        except (ValueError, TypeError) as why:
+            _reject(result, index, label, why)
+            return
+        if change.ignored:
+            result.ignored.append(Skip(index=index, event=label, reason=change.ignored))
+        result.channels += change.items
+
     def parse(self, event: Any) -> Observation:
         if not isinstance(event, dict):
             raise ValueError("event is not an object")
-        name, payload = event.get("t"), event.get("d")
+        name = event.get("t")
         if not isinstance(name, str):
             raise ValueError("event has no name (t)")
         parser = self._parsers.get(name)
         if parser is None:
             raise ValueError(f"unsupported event type {name[:60]!r}")
-        if not isinstance(payload, dict):
-            raise ValueError("event has no payload object (d)")
-        try:
-            json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError(
-                "payload holds text that is not valid UTF-8 (a lone surrogate)"
-            ) from None
-        return parser(payload)
+        return parser(_payload_of(event))
 
     # One parser per dispatch type.
 
@@ -391,6 +398,24 @@ class ObservationRecorder:
             message_id=event.message_id,
             emoji=event.emoji.label(),
         )
+
+
+def _payload_of(event: dict[str, Any]) -> dict[str, Any]:
+    """An event's payload object (d); ValueError when it is missing or not valid UTF-8."""
+    payload = event.get("d")
+    if not isinstance(payload, dict):
+        raise ValueError("event has no payload object (d)")
+    try:
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("payload holds text that is not valid UTF-8 (a lone surrogate)") from None
+    return payload
+
+
+def _reject(result: IngestResult, index: int, label: str, why: Exception) -> None:
+    reason = _reason(why)
+    log.warning("rejected gateway event", extra={"index": index, "event": label, "reason": reason})
+    result.rejected.append(Skip(index=index, event=label, reason=reason))
 
 
 def _reason(error: Exception) -> str:

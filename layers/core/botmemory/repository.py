@@ -2,8 +2,8 @@
 
 `MemoryRepository` is the one class callers use. Its methods live with their concern:
 observations, channel state, facts, pins, episodes, the consolidation commit and legacy
-memory here; people (opt-outs, erasure, names) in repository_people.py; the client and the
-shared helpers in table.py.
+memory here; people (opt-outs, erasure, names) in repository_people.py; channel visibility in
+repository_channels.py; the client and the shared helpers in table.py.
 """
 
 from __future__ import annotations
@@ -66,13 +66,14 @@ from botmemory.snowflake import snowflake_ms
 if TYPE_CHECKING:
     pass
 
+from botmemory.repository_channels import ChannelRepository
 from botmemory.repository_people import PeopleRepository
 from botmemory.table import error_code
 
 log = logging.getLogger(__name__)
 
 
-class MemoryRepository(PeopleRepository):
+class MemoryRepository(PeopleRepository, ChannelRepository):
     # Observations -----------------------------------------------------------------
 
     def put_observation(self, observation: Observation) -> bool:
