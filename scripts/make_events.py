@@ -459,6 +459,25 @@ def samples() -> dict[str, Any]:
                 "replied_to_bot": False,
             }
         },
+        # What InteractionsFunction hands AnswerFunction for `/ask`: the answer edits the
+        # deferred reply through the interaction's webhook.
+        "answer/ask.json": {
+            "ask": {
+                "interaction": {
+                    "id": "1500000000000000009",
+                    "application_id": BOT,
+                    "token": "sample-ask-token",
+                    "type": 2,
+                    "guild_id": GUILD,
+                    "channel_id": CHANNEL,
+                    "member": {
+                        "user": {"id": ALICE, "global_name": "Alice"},
+                        "permissions": "0",
+                    },
+                },
+                "question": "what do I grow on my balcony?",
+            }
+        },
         "interactions/ping.json": signed(
             {
                 "id": "1500000000000000001",

@@ -228,6 +228,9 @@ class FakeDiscordRest:
                 "id": str(next(self._ids)),
                 "type": 20,
                 "application_id": match.group(1),
+                # The reply to an interaction is the application's bot user's message.
+                "author": {"id": match.group(1), "username": "memorybot", "bot": True},
+                "timestamp": "2026-01-01T00:00:00+00:00",
                 **(request.body if isinstance(request.body, dict) else {}),
             }
             self.messages[(match.group(1), match.group(2))] = message

@@ -97,6 +97,7 @@ def check_answer(r: Any) -> None:
 
 CHECKS: dict[str, Callable[[Any], None]] = {
     "answer/mention.json": check_answer,
+    "answer/ask.json": check_answer,
     "ingest/gateway-batch.json": check_ingest,
     "consolidate/stream-batch.json": check_stream,
     "recall/request.json": check_recall,
