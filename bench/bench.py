@@ -86,9 +86,19 @@ from botmemory.memory_model.contract import (  # noqa: E402
 )
 from botmemory.memory_model.rules import RulesModel  # noqa: E402
 from botmemory.passages import message_passages  # noqa: E402
-from botmemory.recall import FACT_WINDOW_FACTOR, RecallRequest  # noqa: E402
+from botmemory.recall import (  # noqa: E402
+    ELSEWHERE_HEADING,
+    EPISODE_HEADING,
+    FACT_HEADING,
+    FACT_WINDOW_FACTOR,
+    PASSAGE_HEADING,
+    PIN_HEADING,
+    SUMMARY_HEADING,
+    RecallRequest,
+)
 from botmemory.recall_search import SearchLeg, SearchStatus, search_depth  # noqa: E402
 from botmemory.records import (  # noqa: E402
+    ChannelSummary,
     Episode,
     Fact,
     FactKind,
@@ -96,6 +106,7 @@ from botmemory.records import (  # noqa: E402
     Observation,
     ObservationKind,
     Pin,
+    ShortTermEntry,
     scope_of,
 )
 from botmemory.runtime import MemoryServices, build_services  # noqa: E402
@@ -309,6 +320,10 @@ class CountingModel:
         self.calls += 1
         self.last_input = batch
         return self.inner.consolidate(batch)
+
+    def recompress(self, summary: str, target_chars: int) -> str:
+        self.calls += 1  # a second call of that round: counted like any other
+        return self.inner.recompress(summary, target_chars)
 
 
 class FailingModel(CountingModel):
@@ -696,6 +711,8 @@ def bench_stream(lab: Lab) -> None:
             ("triggers", len(consolidating) + len(waiting)),
             ("consolidations", len(rounds)),
             ("model calls", calls),
+            ("model calls per consolidation", calls / len(rounds) if rounds else 0.0),
+            ("  of which summary recompressions", sum(o.summary_recompressed for o in rounds)),
             ("observations per model call", consumed / calls if calls else 0.0),
             ("facts written in all", sum(o.facts_written for o in rounds)),
             (
@@ -713,6 +730,8 @@ def bench_stream(lab: Lab) -> None:
         ],
         [
             "Requests are those of the trigger alone; each message's own PutItem is in table 1.",
+            "The rolling channel summary is rewritten in the same call; a recompression pass (a",
+            "second call) happens only when the model's summary exceeds MEMORY_SUMMARY_MAX_TOKENS.",
             f"A consolidation: {operations(last) if last else '-'}.",
             f"Below threshold: {operations(waiting[-1]) if waiting else '-'}.",
             "Index writes: Outcome.index_writes (the round's messages, facts and episode).",
@@ -1012,6 +1031,7 @@ def bench_recall(lab: Lab) -> None:
         ],
     )
     bench_recall_query(lab)
+    bench_full_block(lab)
     print("Footnotes")
     print("=========")
     print(
@@ -1147,6 +1167,141 @@ def bench_recall_query(lab: Lab) -> None:
             " the serialized moto, which sorts",
             "the whole partition in Python for each Query (DynamoDB seeks the key range): the",
             "default budget would cut the search off there.",
+        ],
+    )
+
+
+# 3d. The largest block: every section full -------------------------------------------
+
+# DiscoClaw's published worst case for its assembled memory context, in characters.
+DISCOCLAW_WORST_CASE_CHARS = 8_600
+FULL_PARTICIPANTS = 8  # MEMORY_RECALL_MAX_PARTICIPANTS
+
+
+def full_world(lab: Lab) -> tuple[World, list[str]]:
+    """Every section over its budget: long pins, a summary at its cap, 8 people with 20 facts
+    each and short-term entries in 3 other public channels, 500 indexed messages the query
+    matches, the episode cap."""
+    world = lab.world()
+    history = seed_history(world, 500, 20, varied_lines(seed=3))
+    world.index.add(message_passages(history, scope_of(gw.GUILD), gw.BOT))
+    repository, now = world.services.repository, world.clock.now_ms()
+    people = SPEAKERS + [f"30000000000000009{n}" for n in range(FULL_PARTICIPANTS - 3)]
+    put_in_moto(world, (fact_item(p, i, 20, world.clock) for p in people[3:] for i in range(20)))
+    for n in range(8):
+        repository.put_pin(
+            Pin(
+                pin_id=f"long{n}",
+                scope=gw.GUILD,
+                target="global",
+                text=f"Rule {n}: " + "be kind and keep spoilers in their channel; " * 3,
+                created_ms=now,
+            )
+        )
+    sentences = " ".join(
+        f"In week {n} the raid team planned route {n} and who heals." for n in range(60)
+    )
+    summary = ChannelSummary(
+        channel_id=gw.CHANNEL,
+        episode_id="summary",
+        sk=keys.SUMMARY_SK,
+        summary=sentences[: world.services.settings.summary_max_chars],
+        participant_ids=SPEAKERS,
+        start_ms=T0 - DAY_MS,
+        end_ms=now,
+        created_ms=now,
+        expires_at=epoch_seconds(now + 90 * DAY_MS),
+    )
+    put_episode(repository, summary, gw.GUILD)
+    elsewhere: list[Observation] = []
+    entries: list[ShortTermEntry] = []
+    for p_index, person in enumerate(people):
+        for c in range(3):
+            channel = f"20000000000000090{c}"
+            said = [
+                consumed_observation(
+                    p_index, now - 60_000 * (c * 2 + k + 1), world.clock, "x"
+                ).model_copy(
+                    update={
+                        "channel_id": channel,
+                        "author_id": person,
+                        "author_name": f"Member {p_index}",
+                        "content": f"in channel {c} I'm still fixing the deploy script, step {k}: "
+                        + "checking the logs again " * 4,
+                    }
+                )
+                for k in range(2)
+            ]
+            elsewhere += said
+            entries.append(
+                ShortTermEntry(
+                    scope=gw.GUILD,
+                    user_id=person,
+                    channel_id=channel,
+                    observation_sks=[o.sk for o in said],
+                    messages=2,
+                    at_ms=max(o.at_ms for o in said),
+                    expires_at=epoch_seconds(now + 6 * 3_600_000),
+                )
+            )
+    put_in_moto(world, (observation_values(o, pending=False) for o in elsewhere))
+    for entry in entries:
+        repository.record_short_term(entry, world.services.settings.short_term_per_person)
+    return world, people
+
+
+def bench_full_block(lab: Lab) -> None:
+    world, people = full_world(lab)
+    figures = measure_recall(lab, world, people, QUERY)
+    result = world.services.recaller.recall(
+        RecallRequest(
+            guild_id=gw.GUILD,
+            channel_id=gw.CHANNEL,
+            user_id=gw.ALICE,
+            participants=people,
+            query=QUERY,
+        )
+    )
+    settings = world.services.settings
+    sections = {block.split("\n", 1)[0]: len(block) for block in result.memory.split("\n\n")}
+    budgeted = [
+        (PIN_HEADING, settings.recall_pin_chars),
+        (SUMMARY_HEADING, settings.recall_summary_chars),
+        (FACT_HEADING, settings.recall_fact_chars),
+        (ELSEWHERE_HEADING, settings.recall_short_term_chars),
+        (PASSAGE_HEADING, settings.recall_search_chars),
+        (EPISODE_HEADING, settings.recall_episode_chars),
+    ]
+    rows: list[tuple[object, ...]] = [
+        (f"  {heading}", sections.get(heading, 0), budget) for heading, budget in budgeted
+    ]
+    header_footer = len(result.memory) - sum(sections.get(h, 0) for h, _ in budgeted)
+    budgets = sum(budget for _, budget in budgeted)
+    bound = budgets + header_footer
+    rows += [
+        ("  header, footer and blank lines", header_footer, ""),
+        ("whole memory block", len(result.memory), f"{budgets:,} + header"),
+        ("its bound: every budget spent, and the header", bound, ""),
+        ("DiscoClaw's published worst case", DISCOCLAW_WORST_CASE_CHARS, ""),
+        ("DiscoClaw's worst case / this bound", ratio(bound, DISCOCLAW_WORST_CASE_CHARS), ""),
+        ("DynamoDB requests", figures.requests, ""),
+        ("sequential round trips", figures.round_trips, "at most 3"),
+        ("estimated read units", figures.read_units, ""),
+    ]
+    print_table(
+        "3d. The largest memory block: every section over its budget (default budgets)",
+        ["figure", "characters or count", "budget"],
+        rows,
+        [
+            f"{len(people)} participants (MEMORY_RECALL_MAX_PARTICIPANTS) with 20 facts each and"
+            " short-term entries in 3 other",
+            "public channels; 8 long pins; a channel summary at its 2,000-character cap; 500"
+            " indexed messages the",
+            "query matches; the episode cap. The passages also take the room facts and episodes"
+            " leave unused, so",
+            "the block never exceeds the sum of the budgets plus its header.",
+            f"requests: {figures.operations}.",
+            f"longest chain: {figures.chain}.",
         ],
     )
 

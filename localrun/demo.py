@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from botmemory.keys import ItemKind, kind_of
-from botmemory.recall import PASSAGE_HEADING
+from botmemory.recall import ELSEWHERE_HEADING, PASSAGE_HEADING
 from botmemory.records import FactStatus
 from localrun.discord_sink import DISCORD_EPOCH_MS
 from localrun.motoserver import LocalRunError, MotoServer
-from localrun.replay import Replay, default_source, load_replay
+from localrun.replay import Replay, default_source, guild_create, load_replay
 from localrun.stack import LocalStack
 
 RELAY_BATCH = 20  # events per IngestFunction invoke, as the relay batches them
@@ -68,6 +68,8 @@ def replay(stack: LocalStack, server: MotoServer, conversation: Replay) -> None:
     say(
         f"Replaying {conversation.source.name} ({names}, {len(events)} messages) through IngestFunction"
     )
+    # The relay forwards the server's GUILD_CREATE first: which channels everyone can see.
+    stack.invoke("IngestFunction", {"events": [guild_create(conversation)]})
     stored = 0
     for start in range(0, len(events), RELAY_BATCH):
         server.check()
@@ -115,12 +117,42 @@ def report(stack: LocalStack, conversation: Replay) -> None:
         },
     )
     say(answer["memory"] or "(empty)")
+    summary = answer.get("summary")
+    if summary:
+        say()
+        say(
+            f"The channel's rolling summary ({len(summary['text'])} characters shown), rewritten "
+            "by each consolidation in its one model call; replaced ones are archived and searchable."
+        )
+    elsewhere_in_general(stack, conversation, first)
     say()
     say(f"Staff listing for {second[0]} (/memory user):")
     say(user_facts_listing(services_from_environment(), conversation.guild_id, second[1]))
     if conversation.early_questions:
         ask_early(stack, conversation, first[1])
         answer_early(stack, conversation, first)
+
+
+def elsewhere_in_general(stack: LocalStack, conversation: Replay, speaker: tuple[str, str]) -> None:
+    """Short-term cross-channel memory: recall in the server's #general, for the same person,
+    shows what they said lately in the replay's (public) channel."""
+    name, user_id = speaker
+    say()
+    say(f"{name} moves to #general; recall there carries the thread over:")
+    answer = stack.invoke(
+        "RecallFunction",
+        {
+            "guild_id": conversation.guild_id,
+            "channel_id": conversation.general_id,
+            "user_id": user_id,
+            "participants": [user_id],
+        },
+    )
+    section = answer["memory"].split(ELSEWHERE_HEADING, 1)
+    if len(section) == 2:
+        say(ELSEWHERE_HEADING + section[1].split("\n\n", 1)[0])
+    else:
+        say("(no short-term entries)")
 
 
 def ask_early(stack: LocalStack, conversation: Replay, user_id: str) -> None:

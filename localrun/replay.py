@@ -22,6 +22,8 @@ BUNDLED_SAMPLE = Path(__file__).resolve().parent / "sample_conversation.json"
 SHARED_DATASET = ROOT.parent / "shared" / "datasets" / "locomo"
 GUILD_ID = "1100000000000000042"
 CHANNEL_ID = "1200000000000000042"
+# A second channel of the same server, where the demo asks recall after the replay.
+GENERAL_ID = "1200000000000000043"
 TURN_GAP_MS = 30_000
 
 
@@ -32,8 +34,26 @@ class Replay:
     events: list[dict[str, Any]]
     guild_id: str = GUILD_ID
     channel_id: str = CHANNEL_ID
+    general_id: str = GENERAL_ID
     # LoCoMo's questions whose evidence was all said in the first session: (question, answer).
     early_questions: tuple[tuple[str, str], ...] = ()
+
+
+def guild_create(replay: Replay) -> dict[str, Any]:
+    """The relay's GUILD_CREATE for the replay's server: both channels are public (@everyone
+    may view them), so what is said in one may follow its speakers into the other."""
+    view_channel = 1 << 10
+    return {
+        "t": "GUILD_CREATE",
+        "d": {
+            "id": replay.guild_id,
+            "roles": [{"id": replay.guild_id, "permissions": str(view_channel)}],
+            "channels": [
+                {"id": replay.channel_id, "type": 0, "name": "conversation"},
+                {"id": replay.general_id, "type": 0, "name": "general"},
+            ],
+        },
+    }
 
 
 def default_source() -> Path:

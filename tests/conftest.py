@@ -14,7 +14,7 @@ from moto.dynamodb.models import DynamoDBBackend
 
 from botmemory.clock import ManualClock
 from botmemory.config import Settings
-from botmemory.memory_model.contract import ConsolidationAnswer, ModelInput
+from botmemory.memory_model.contract import ConsolidationAnswer, MemoryModelError, ModelInput
 from botmemory.memory_model.rules import RulesModel
 from botmemory.runtime import MemoryServices, build_services
 from botmemory.schema import create_table
@@ -106,12 +106,18 @@ class CountingModel:
         self.inner = inner or RulesModel()
         self.name = "counting"
         self.calls: list[ModelInput] = []
+        self.recompressions: list[tuple[str, int]] = []
         self._lock = threading.Lock()
 
     def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
         with self._lock:
             self.calls.append(batch)
         return self.inner.consolidate(batch)
+
+    def recompress(self, summary: str, target_chars: int) -> str:
+        with self._lock:
+            self.recompressions.append((summary, target_chars))
+        return str(self.inner.recompress(summary, target_chars))
 
 
 class ScriptedModel:
@@ -123,6 +129,9 @@ class ScriptedModel:
         self.name = "scripted"
         self.script = list(script)
         self.calls: list[ModelInput] = []
+        # What `recompress` answers, in turn: a text, or an exception to raise.
+        self.recompressed: list[str | Exception] = []
+        self.recompressions: list[tuple[str, int]] = []
 
     def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
         self.calls.append(batch)
@@ -131,6 +140,13 @@ class ScriptedModel:
             raise step
         if callable(step):
             return step(batch)
+        return step
+
+    def recompress(self, summary: str, target_chars: int) -> str:
+        self.recompressions.append((summary, target_chars))
+        step = self.recompressed.pop(0) if self.recompressed else MemoryModelError("unscripted")
+        if isinstance(step, Exception):
+            raise step
         return step
 
 

@@ -428,9 +428,11 @@ def test_forgetme_cut_short_by_a_fault_finishes_when_run_again(
     [
         ("user", {"member": BOB}),
         ("forget-fact", {"id": "abcdefgh"}),
+        ("restore-fact", {"member": BOB, "id": "abcdefgh"}),
         ("pin", {"where": "global", "text": "hi"}),
         ("unpin", {"id": "abcdefgh"}),
         ("history", {"id": "abcdefgh"}),
+        ("reset-summary", {}),
     ],
 )
 def test_a_member_cannot_use_staff_commands(

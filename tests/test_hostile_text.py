@@ -224,13 +224,22 @@ def test_the_memory_model_is_shown_names_and_texts_as_quoted_data() -> None:
         ],
         facts=[KnownFact(fact_id="f1", user_id=gw.BOB, kind="fact", text=FORGERY)],
         pins=[CLOSE_AND_ORDER, "Be kind."],
+        summary=f"So far: {FORGERY}",  # the rolling summary: model output, from members' words
     )
 
     rendered = render_batch(batch)
 
     lines = rendered.split("\n")
     assert rendered.splitlines() == lines
-    fixed = {f"Channel {gw.CHANNEL}.", "", "Observations:", "Current facts:", "Pins:", "- none"}
+    fixed = {
+        f"Channel {gw.CHANNEL}.",
+        "",
+        "Observations:",
+        "Current facts:",
+        "Pins:",
+        "- none",
+        "Current channel summary (rewrite it in at most 2000 characters):",
+    }
     observation = re.compile(rf"#\d+ \[\w+\] {_QUOTED} \(user_id \d+\): {_QUOTED}")
     fact = re.compile(rf"- [\w-]+ \(user_id \d+, \w+\): {_QUOTED}")
     pin = re.compile(rf"- {_QUOTED}")
@@ -243,6 +252,7 @@ def test_the_memory_model_is_shown_names_and_texts_as_quoted_data() -> None:
         ), line
     assert [line[:3] for line in lines if line.startswith("#")] == ["#1 ", "#2 "]
     assert '- "Be kind."' in lines
+    assert lines[-1].startswith('- "So far: ')
 
 
 def test_quoting_leaves_no_character_that_reads_as_a_quote_or_a_bracket() -> None:

@@ -22,14 +22,14 @@ from botocore.client import BaseClient
 from botmemory.answer_requests import register_local_target
 from botmemory.interactions import Permissions
 from botmemory.keys import GUILD_PREFIX, OPT_OUT_PK
-from botmemory.records import scope_of
+from botmemory.records import FactStatus, scope_of
 from localrun.samtemplate import passes_filters
 from scripts.make_events import BOB, BOT
 from tests import gateway as gw
 from tests.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.lambda_local import EVENTS, ROOT, TABLE
 from tests.sam_tools import translated_template
-from tests.test_commands import Discord, confirm_flow
+from tests.test_commands import Discord, confirm_flow, seed_fact
 from tests.test_iam import FUNCTIONS, function_statements, listed
 from tests.test_sam_local import stream_records
 
@@ -201,13 +201,23 @@ def a_deployments_day(discord: Discord) -> None:
         assert discord.local.invoke("AnswerFunction", started.pop())["posted"] == 1
     corrected = discord.services().repository.fact_by_id(hiking.fact_id)
     assert corrected is not None and corrected.text == "Alice loves the Dolomites"
+    # After posting, each answer counted a recall hit of the facts its block showed.
+    assert corrected.recall_hits >= 1
 
     discord.text("memory", "show")
     discord.text("memory", "remember", {"text": "I grow chillies on my balcony"})
     discord.text("memory", "forget", {"what": "chillies"})
     discord.text("memory-staff", "pin", {"where": "channel", "text": "Be kind"}, permissions=STAFF)
     discord.run("memory-staff", "user", {"member": BOB}, permissions=STAFF)
+    # A fact consolidation demoted out of the hot tier, restored by staff.
+    tuba = seed_fact(discord.services(), BOB, "Plays the tuba")
+    discord.services().repository.put_fact(tuba.model_copy(update={"status": FactStatus.DEMOTED}))
+    restored = discord.text(
+        "memory-staff", "restore-fact", {"member": BOB, "id": tuba.fact_id}, permissions=STAFF
+    )
+    assert restored.startswith("Restored")
     discord.run("memory-staff", "quarantine", permissions=STAFF)
+    discord.text("memory-staff", "reset-summary", permissions=STAFF)
     confirm_flow(discord, "memory", "optout", "optout:confirm")
     discord.text("memory", "optin")
     confirm_flow(discord, "forgetme", "", "forgetme:confirm")

@@ -292,7 +292,10 @@ def test_budgets_hold_with_1000_facts_per_user_and_10000_observations(
     assert len(result.memory) <= len(BLOCK_HEADER) + 300 + 900 + 500 + 20
     # The newest facts, by a bounded read: never all 1,000.
     assert result.facts[gw.ALICE][0].text.startswith("fact number 999")
+    # The tail, two pin targets, the episodes, and per person their facts; the summary is
+    # one GetItem, everyone's short-term entries one BatchGetItem.
     assert counter.count("Query") <= 1 + 2 + 1 + len(people)
+    assert counter.count("GetItem") <= 1
     assert counter.count("Scan") == 0
 
 

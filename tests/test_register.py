@@ -135,7 +135,16 @@ def test_member_and_staff_layout() -> None:
     assert list(member_subs) == list(specs.MEMBER_SUBCOMMANDS)
     assert list(member_subs) == ["show", "remember", "forget", "optout", "optin"]
     assert list(staff_subs) == list(specs.STAFF_SUBCOMMANDS)
-    assert list(staff_subs) == ["user", "forget-fact", "pin", "unpin", "quarantine", "history"]
+    assert list(staff_subs) == [
+        "user",
+        "forget-fact",
+        "restore-fact",
+        "pin",
+        "unpin",
+        "quarantine",
+        "history",
+        "reset-summary",
+    ]
     assert all(sub["type"] == 1 for sub in [*member["options"], *staff["options"]])
 
     def options(sub: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -157,12 +166,17 @@ def test_member_and_staff_layout() -> None:
     assert options(member_subs["optout"]) == options(member_subs["optin"]) == []
     assert options(staff_subs["user"]) == [("member", 6, True, None, False, [])]
     assert options(staff_subs["forget-fact"]) == [("id", 3, True, None, True, [])]
+    assert options(staff_subs["restore-fact"]) == [
+        ("member", 6, True, None, False, []),
+        ("id", 3, True, None, True, []),
+    ]
     assert options(staff_subs["pin"]) == [
         ("where", 3, True, None, False, ["global", "channel"]),
         ("text", 3, True, 240, False, []),
     ]
     assert options(staff_subs["unpin"]) == [("id", 3, True, None, True, [])]
     assert options(staff_subs["history"]) == [("id", 3, True, None, True, [])]
+    assert options(staff_subs["reset-summary"]) == []
     # /ask is a command of its own (no subcommand): one required question, a message long.
     assert options(ask) == [("question", 3, True, 2000, False, [])]
     assert member_subs["forget"]["options"][0]["description"] == "A fact id or words of the fact"

@@ -34,6 +34,12 @@ def record_metrics(report: AnswerReport) -> None:
         metrics.add_metric(
             name="MemoryCorrectionsRefused", unit=MetricUnit.Count, value=report.refused_corrections
         )
+    if report.recall_hits:
+        metrics.add_metric(
+            name="RecallHitsRecorded", unit=MetricUnit.Count, value=report.recall_hits
+        )
+    if report.recall_hits_failed:
+        metrics.add_metric(name="RecallHitsFailed", unit=MetricUnit.Count, value=1)
 
 
 @logger.inject_lambda_context(clear_state=True)

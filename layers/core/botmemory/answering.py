@@ -5,7 +5,8 @@ One answer is: the rate limit (one conditional write), the typing indicator, the
 (recall with the message as query, the channel's history, the speaker's facts), one chat
 model call, the model's corrections applied and announced, the reply posted (split at
 sentence ends, pinging nobody), and each posted message recorded as an observation of kind
-answer, under the same key the relay's copy of it gets, so it is stored once.
+answer, under the same key the relay's copy of it gets, so it is stored once. Then, after
+the reply, the facts the memory block showed count one recall hit each (botmemory.hot_tier).
 
 Failures answer, never go silent: a model failure posts a short apology. Discord refusing
 the post (403: no access to the channel) is one log line and a count, never retried.
@@ -32,6 +33,7 @@ from botmemory.chat_model.contract import (
 )
 from botmemory.corrections import Correction, apply_update_memory, correction_notice
 from botmemory.discord_api import DiscordApiError
+from botmemory.hot_tier import record_hits, shown_facts
 from botmemory.records import scope_of
 from botmemory.runtime import MemoryServices
 from botmemory.text import scrub, split_message
@@ -84,6 +86,8 @@ class AnswerReport:
     refused_corrections: int = 0
     prompt_chars: int = 0
     recorded: int = 0  # answer observations newly stored
+    recall_hits: int = 0  # facts of the memory block whose recall hit was recorded
+    recall_hits_failed: bool = False  # recording them failed (logged; the answer stands)
     notes: list[str] = field(default_factory=list)
 
 
@@ -145,7 +149,10 @@ class Answerer:
             return self._post(question, reply, APOLOGY, report)
         notices = self._corrections(question, prompt, answer, report)
         text = answer.text.strip() or ("" if notices else NOTHING_TO_SAY)
-        return self._post(question, reply, "\n\n".join([*notices, text]).strip(), report)
+        report = self._post(question, reply, "\n\n".join([*notices, text]).strip(), report)
+        if report.status == AnswerStatus.ANSWERED:
+            self._record_hits(question, prompt, report)
+        return report
 
     # Steps ------------------------------------------------------------------------
 
@@ -182,6 +189,17 @@ class Answerer:
                 )
         report.refused_corrections += max(len(calls) - MAX_CORRECTIONS, 0)
         return notices
+
+    def _record_hits(self, question: Question, prompt: AnswerPrompt, report: AnswerReport) -> None:
+        """Once the reply is posted (so never on recall's latency path, nor the reply's):
+        each fact the memory block showed counts one recall hit (botmemory.hot_tier), in one
+        request. A failure is logged and counted, and the answer stands."""
+        hits = record_hits(
+            self._services.repository,
+            shown_facts(prompt.recall, question.guild_id),
+            self._services.clock.now_ms(),
+        )
+        report.recall_hits, report.recall_hits_failed = hits.recorded, hits.failed
 
     def _post(
         self, question: Question, reply: Reply, text: str, report: AnswerReport

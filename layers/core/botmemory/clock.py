@@ -38,7 +38,8 @@ class ManualClock:
             self._now += ms + int(seconds * 1000) + int(days * 86_400_000)
 
 
-DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
 
 
 def epoch_seconds(ms: int) -> int:
@@ -61,3 +62,13 @@ def day(ms: int) -> str:
     except (OverflowError, ValueError, TypeError):
         return UNKNOWN_DAY
     return f"{at.year:04d}-{at.month:02d}-{at.day:02d}"
+
+
+def moment(ms: int) -> str:
+    """The UTC day and minute of an epoch-milliseconds time, as YYYY-MM-DD HH:MM UTC (the
+    day alone, or "unknown date", when it has no minute to show)."""
+    try:
+        at = _EPOCH + timedelta(milliseconds=ms)
+    except (OverflowError, ValueError, TypeError):
+        return UNKNOWN_DAY
+    return f"{day(ms)} {at.hour:02d}:{at.minute:02d} UTC"

@@ -3,8 +3,8 @@
 Layout, and why there are two `/memory...` commands:
 
     /memory show | remember text | forget what | optout | optin     every member
-    /memory-staff user member | forget-fact id | pin where text | unpin id | quarantine
-                  | history id                                      Manage Server by default
+    /memory-staff user member | forget-fact id | restore-fact member id | pin where text
+                  | unpin id | quarantine | history id              Manage Server by default
     /forgetme                                                       every member
     /ask question                                                   every member
 
@@ -60,17 +60,28 @@ MEMBER_SUBCOMMANDS = (SHOW, REMEMBER, FORGET, OPTOUT, OPTIN)
 # Staff subcommands of /memory-staff.
 USER = "user"
 FORGET_FACT = "forget-fact"
+RESTORE_FACT = "restore-fact"
 PIN = "pin"
 UNPIN = "unpin"
 QUARANTINE = "quarantine"
 HISTORY = "history"
-STAFF_SUBCOMMANDS = (USER, FORGET_FACT, PIN, UNPIN, QUARANTINE, HISTORY)
+RESET_SUMMARY = "reset-summary"
+STAFF_SUBCOMMANDS = (
+    USER,
+    FORGET_FACT,
+    RESTORE_FACT,
+    PIN,
+    UNPIN,
+    QUARANTINE,
+    HISTORY,
+    RESET_SUMMARY,
+)
 
 # Option names, as they arrive in `data.options[0].options[*].name`.
 OPTION_TEXT = "text"  # remember, pin
 OPTION_WHAT = "what"  # forget: a fact id or words of the fact (autocomplete)
-OPTION_MEMBER = "member"  # user
-OPTION_ID = "id"  # forget-fact, unpin, history (autocomplete)
+OPTION_MEMBER = "member"  # user, restore-fact
+OPTION_ID = "id"  # forget-fact, restore-fact, unpin, history (autocomplete)
 OPTION_WHERE = "where"  # pin
 WHERE_GLOBAL = "global"
 WHERE_CHANNEL = "channel"
@@ -165,6 +176,23 @@ def _staff_command() -> dict[str, Any]:
                 ],
             ),
             _subcommand(
+                RESTORE_FACT,
+                "Make a member's demoted fact active again, so the bot recalls it",
+                [
+                    {
+                        "type": OptionType.USER,
+                        "name": OPTION_MEMBER,
+                        "description": "The member the fact is about",
+                        "required": True,
+                    },
+                    _string(
+                        OPTION_ID,
+                        "The fact id, listed [demoted] by /memory-staff user",
+                        autocomplete=True,
+                    ),
+                ],
+            ),
+            _subcommand(
                 PIN,
                 "Pin a note the bot always keeps in mind here",
                 [
@@ -197,6 +225,10 @@ def _staff_command() -> dict[str, Any]:
                 HISTORY,
                 "Show every change to one fact of this server, oldest first",
                 [_string(OPTION_ID, "The fact id", autocomplete=True)],
+            ),
+            _subcommand(
+                RESET_SUMMARY,
+                "Clear this channel's running summary (the next batches start a new one)",
             ),
         ],
     }

@@ -16,16 +16,17 @@ Every change to a fact made here is kept in its history (botmemory.fact_history)
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from botmemory import command_specs as spec
 from botmemory import fact_history
-from botmemory.clock import DAY_MS, day, epoch_seconds
+from botmemory.clock import DAY_MS, day, epoch_seconds, moment
 from botmemory.erasure import Eraser, ErasureReport
+from botmemory.hot_tier import HotTier
 from botmemory.interactions import (
     ButtonStyle,
     ComponentType,
@@ -65,7 +66,10 @@ from botmemory.text import (
     short_id,
 )
 
+log = logging.getLogger(__name__)
+
 MAX_LISTED = 25
+MAX_SHORT_TERM_SHOWN = 10
 MAX_PINS_PER_SCOPE = 50
 CONFIRM_ERASE = "forgetme:confirm"
 CANCEL_ERASE = "forgetme:cancel"
@@ -227,20 +231,12 @@ def _listing(header: str, lines: list[str]) -> str:
     return text
 
 
-def _moment(ms: int) -> str:
-    """A stored time as staff read it: the UTC day and minute."""
-    try:
-        at = datetime.fromtimestamp(ms / 1000, UTC)
-    except (OverflowError, ValueError, OSError):
-        return day(ms)
-    return f"{day(ms)} {at.hour:02d}:{at.minute:02d} UTC"
-
-
 _CHANGE_WORDS = {
     FactChange.CREATED: "created",
     FactChange.UPDATED: "changed",
     FactChange.RESTORED: "restated",
     FactChange.SUPERSEDED: "superseded",
+    FactChange.DEMOTED: "demoted",
     FactChange.DELETED: "deleted",
 }
 
@@ -253,7 +249,15 @@ def _history_line(entry: FactHistory) -> str:
     what = " → ".join(t for t in (old, new) if t)
     if entry.change == FactChange.SUPERSEDED and entry.superseded_by:
         what += f" (by `{entry.superseded_by}`)"
-    return f"{_moment(entry.at_ms)}, {who}: {_CHANGE_WORDS[entry.change]} {what}".rstrip()
+    word = _CHANGE_WORDS[entry.change]
+    if entry.change == FactChange.RESTORED and entry.actor == HistoryActor.STAFF:
+        word = "restored"  # `/memory-staff restore-fact`, not a restatement
+    return f"{moment(entry.at_ms)}, {who}: {word} {what}".rstrip()
+
+
+def _status_mark(fact: Fact) -> str:
+    """How a listing marks a fact recall does not show: demoted or superseded."""
+    return "" if fact.status == FactStatus.ACTIVE else f" [{fact.status.value}]"
 
 
 Deferrer = Callable[[dict[str, Any]], None]
@@ -360,10 +364,12 @@ class Commands:
             (spec.FORGETME_COMMAND, ""): self._forgetme,
             (spec.STAFF_COMMAND, spec.USER): self._staff_user,
             (spec.STAFF_COMMAND, spec.FORGET_FACT): self._staff_forget_fact,
+            (spec.STAFF_COMMAND, spec.RESTORE_FACT): self._staff_restore_fact,
             (spec.STAFF_COMMAND, spec.PIN): self._staff_pin,
             (spec.STAFF_COMMAND, spec.UNPIN): self._staff_unpin,
             (spec.STAFF_COMMAND, spec.QUARANTINE): self._staff_quarantine,
             (spec.STAFF_COMMAND, spec.HISTORY): self._staff_history,
+            (spec.STAFF_COMMAND, spec.RESET_SUMMARY): self._staff_reset_summary,
             (spec.ASK_COMMAND, ""): self._ask_question,
         }
         route = routes.get((invocation.command, invocation.subcommand))
@@ -383,27 +389,55 @@ class Commands:
         return route(invocation)
 
     def _my_facts(self, invocation: Invocation) -> list[Fact]:
+        """The caller's facts here, active ones first (newest first), then demoted ones."""
         now = self._services.clock.now_ms()
         facts = self._services.repository.all_facts(invocation.scope, invocation.user_id)
-        active = [
-            f for f in facts if f.status == FactStatus.ACTIVE and ttl_alive(f.expires_at, now)
+        kept = [
+            f
+            for f in facts
+            if f.status in (FactStatus.ACTIVE, FactStatus.DEMOTED) and ttl_alive(f.expires_at, now)
         ]
-        return sorted(active, key=lambda f: f.updated_ms, reverse=True)
+        return sorted(kept, key=lambda f: (f.status == FactStatus.DEMOTED, -f.updated_ms))
 
     def _show(self, invocation: Invocation) -> dict[str, Any]:
         facts = self._my_facts(invocation)
-        lines = [_fact_line(f) for f in facts]
+        lines = [_fact_line(f) + _status_mark(f) for f in facts]
         mentions = self._mentions_here(invocation)
         if not lines and not mentions:
             return ephemeral_reply("I don't remember anything about you here yet.")
-        text = (
-            _listing("What I remember about you here:", lines)
-            if lines
-            else "I keep no facts about you here."
-        )
+        header = "What I remember about you here:"
+        if any(f.status == FactStatus.DEMOTED for f in facts):
+            header = (
+                "What I remember about you here ([demoted]: kept, but not brought up until you "
+                "say it again):"
+            )
+        text = _listing(header, lines) if lines else "I keep no facts about you here."
         if mentions:
             text = _listing(text + "\n\nIn this channel, mentioning you:", mentions)
-        return ephemeral_reply(text)
+        return ephemeral_reply(_listing(text, self._lately(invocation, len(text))))
+
+    def _lately(self, invocation: Invocation, used: int) -> list[str]:
+        """What `/memory show` adds after the facts, in the room one message has left: the
+        caller's short-term entries (which channels, when; their words stay there) and this
+        channel's running summary, cut to fit."""
+        repository = self._services.repository
+        now = self._services.clock.now_ms()
+        lines: list[str] = []
+        theirs = repository.short_term_of(invocation.scope, [invocation.user_id])
+        entries = [e for e in theirs.get(invocation.user_id, []) if ttl_alive(e.expires_at, now)]
+        if entries:
+            lines += ["", "Lately, for other channels (kept a few hours):"]
+            lines += [
+                f"<#{e.channel_id}>: {e.messages} message{'s' if e.messages > 1 else ''}, "
+                f"the last at {moment(e.at_ms)}"
+                for e in entries[:MAX_SHORT_TERM_SHOWN]
+            ]
+        summary = repository.channel_summary(invocation.channel_id)
+        if summary is not None and ttl_alive(summary.expires_at, now):
+            room = 2000 - used - sum(len(line) + 1 for line in lines) - 120
+            if room > 80:
+                lines += ["", "This channel's running summary:", _shown(summary.summary)[:room]]
+        return lines
 
     def _mentions_here(self, invocation: Invocation) -> list[str]:
         """Pins and episodes of this channel that name the caller or include them."""
@@ -546,7 +580,8 @@ class Commands:
         return self._deferred(invocation, "staff_user")
 
     def user_listing(self, scope: str, member: str) -> str:
-        """Every fact kept about a member in a scope, active first, with ids."""
+        """Every fact kept about a member in a scope, with ids: active first, then demoted
+        (`/memory-staff restore-fact` brings one back), then superseded."""
         now = self._services.clock.now_ms()
         facts = [
             f
@@ -555,11 +590,14 @@ class Commands:
         ]
         if not facts:
             return f"I keep no facts about <@{member}> in this server."
-        facts.sort(key=lambda f: (f.status != FactStatus.ACTIVE, -f.updated_ms))
-        lines = [
-            _fact_line(f) + ("" if f.status == FactStatus.ACTIVE else " [superseded]")
-            for f in facts
-        ]
+        facts.sort(
+            key=lambda f: (
+                f.status != FactStatus.ACTIVE,
+                f.status == FactStatus.SUPERSEDED,
+                -f.updated_ms,
+            )
+        )
+        lines = [_fact_line(f) + _status_mark(f) for f in facts]
         return _listing(f"Facts about <@{member}> ({len(facts)}):", lines)
 
     def _staff_quarantine(self, invocation: Invocation) -> dict[str, Any]:
@@ -582,6 +620,21 @@ class Commands:
             )
         )
 
+    def _staff_reset_summary(self, invocation: Invocation) -> dict[str, Any]:
+        """Clear the channel's rolling summary: a round already thinking over the old one
+        cannot bring it back (its commit requires the summary it rewrote). The archived
+        summaries stay searchable until they expire."""
+        if not self._services.repository.clear_channel_summary(invocation.channel_id):
+            return ephemeral_reply("This channel has no running summary.")
+        log.info(
+            "channel summary reset",
+            extra={"channel_id": invocation.channel_id, "staff_id": invocation.user_id},
+        )
+        return ephemeral_reply(
+            "This channel's running summary is cleared; the next batches start a new one. "
+            "Earlier summaries stay searchable until they expire."
+        )
+
     def _fact_here(self, invocation: Invocation, fact_id: str) -> Fact | None:
         """A fact by id, only when it belongs to this server."""
         fact = self._services.repository.fact_by_id(fact_id.strip().lower())
@@ -599,6 +652,33 @@ class Commands:
         self._delete_recorded([fact], HistoryActor.STAFF, invocation.user_id)
         return ephemeral_reply(
             f"Deleted `{fact.fact_id}` about <@{fact.user_id}>: {_shown(fact.text)}"
+        )
+
+    def _staff_restore_fact(self, invocation: Invocation) -> dict[str, Any]:
+        """A demoted fact of this server's member active again (botmemory.hot_tier)."""
+        member = invocation.snowflake(spec.OPTION_MEMBER)
+        fact = self._fact_here(invocation, invocation.text(spec.OPTION_ID))
+        if fact is None or fact.user_id != member:
+            return ephemeral_reply(f"<@{member}> has no fact with that id in this server.")
+        if fact.status != FactStatus.DEMOTED or not ttl_alive(
+            fact.expires_at, self._services.clock.now_ms()
+        ):
+            return ephemeral_reply(
+                f"`{fact.fact_id}` is not demoted: only a demoted fact can be restored."
+            )
+        if not self._hot_tier().restore(fact, invocation.user_id):
+            return ephemeral_reply(
+                f"`{fact.fact_id}` changed meanwhile (or its member is being erased): nothing "
+                "was restored. `/memory-staff user` shows it as it is now."
+            )
+        return ephemeral_reply(
+            f"Restored `{fact.fact_id}` about <@{fact.user_id}>: {_shown(fact.text)}"
+        )
+
+    def _hot_tier(self) -> HotTier:
+        services = self._services
+        return HotTier(
+            services.repository, services.settings, services.clock, services.opt_outs.hash_of
         )
 
     def _delete_recorded(self, facts: list[Fact], actor: HistoryActor, actor_id: str) -> None:
@@ -705,6 +785,8 @@ class Commands:
             elif invocation.subcommand in (spec.FORGET_FACT, spec.HISTORY) and typed:
                 fact = self._fact_here(invocation, typed)
                 choices = [(fact.fact_id, fact.text)] if fact else []
+            elif invocation.subcommand == spec.RESTORE_FACT:
+                choices = self._demoted_choices(invocation, typed)
         matches = [
             # Choice names are plain text to Discord: only mentions need defusing.
             {
@@ -718,6 +800,19 @@ class Commands:
             "type": InteractionResponseType.APPLICATION_COMMAND_AUTOCOMPLETE_RESULT,
             "data": {"choices": matches[:MAX_LISTED]},
         }
+
+    def _demoted_choices(self, invocation: Invocation, typed: str) -> list[tuple[str, str]]:
+        """What restore-fact offers: the chosen member's demoted facts here, or (no member
+        chosen yet) the demoted fact whose id is typed."""
+        member = invocation.options.get(spec.OPTION_MEMBER)
+        if isinstance(member, str) and member.isdigit():
+            now = self._services.clock.now_ms()
+            facts = self._services.repository.all_facts(invocation.scope, member)
+            demoted = [f for f in facts if ttl_alive(f.expires_at, now)]
+        else:
+            fact = self._fact_here(invocation, typed) if typed else None
+            demoted = [fact] if fact is not None else []
+        return [(f.fact_id, f.text) for f in demoted if f.status == FactStatus.DEMOTED]
 
     def _deferred(self, invocation: Invocation, work: str) -> dict[str, Any]:
         self._defer({"work": work, "interaction": deferred_interaction(invocation)})

@@ -62,9 +62,25 @@ class Settings(BaseModel):
     # Facts a person may gain in one batch (restated ones do not count): one chatty batch
     # cannot flood their memory.
     new_facts_per_person: int = Field(default=3, ge=1, le=20)
+    # The hot tier (botmemory.hot_tier): after each round, a speaker's active facts are kept
+    # within both targets by demoting the least recalled (never `/memory remember`'s); past
+    # `facts_max_per_person` stored facts, the least recalled demoted ones are deleted.
+    hot_facts_per_person: int = Field(default=25, ge=1, le=1000)
+    hot_fact_chars: int = Field(default=2000, ge=100, le=200_000)
+    facts_max_per_person: int = Field(default=200, ge=1, le=10_000)
     # `on`: a newer fact supersedes the one it replaces; `shadow`: only logged and counted
     # (FactsSupersededShadow), so a model's supersessions can be watched before trusted.
     supersession: Literal["on", "shadow"] = "on"
+    # The rolling channel summary (botmemory.channel_summary): its cap, and the size (estimated
+    # tokens: characters / 4) over which one more model pass recompresses it towards
+    # `summary_recompress_ratio` of its length.
+    summary_max_chars: int = Field(default=2000, ge=200, le=8000)
+    summary_max_tokens: int = Field(default=1500, ge=50, le=20_000)
+    summary_recompress_ratio: float = Field(default=0.65, gt=0.1, lt=1.0)
+    # Short-term cross-channel entries: what a person did in the server's other public
+    # channels lately (botmemory.short_term), kept this many hours, at most this many each.
+    short_term_hours: int = Field(default=6, ge=1, le=168)
+    short_term_per_person: int = Field(default=20, ge=0, le=100)
     observation_chars: int = Field(default=500, ge=20, le=4000)
     fact_chars: int = Field(default=240, ge=20, le=1000)
     episode_chars: int = Field(default=600, ge=50, le=4000)
@@ -77,6 +93,8 @@ class Settings(BaseModel):
     recall_pin_chars: int = Field(default=800, ge=0)
     recall_fact_chars: int = Field(default=1600, ge=0)
     recall_episode_chars: int = Field(default=1200, ge=0)
+    recall_summary_chars: int = Field(default=1200, ge=0)
+    recall_short_term_chars: int = Field(default=1000, ge=0)
     recall_facts_per_person: int = Field(default=5, ge=0, le=50)
     recall_episodes: int = Field(default=3, ge=0, le=20)
     recall_max_participants: int = Field(default=8, ge=1, le=25)
@@ -204,6 +222,15 @@ class Settings(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _cap_holds_hot_tier(self) -> Settings:
+        if self.facts_max_per_person < self.hot_facts_per_person:
+            raise ValueError(
+                f"MEMORY_FACTS_MAX_PER_PERSON ({self.facts_max_per_person}) must not be below "
+                f"MEMORY_HOT_FACTS_PER_PERSON ({self.hot_facts_per_person})"
+            )
+        return self
+
 
 # Environment variable -> Settings field. Kept as one table so the README can mirror it.
 ENVIRONMENT: dict[str, str] = {
@@ -225,7 +252,15 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_IDLE_FLUSH_MINUTES": "idle_flush_minutes",
     "MEMORY_FACTS_PER_PERSON_IN_MODEL": "facts_per_person_in_model",
     "MEMORY_NEW_FACTS_PER_PERSON": "new_facts_per_person",
+    "MEMORY_HOT_FACTS_PER_PERSON": "hot_facts_per_person",
+    "MEMORY_HOT_FACT_CHARS": "hot_fact_chars",
+    "MEMORY_FACTS_MAX_PER_PERSON": "facts_max_per_person",
     "MEMORY_SUPERSESSION": "supersession",
+    "MEMORY_SUMMARY_MAX_CHARS": "summary_max_chars",
+    "MEMORY_SUMMARY_MAX_TOKENS": "summary_max_tokens",
+    "MEMORY_SUMMARY_RECOMPRESS_RATIO": "summary_recompress_ratio",
+    "MEMORY_SHORT_TERM_HOURS": "short_term_hours",
+    "MEMORY_SHORT_TERM_PER_PERSON": "short_term_per_person",
     "MEMORY_OBSERVATION_CHARS": "observation_chars",
     "MEMORY_FACT_CHARS": "fact_chars",
     "MEMORY_EPISODE_CHARS": "episode_chars",
@@ -235,6 +270,8 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_RECALL_PIN_CHARS": "recall_pin_chars",
     "MEMORY_RECALL_FACT_CHARS": "recall_fact_chars",
     "MEMORY_RECALL_EPISODE_CHARS": "recall_episode_chars",
+    "MEMORY_RECALL_SUMMARY_CHARS": "recall_summary_chars",
+    "MEMORY_RECALL_SHORT_TERM_CHARS": "recall_short_term_chars",
     "MEMORY_RECALL_FACTS_PER_PERSON": "recall_facts_per_person",
     "MEMORY_RECALL_EPISODES": "recall_episodes",
     "MEMORY_RECALL_MAX_PARTICIPANTS": "recall_max_participants",

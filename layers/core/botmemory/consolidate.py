@@ -17,7 +17,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from botmemory import fact_history, keys
+from botocore.exceptions import BotoCoreError, ClientError
+
+from botmemory import channel_summary, fact_history, keys, short_term
 from botmemory.attempts import MINUTE_MS, Attempts, RetryPolicy
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.config import Settings
@@ -30,6 +32,7 @@ from botmemory.consolidation_commit import (
     newest_evidence_ms,
 )
 from botmemory.consolidation_outcome import DiscardedFact, Outcome, Status
+from botmemory.hot_tier import HotTier
 from botmemory.index_sync import IndexWriter
 from botmemory.keys import episode_sk
 from botmemory.memory_model.contract import (
@@ -44,8 +47,15 @@ from botmemory.memory_model.contract import (
 )
 from botmemory.names import NameIndex, nobody_named
 from botmemory.optout import OptOuts
-from botmemory.passages import episode_passage, fact_passage, holders, message_passages
+from botmemory.passages import (
+    episode_passage,
+    fact_passage,
+    holders,
+    message_passages,
+    summary_passage,
+)
 from botmemory.records import (
+    ChannelSummary,
     Episode,
     Fact,
     FactChange,
@@ -69,8 +79,8 @@ log = logging.getLogger(__name__)
 WORDS = {ObservationKind.MESSAGE, ObservationKind.EDIT}
 MAX_ROUNDS_PER_TRIGGER = 4
 # Room a batch leaves in its commit for what the model's answer adds: the episode, the
-# episodes it pushes beyond the cap, and facts.
-ROOM_FOR_ANSWER = 24
+# episodes it pushes beyond the cap, the channel summary and its archive, and facts.
+ROOM_FOR_ANSWER = 26
 # Time a round may need (a model call with retries); no round starts with less left.
 ROUND_RESERVE_MS = 90_000
 
@@ -82,7 +92,6 @@ def _unbounded() -> int:
 
 
 MAX_PROVENANCE = 10
-PURGE_SCAN = 25
 # The name registry read per round (one Query of the scope's NAME# items) stops here: in a
 # larger server the names beyond it are not looked for (mentions by id still are).
 MAX_REGISTRY_NAMES = 2000
@@ -117,6 +126,8 @@ class _Judgement:
     superseded: list[Fact] = field(default_factory=list)
     superseded_by: dict[str, Fact] = field(default_factory=dict)  # old fact id -> newer fact
     episode: Episode | None = None
+    summary: channel_summary.RolledSummary = field(default_factory=channel_summary.RolledSummary)
+    summary_replaces: str | None = None  # id of the stored summary the new one rewrites
 
 
 def _fit_one_transaction(
@@ -198,6 +209,7 @@ class Consolidator:
         self._model = model
         self._clock = clock
         self._opt_outs = opt_outs
+        self._hot_tier = HotTier(repository, settings, clock, opt_outs.hash_of)
         self._retry = RetryPolicy(
             max_attempts=settings.batch_max_attempts,
             backoff_ms=settings.retry_backoff_minutes * MINUTE_MS,
@@ -303,11 +315,14 @@ class Consolidator:
         judgement = _Judgement()
         if batch.numbered:  # a batch of reactions and deletions alone needs no model
             known = self._known_facts(batch)
+            summary = self._repository.channel_summary(channel_id, consistent=True)
             try:
-                answer = self._ask_model(batch, known, outcome)
+                answer = self._ask_model(batch, known, summary, outcome)
             except Exception as exc:  # counted, retried later, split, at worst quarantined
                 return self._failed(lock, batch, outcome, str(exc)[:300])
             judgement = self._judge(answer, batch, known, outcome)
+            judgement.summary = self._rolled_summary(summary, answer, batch, outcome)
+            judgement.summary_replaces = summary.episode_id if summary else None
         # Before the commit, so that a failed commit leaves the deletes pending to retry.
         outcome.retired = self._retire_deleted(batch)
         commit = self._build_commit(lock, batch, judgement, outcome)
@@ -374,11 +389,18 @@ class Consolidator:
         return NameIndex(self._repository.name_registry(scope, MAX_REGISTRY_NAMES), authors)
 
     def _ask_model(
-        self, batch: _Batch, known: dict[str, Fact], outcome: Outcome
+        self,
+        batch: _Batch,
+        known: dict[str, Fact],
+        summary: ChannelSummary | None,
+        outcome: Outcome,
     ) -> ConsolidationAnswer:
-        """One model call over the batch, the participants' current facts and the pins."""
+        """One model call over the batch, the participants' current facts, the pins and the
+        channel's rolling summary."""
         assert self._model is not None  # rounds run only when memory is enabled
         model_input = ModelInput(
+            summary=summary.summary if summary else "",
+            summary_max_chars=self._settings.summary_max_chars,
             channel_id=outcome.channel_id,
             observations=batch.numbered,
             facts=[
@@ -390,6 +412,29 @@ class Consolidator:
         outcome.model_input_chars = len(render_batch(model_input))
         outcome.model_calls = 1
         return self._model.consolidate(model_input)
+
+    def _rolled_summary(
+        self,
+        current: ChannelSummary | None,
+        answer: ConsolidationAnswer,
+        batch: _Batch,
+        outcome: Outcome,
+    ) -> channel_summary.RolledSummary:
+        assert self._model is not None
+        rolled = channel_summary.roll(
+            current,
+            answer.channel_summary,
+            model=self._model,
+            settings=self._settings,
+            channel_id=outcome.channel_id,
+            speakers=batch.authors,
+            start_ms=min(o.at_ms for o in batch.observations),
+            end_ms=max(o.at_ms for o in batch.observations),
+            now_ms=self._clock.now_ms(),
+        )
+        outcome.model_calls += rolled.recompressed
+        outcome.summary_recompressed = rolled.recompressed
+        return rolled
 
     def _judge(
         self,
@@ -460,17 +505,25 @@ class Consolidator:
                 kept.append(fact)
         return kept
 
-    def _pointers(self, batch: _Batch, episode: Episode | None) -> list[Named]:
-        """A pointer under each person an observation of someone else, or the episode,
-        names: erasure finds those items by the person's id."""
+    def _pointers(self, batch: _Batch, judgement: _Judgement) -> list[Named]:
+        """A pointer under each person an observation of someone else, the episode or the
+        channel summary names: erasure finds those items by the person's id."""
+        episode = judgement.episode
         names = batch.names or nobody_named()
         channel_id = batch.observations[0].channel_id if batch.observations else ""
         pointers: dict[tuple[str, str], Named] = {}
-        targets = [(o.sk, o.content, o.author_id, o.expires_at) for o in batch.observations]
+        targets: list[tuple[str, str, set[str], int | None]] = [
+            (o.sk, o.content, {o.author_id or ""}, o.expires_at) for o in batch.observations
+        ]
         if episode is not None:
-            targets.append((episode.sk, episode.summary, None, episode.expires_at))
-        for sk, text, author, expires_at in targets:
-            for person in sorted(names.named_in(text) - {author} if text else set()):
+            targets.append((episode.sk, episode.summary, set(), episode.expires_at))
+        # A summary's own speakers need none: erasure reads the summaries of their channels.
+        for summary in (judgement.summary.summary, judgement.summary.archived):
+            if summary is not None:
+                speakers = set(summary.participant_ids)
+                targets.append((summary.sk, summary.summary, speakers, summary.expires_at))
+        for sk, text, unneeded, expires_at in targets:
+            for person in sorted(names.named_in(text) - unneeded if text else set()):
                 if person == self._settings.bot_user_id:
                     continue
                 pointers[(person, sk)] = Named(
@@ -511,7 +564,7 @@ class Consolidator:
         pointers beyond it are written right after the commit."""
         now = self._clock.now_ms()
         episode = judgement.episode
-        pointers = self._pointers(batch, episode)
+        pointers = self._pointers(batch, judgement)
         speakers = _speakers(batch)
         commit = ConsolidationCommit(
             lock=lock,
@@ -521,6 +574,9 @@ class Consolidator:
             people=[(scope, user_id, name) for (scope, user_id), name in speakers.items()],
             episode=episode,
             dropped_episodes=self._episodes_beyond_cap(lock.channel_id) if episode else [],
+            summary=judgement.summary.summary,
+            summary_replaces=judgement.summary_replaces,
+            archived_summary=judgement.summary.archived,
             more_pending_since_ms=now if batch.waiting else None,
             now_ms=now,
             attempts=self._retry.after_success(
@@ -640,7 +696,8 @@ class Consolidator:
         outcome.facts_written = len(commit.facts)
         outcome.superseded = len(commit.superseded)
         outcome.episode_id = commit.episode.episode_id if commit.episode else None
-        outcome.purged = self._purge_expired(batch)
+        self._tend_speakers(batch, outcome, frozenset(f.fact_id for f in commit.facts))
+        outcome.short_term_written = self._short_term(commit, batch)
         log.info(
             "consolidated",
             extra={
@@ -652,6 +709,37 @@ class Consolidator:
             },
         )
         return outcome
+
+    def _short_term(self, commit: ConsolidationCommit, batch: _Batch) -> int:
+        """After the commit: in a public server channel, each speaker's entry for it
+        (botmemory.short_term, one UpdateItem each), for people not barred by then; each keeps
+        their newest MEMORY_SHORT_TERM_PER_PERSON. A failure costs only these entries: logged."""
+        keep = self._settings.short_term_per_person
+        if keep == 0 or not commit.consumed:
+            return 0
+        channel_id = commit.lock.channel_id
+        try:
+            if not short_term.crosses_channels(self._repository, batch.scope, channel_id):
+                return 0
+            entries = short_term.entries_for_round(
+                [batch.by_number[n] for n in batch.by_number],
+                scope=batch.scope,
+                channel_id=channel_id,
+                bot_user_id=self._settings.bot_user_id,
+                settings=self._settings,
+                now_ms=self._clock.now_ms(),
+            )
+            barred = self._opt_outs.barred({e.user_id for e in entries})
+            entries = [e for e in entries if e.user_id not in barred]
+            for entry in entries:
+                self._repository.record_short_term(entry, keep)
+        except Exception as exc:  # short-term memory is never a reason to lose a round
+            log.warning(
+                "short-term entries not written",
+                extra={"channel_id": channel_id, "error": repr(exc)[:300]},
+            )
+            return 0
+        return len(entries)
 
     # The search index ----------------------------------------------------------------
 
@@ -679,6 +767,8 @@ class Consolidator:
         everything = passages + [p for p in facts if p is not None]
         if commit.episode is not None:
             everything.append(episode_passage(commit.episode, batch.scope))
+        if commit.archived_summary is not None:
+            everything.append(summary_passage(commit.archived_summary, batch.scope))
         try:
             report = self._index_writer.write(everything, remove=batch.unindexed)
         except Exception as exc:  # the search index is never a reason to lose a round
@@ -1005,14 +1095,24 @@ class Consolidator:
         newest = self._repository.recent_episodes(channel_id, keep + 5)
         return [e.sk for e in newest[keep:]]
 
-    def _purge_expired(self, batch: _Batch) -> int:
-        """Delete the participants' facts whose retention ran out (TTL is lazy)."""
+    def _tend_speakers(self, batch: _Batch, outcome: Outcome, fresh: frozenset[str]) -> None:
+        """After the commit, one read of each speaker's facts: delete those whose retention
+        ran out (TTL is lazy), and keep their hot tier lean (botmemory.hot_tier). The round
+        is committed: a tier write that fails is logged and left to the next round."""
         now = self._clock.now_ms()
         expired: list[Fact] = []
         for scope, user_id in _speakers(batch):
-            expired += [
-                f
-                for f in self._repository.oldest_active_facts(scope, user_id, PURGE_SCAN)
-                if not ttl_alive(f.expires_at, now)
-            ]
-        return self._repository.delete_facts(expired) if expired else 0
+            facts = self._repository.all_facts(scope, user_id)
+            expired += [f for f in facts if not ttl_alive(f.expires_at, now)]
+            try:
+                alive = [f for f in facts if ttl_alive(f.expires_at, now)]
+                tier = self._hot_tier.tend(alive, fresh)
+            except (ClientError, BotoCoreError) as error:
+                log.warning(
+                    "hot tier not tended",
+                    extra={"user_id": user_id, "error": repr(error)[:300]},
+                )
+                continue
+            outcome.demoted += tier.demoted
+            outcome.evicted += tier.evicted
+        outcome.purged = self._repository.delete_facts(expired) if expired else 0

@@ -39,6 +39,7 @@ from botmemory.items import (
     to_item,
 )
 from botmemory.records import (
+    ChannelSummary,
     Episode,
     Fact,
     FactHistory,
@@ -107,6 +108,12 @@ class ConsolidationCommit:
     superseded: Sequence[Fact] = ()
     episode: Episode | None = None
     dropped_episodes: Sequence[str] = ()  # episode sort keys beyond the cap
+    # The channel's new rolling summary, written only if the stored one is still the one
+    # the model rewrote (`summary_replaces`: its id, None when there was none): a reset or an
+    # erasure that deleted it meanwhile cancels the commit. The replaced one is archived.
+    summary: ChannelSummary | None = None
+    summary_replaces: str | None = None
+    archived_summary: ChannelSummary | None = None
     more_pending_since_ms: int | None = None  # oldest observation left pending, if any
     # People seen in the batch: (scope, user id, display name); each profile, in the scope
     # of that person's observations, learns the channel.
@@ -150,6 +157,8 @@ class ConsolidationCommit:
             + len(self.facts)
             + len(self.superseded)
             + (1 if self.episode else 0)
+            + (1 if self.summary else 0)
+            + (1 if self.archived_summary else 0)
             + len(self.dropped_episodes)
             + (1 if self.quarantine else 0)
             + 1  # the channel state: lock release and sweep marker
@@ -185,6 +194,17 @@ class ConsolidationCommit:
             {"Delete": {"Key": key(keys.channel_pk(channel_id), sk)}}
             for sk in self.dropped_episodes
         ]
+        if self.summary:
+            actions.append({"Put": self._summary_put(self.summary)})
+        if self.archived_summary:
+            actions.append(
+                {
+                    "Put": {
+                        "Item": to_item(episode_values(self.archived_summary, self.scope)),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                }
+            )
         if self.quarantine:
             actions.append(
                 {
@@ -219,6 +239,15 @@ class ConsolidationCommit:
             for request in action.values():
                 request["TableName"] = table
         return actions
+
+    def _summary_put(self, summary: ChannelSummary) -> dict[str, Any]:
+        put: dict[str, Any] = {"Item": to_item(episode_values(summary, self.scope))}
+        if self.summary_replaces is None:
+            put["ConditionExpression"] = "attribute_not_exists(pk)"
+        else:
+            put["ConditionExpression"] = "episode_id = :replaces"
+            put["ExpressionAttributeValues"] = {":replaces": {"S": self.summary_replaces}}
+        return put
 
     def _guards(self) -> list[dict[str, Any]]:
         """The checks that make erasure, opt-out and forget win a race with this commit."""

@@ -39,6 +39,8 @@ class Outcome:
     model_calls: int = 0
     model_input_chars: int = 0
     purged: int = 0
+    demoted: int = 0  # speakers' facts demoted out of the hot tier (botmemory.hot_tier)
+    evicted: int = 0  # demoted facts deleted beyond MEMORY_FACTS_MAX_PER_PERSON
     retired: int = 0  # facts that lost their last evidence to a deleted message
     more_pending: bool = False  # the batch was full: a backlog waits behind it
     detail: str = ""
@@ -48,6 +50,8 @@ class Outcome:
     index_withdrawn: int = 0  # passages removed again: their source went meanwhile
     index_failed: bool = False  # the search index refused the round's passages (counted)
     shadow_superseded: int = 0  # MEMORY_SUPERSESSION=shadow: what would have been superseded
+    summary_recompressed: bool = False  # the channel summary needed a second model pass
+    short_term_written: int = 0  # cross-channel entries written (botmemory.short_term)
 
 
 def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
@@ -64,9 +68,13 @@ def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
                 ("FactsSupersededShadow", outcome.shadow_superseded),
                 ("FactsDiscarded", len(outcome.discarded)),
                 ("SearchIndexWrites", outcome.index_writes),
+                ("SummaryRecompressions", int(outcome.summary_recompressed)),
+                ("ShortTermEntriesWritten", outcome.short_term_written),
             ]
             if outcome.index_failed:
                 figures.append(("SearchIndexFailed", 1))
         if outcome.status == Status.QUARANTINED:
             figures += [("BatchesQuarantined", 1), ("ObservationsQuarantined", outcome.consumed)]
+        if outcome.status in (Status.CONSOLIDATED, Status.QUARANTINED):  # both tend the tier
+            figures += [("FactsDemoted", outcome.demoted), ("FactsEvicted", outcome.evicted)]
     return figures

@@ -3,7 +3,8 @@
 What goes: every item that holds the person's id (the by_user index: facts, profiles,
 the observations they wrote, their reactions, the pins made in their name, quarantine
 records, forget tombstones, Named pointers, the history entries of their facts), and the episodes they took part in (by
-participant id, in the channels their profiles list). Text written by others is touched
+participant id, in the channels their profiles list), and likewise the channel's rolling
+summary and its archives (botmemory.channel_summary). Text written by others is touched
 only where it names them: each Named pointer leads to one item (an episode naming them
 is deleted, another person's recorded message loses their mentions and their distinctive
 names), and in the episodes of channels they spoke in, a summary that mentions their id
@@ -33,7 +34,7 @@ from botmemory.clock import DAY_MS, Clock, SystemClock, epoch_seconds
 from botmemory.keys import ItemKind
 from botmemory.names import is_distinctive, mention_pattern, names_pattern, redacted
 from botmemory.optout import person_hash
-from botmemory.records import Episode
+from botmemory.records import ChannelSummary, Episode
 from botmemory.repository import MemoryRepository
 from botmemory.table import ItemRef
 from botmemory.text import normalized, scrub
@@ -221,11 +222,15 @@ class Eraser:
             return
         scope, channel_id = run.channels[0]
         names = self._distinctive(run, scope, user_id)
+        repository = self._repository
+        summaries: list[Episode] = [
+            *repository.summary_archives(channel_id, EPISODES_SCANNED_PER_CHANNEL),
+            *filter(None, [repository.channel_summary(channel_id, consistent=True)]),
+        ]
         doomed = [
             episode
-            for episode in self._repository.recent_episodes(
-                channel_id, EPISODES_SCANNED_PER_CHANNEL
-            )
+            for episode in repository.recent_episodes(channel_id, EPISODES_SCANNED_PER_CHANNEL)
+            + summaries
             if _episode_names(episode, user_id, names)
         ]
         run.add("episodes", self._repository.delete_episodes(doomed))
@@ -269,7 +274,7 @@ class Eraser:
         if named is None or named.user_id != user_id:
             return
         target = repository.target_of(named)
-        if target.kind == ItemKind.EPISODE:
+        if target.kind in (ItemKind.EPISODE, ItemKind.SUMMARY, ItemKind.SUMMARY_ARCHIVE):
             if repository.delete_if_present(target):
                 run.add("episodes")
         elif target.kind == ItemKind.OBSERVATION:
@@ -343,8 +348,12 @@ def _count_of(kind: ItemKind) -> str:
 
 
 def _episode_names(episode: Episode, user_id: str, names: list[str]) -> bool:
-    """Whether an episode is the person's: they took part, or it names them. A name some
+    """Whether an episode (or a channel summary) is the person's: they took part, it names
+    them, or it is a summary that stopped listing its speakers (in a channel the person
+    spoke in, it may hold their words). A name some
     other participant goes by is not theirs here."""
+    if isinstance(episode, ChannelSummary) and episode.more_participants:
+        return True
     if user_id in episode.participant_ids or mention_pattern(user_id).search(episode.summary):
         return True
     others = {normalized(n) for n in episode.participant_names}

@@ -3,9 +3,11 @@
 Who writes one (each in the same write as the change itself):
 - consolidation: a fact created, restated with new text or after it was superseded, and a
   fact superseded (botmemory.consolidate, in the round's one transaction), and a fact
-  deleted when its last evidence was deleted (`MemoryRepository.retire_evidence`);
+  deleted when its last evidence was deleted (`MemoryRepository.retire_evidence`), and a
+  fact demoted out of the hot tier or evicted beyond the cap (botmemory.hot_tier, each in
+  the same transaction as the change);
 - the member: `/memory remember` (created or updated) and `/memory forget` (deleted);
-- staff: `/memory-staff forget-fact` (deleted);
+- staff: `/memory-staff forget-fact` (deleted), `/memory-staff restore-fact` (restored);
 - the chat model: `update_memory` (botmemory.corrections: updated or deleted).
 
 A fact's retention purge writes none: an entry holds the texts, and a new entry would keep
@@ -64,11 +66,11 @@ def written(
     actor_id: str | None = None,
 ) -> FactHistory | None:
     """The entry for writing `fact` over what was stored (`previous`, None when nothing):
-    created, updated (new text), restored (was superseded); None when the same fact is
+    created, updated (new text), restored (was superseded or demoted); None when the same fact is
     merely stated again (same text, still active): that is no change."""
     if previous is None:
         change, old = FactChange.CREATED, None
-    elif previous.status == FactStatus.SUPERSEDED:
+    elif previous.status in (FactStatus.SUPERSEDED, FactStatus.DEMOTED):
         change, old = FactChange.RESTORED, previous.text
     elif previous.text != fact.text:
         change, old = FactChange.UPDATED, previous.text

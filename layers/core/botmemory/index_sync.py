@@ -7,8 +7,8 @@ removed again. With erasure marking a person before deleting their items, and th
 removing a passage whenever one of its items is deleted or rewritten, a deletion racing the
 write is caught by one side or the other.
 
-Following: the table's stream (REMOVE and MODIFY records of observations, facts and
-episodes) names the passages to remove. One path for every way an item leaves the table:
+Following: the table's stream (REMOVE and MODIFY records of observations, facts,
+episodes and archived channel summaries) names the passages to remove. One path for every way an item leaves the table:
 TTL expiry, /forgetme and opt-out, a message deleted in Discord, /memory forget, staff
 corrections, supersession and the episode cap.
 """
@@ -115,4 +115,6 @@ def passages_to_remove(record: dict[str, Any]) -> list[str]:
         return []
     if kind == keys.ItemKind.EPISODE and (removed or old.get("summary") != new.get("summary")):
         return [keys.episode_passage_id(old["channel_id"], old["episode_id"])]
+    if kind == keys.ItemKind.SUMMARY_ARCHIVE and removed:
+        return [keys.summary_passage_id(old["channel_id"], old["episode_id"])]
     return []

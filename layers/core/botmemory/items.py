@@ -24,6 +24,7 @@ from botmemory.records import (
     Observation,
     Pin,
     Quarantine,
+    ShortTermEntry,
 )
 
 _serializer = TypeSerializer()
@@ -156,6 +157,23 @@ def named_values(named: Named) -> dict[str, Any]:
         sk=keys.named_sk(named.channel_id, named.target_sk),
     )
     return values
+
+
+def short_term_entries_of(item: dict[str, Any]) -> list[ShortTermEntry]:
+    """A person's short-term item (plain values) as its entries, newest first."""
+    entries = [
+        ShortTermEntry.model_validate(
+            {
+                **value,
+                "scope": item["scope"],
+                "user_id": item["user_id"],
+                "channel_id": name[len(keys.SHORT_TERM_ATTRIBUTE_PREFIX) :],
+            }
+        )
+        for name, value in item.items()
+        if name.startswith(keys.SHORT_TERM_ATTRIBUTE_PREFIX) and isinstance(value, dict)
+    ]
+    return sorted(entries, key=lambda e: e.at_ms, reverse=True)
 
 
 def observation_values(observation: Observation, *, pending: bool = True) -> dict[str, Any]:

@@ -14,6 +14,10 @@ STATE_SK = "STATE"
 PROFILE_SK = "PROFILE"
 OBS_PREFIX = "OBS#"
 EPISODE_PREFIX = "EP#"
+# Under a channel's partition: its rolling summary (one item), and the summaries it replaced,
+# archived oldest first so that they stay searchable until they expire like episodes.
+SUMMARY_SK = "SUMMARY"
+SUMMARY_ARCHIVE_PREFIX = "SUMARC#"
 FACT_PREFIX = "FACT#"
 PIN_PREFIX = "PIN#"
 QUARANTINE_PREFIX = "QUAR#"
@@ -21,6 +25,11 @@ QUARANTINE_PREFIX = "QUAR#"
 # and a pointer to an item written by others that names them (erasure finds it by id).
 FORGOTTEN_PREFIX = "FORGOT#"
 NAMED_PREFIX = "NAMED#"
+# Under a person's partition: their short-term entries (botmemory.short_term), one item with
+# one attribute per public channel they spoke in lately (SHORT_TERM_ATTRIBUTE_PREFIX + id), so
+# recall reads everyone's in one BatchGetItem.
+SHORT_TERM_SK = "RECENT"
+SHORT_TERM_ATTRIBUTE_PREFIX = "ch_"
 # Under a scope's partition: a display name, and the members seen using it.
 NAME_PREFIX = "NAME#"
 # Under a scope's partition: a fact's history, one entry per change, oldest first, found by
@@ -50,12 +59,15 @@ class ItemKind(StrEnum):
 
     OBSERVATION = "observation"
     EPISODE = "episode"
+    SUMMARY = "summary"
+    SUMMARY_ARCHIVE = "summary_archive"
     FACT = "fact"
     PIN = "pin"
     PROFILE = "profile"
     QUARANTINE = "quarantine"
     FORGOTTEN = "forgotten"
     NAMED = "named"
+    SHORT_TERM = "short_term"
     NAME = "name"
     HISTORY = "history"
     ACTED = "acted"
@@ -90,9 +102,14 @@ def kind_of(sk: str) -> ItemKind:
         return ItemKind.PROFILE
     if sk == EVERYONE_SK:
         return ItemKind.EVERYONE
+    if sk == SUMMARY_SK:
+        return ItemKind.SUMMARY
+    if sk == SHORT_TERM_SK:
+        return ItemKind.SHORT_TERM
     for prefix, kind in (
         (OBS_PREFIX, ItemKind.OBSERVATION),
         (EPISODE_PREFIX, ItemKind.EPISODE),
+        (SUMMARY_ARCHIVE_PREFIX, ItemKind.SUMMARY_ARCHIVE),
         (FACT_PREFIX, ItemKind.FACT),
         (PIN_PREFIX, ItemKind.PIN),
         (QUARANTINE_PREFIX, ItemKind.QUARANTINE),
@@ -141,6 +158,10 @@ def episode_sk(created_ms: int, episode_id: str) -> str:
     return f"{EPISODE_PREFIX}{created_ms:013d}#{episode_id}"
 
 
+def summary_archive_sk(archived_ms: int, summary_id: str) -> str:
+    return f"{SUMMARY_ARCHIVE_PREFIX}{archived_ms:013d}#{summary_id}"
+
+
 def fact_sk(fact_id: str) -> str:
     return f"{FACT_PREFIX}{fact_id}"
 
@@ -156,6 +177,10 @@ def forgotten_sk(fact_id: str) -> str:
 def named_sk(channel_id: str, target_sk: str) -> str:
     """A pointer, under the named person's partition, to a channel's item naming them."""
     return f"{NAMED_PREFIX}{channel_id}#{target_sk}"
+
+
+def short_term_attribute(channel_id: str) -> str:
+    return f"{SHORT_TERM_ATTRIBUTE_PREFIX}{channel_id}"
 
 
 def name_sk(normalized_name: str) -> str:
@@ -212,6 +237,11 @@ def fact_passage_id(scope: str, user_id: str, fact_id: str) -> str:
 
 def episode_passage_id(channel_id: str, episode_id: str) -> str:
     return f"E#{channel_id}#{episode_id}"
+
+
+def summary_passage_id(channel_id: str, summary_id: str) -> str:
+    """An archived channel summary (the live one is not indexed: recall reads it directly)."""
+    return f"S#{channel_id}#{summary_id}"
 
 
 # Answer rate limits (botmemory.answer_rate): a counter per channel and one per person, for

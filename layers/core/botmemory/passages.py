@@ -2,7 +2,7 @@
 
 A consolidated batch gives one passage per message (its author's words, and the message
 before it as context when the message is too short to stand alone), one per fact the round
-wrote and one for its episode. Every passage lists its sources (the sort keys of the items
+wrote, one for its episode and one for the channel summary it archived. Every passage lists its sources (the sort keys of the items
 it copies words from); each consumed observation stores the ids of the passages holding its
 words, so the deletion or rewrite of that observation names the passages to remove
 (botmemory.index_sync). Only people's own words are indexed: never the bot's answers, never
@@ -14,7 +14,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from botmemory import keys
-from botmemory.records import Episode, Fact, FactStatus, Observation, ObservationKind, Record
+from botmemory.records import (
+    ChannelSummary,
+    Episode,
+    Fact,
+    FactStatus,
+    Observation,
+    ObservationKind,
+    Record,
+)
 from botmemory.search.port import Passage, PassageKind
 from botmemory.table import ttl_alive
 
@@ -118,6 +126,13 @@ def episode_passage(episode: Episode, scope: str) -> Passage:
         authors=list(episode.participant_ids),
         sources=[episode.sk],
         expires_at=episode.expires_at,
+    )
+
+
+def summary_passage(archived: ChannelSummary, scope: str) -> Passage:
+    """An archived channel summary, searchable like an episode until it expires."""
+    return episode_passage(archived, scope).model_copy(
+        update={"id": keys.summary_passage_id(archived.channel_id, archived.episode_id)}
     )
 
 

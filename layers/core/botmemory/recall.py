@@ -1,7 +1,9 @@
 """Recall: the bounded memory block for the bot's system prompt.
 
-Pins (global and this channel), the facts of the people in the conversation only,
-and the channel's recent episodes, each section within its own character budget.
+Pins (global and this channel), the channel's rolling summary, the facts of the people in
+the conversation only, what they did lately in the server's other public channels, the
+passages a query finds and the channel's recent episodes, each section within its own
+character budget.
 Every read is bounded by a Limit, so the cost does not grow with history.
 
 Stored text is data (invariant 11): every stored string enters the block only as
@@ -14,6 +16,7 @@ stored strings the same way. Budgets are measured on those emitted lines.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -22,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from botmemory.clock import Clock, day
+from botmemory.clock import Clock, day, moment
 from botmemory.config import Settings
 from botmemory.names import NameIndex
 from botmemory.recall_search import (
@@ -35,9 +38,18 @@ from botmemory.recall_search import (
     rank_facts,
     said_by_first,
 )
-from botmemory.records import Episode, Fact, ObservationKind, Pin, scope_of
+from botmemory.records import (
+    ChannelSummary,
+    Episode,
+    Fact,
+    ObservationKind,
+    Pin,
+    ShortTermEntry,
+    scope_of,
+)
 from botmemory.repository import MemoryRepository
 from botmemory.search.keywords import clip_query
+from botmemory.short_term import RecentElsewhere, recent_elsewhere
 from botmemory.snowflake import Snowflake
 from botmemory.table import ttl_alive
 from botmemory.text import quote_for_prompt, scrub
@@ -54,12 +66,22 @@ BLOCK_HEADER = (
 )
 BLOCK_FOOTER = "</memory>"
 PIN_HEADING = "Pinned by the server's staff:"
+SUMMARY_HEADING = "The conversation in this channel so far:"
 FACT_HEADING = "About the people in this conversation:"
+ELSEWHERE_HEADING = "Lately in this server's other channels:"
 EPISODE_HEADING = "Recently in this channel:"
 PASSAGE_HEADING = "From earlier conversations:"
 LEGACY_HEADING = "Notes kept for this channel:"
 # The block's own lines, which stored text may not pass for (commands refuse them too).
-SECTION_HEADINGS = (PIN_HEADING, FACT_HEADING, PASSAGE_HEADING, EPISODE_HEADING, LEGACY_HEADING)
+SECTION_HEADINGS = (
+    PIN_HEADING,
+    SUMMARY_HEADING,
+    FACT_HEADING,
+    ELSEWHERE_HEADING,
+    PASSAGE_HEADING,
+    EPISODE_HEADING,
+    LEGACY_HEADING,
+)
 # A name is cut to this many characters, quotes included.
 NAME_CHARS = 62
 # How many recent observations are read to find the conversation's participants.
@@ -76,6 +98,10 @@ MAX_REGISTRY_NAMES = 2000
 # The message before a short one (recall_search.SHOWN_WITH_CONTEXT_BELOW) is cut to this,
 # quotes included.
 CONTEXT_QUOTE_CHARS = 80
+# A message in the short-term section is cut to this many characters, quotes included.
+SHORT_TERM_QUOTE_CHARS = 160
+# Where a summary too long for its budget is cut: between sentences, its oldest first.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +112,7 @@ def _executor() -> ThreadPoolExecutor:
     # One pool per process: the reads of one recall run side by side, in one round trip.
     global _pool
     if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=12, thread_name_prefix="recall")
+        _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="recall")
     return _pool
 
 
@@ -162,11 +188,32 @@ class RecalledPassage(BaseModel):
     provenance: list[str]
 
 
+class RecalledSummary(BaseModel):
+    """The channel's rolling summary as shown (its newest sentences when cut to the budget)."""
+
+    id: str
+    text: str
+    start_ms: int
+    end_ms: int
+
+
+class RecalledElsewhere(BaseModel):
+    """A person's latest messages in another public channel of the server."""
+
+    user_id: str
+    channel_id: str
+    time_ms: int
+    texts: list[str]
+    provenance: list[str]
+
+
 class RecallResult(BaseModel):
     memory: str
     system_prompt: str | None
     pins: list[RecalledPin] = []
+    summary: RecalledSummary | None = None
     facts: dict[str, list[RecalledFact]] = {}
+    elsewhere: list[RecalledElsewhere] = []
     passages: list[RecalledPassage] = []
     episodes: list[RecalledEpisode] = []
     enabled: bool
@@ -200,12 +247,18 @@ class Recaller:
         if request.query is not None and not request.query:
             query_note = "empty query"
         # First wave, side by side: search (index, then its check against the table), pins,
-        # episodes, the name registry for people the query names, the conversation's tail.
+        # the channel summary, episodes, the name registry for people the query names, the
+        # conversation's tail.
         search = self._start_search(request, query, now)
         pin_futures = [
             pool.submit(repository.pins, scope, target, MAX_PINS_READ)
             for target in ("global", request.channel_id)
         ]
+        summary_future = (
+            pool.submit(repository.channel_summary, request.channel_id)
+            if settings.recall_summary_chars > 0
+            else None
+        )
         episodes_future = pool.submit(
             repository.recent_episodes,
             request.channel_id,
@@ -223,7 +276,8 @@ class Recaller:
         # never in direct messages, whose shared scope holds what each said to the bot alone.
         others = named_people - set(participants) if request.guild_id else set()
         named = sorted(others)[:MAX_NAMED_IN_QUERY]
-        # Second wave: the facts of the people in the conversation and of those named.
+        # Second wave: the facts of the people in the conversation and of those named, and
+        # the conversation's people's short-term entries (servers only).
         window = (
             FACT_WINDOW_WITH_QUERY
             if query
@@ -233,7 +287,12 @@ class Recaller:
             user_id: pool.submit(repository.active_facts, scope, user_id, window)
             for user_id in participants + named
         }
+        short_term_future = self._start_short_term(request, scope, participants)
         pins = [p for f in pin_futures for p in f.result() if ttl_alive(p.expires_at, now)]
+        summary = summary_future.result() if summary_future else None
+        if summary is not None and not ttl_alive(summary.expires_at, now):
+            summary = None
+        elsewhere = self._finish_short_term(request, short_term_future, names, now)
         found, status = self._finish_search(search, started)
         found.messages = said_by_first(found.messages, named_people)
         episodes = rank_episodes(episodes_future.result(), query, found.episodes, now)
@@ -255,9 +314,44 @@ class Recaller:
             only_relevant=set(named),
             names={**_registered_names(registry_future), **names},
         )
-        result = self._assemble(request, pins, facts, found.messages, episodes, names)
+        result = self._assemble(
+            request, pins, summary, facts, elsewhere, found.messages, episodes, names
+        )
         result.search, result.query_note = status, query_note
         return result
+
+    # Short-term cross-channel entries ------------------------------------------------
+
+    def _start_short_term(
+        self, request: RecallRequest, scope: str, participants: list[str]
+    ) -> Future[dict[str, list[ShortTermEntry]]] | None:
+        """The conversation's people's short-term entries: one read (servers only)."""
+        if not request.guild_id or self._settings.recall_short_term_chars <= 0:
+            return None
+        return _executor().submit(self._repository.short_term_of, scope, participants)
+
+    def _finish_short_term(
+        self,
+        request: RecallRequest,
+        entries: Future[dict[str, list[ShortTermEntry]]] | None,
+        names: dict[str, str],
+        now_ms: int,
+    ) -> list[RecentElsewhere]:
+        """Then the messages those entries point at, as the table holds them: one read."""
+        if entries is None:
+            return []
+        elsewhere = recent_elsewhere(
+            self._repository,
+            entries.result(),
+            channel_id=request.channel_id,
+            now_ms=now_ms,
+            per_person=self._settings.short_term_per_person,
+        )
+        for recent in elsewhere:
+            for said in recent.messages:
+                if said.author_id and said.author_name:
+                    names.setdefault(said.author_id, said.author_name)
+        return elsewhere
 
     # Search -------------------------------------------------------------------------
 
@@ -316,7 +410,9 @@ class Recaller:
         self,
         request: RecallRequest,
         pins: list[Pin],
+        summary: ChannelSummary | None,
         facts: dict[str, list[Fact]],
+        elsewhere: list[RecentElsewhere],
         messages: list[FoundMessage],
         episodes: list[Episode],
         names: dict[str, str],
@@ -328,8 +424,12 @@ class Recaller:
             for p in pins
             if pin_section.add(f"- {quote_for_prompt(p.text)}")
         ]
+        summary_section = _Section(SUMMARY_HEADING, settings.recall_summary_chars)
+        shown_summary = _summary_line(summary_section, summary) if summary else None
         fact_section = _Section(FACT_HEADING, settings.recall_fact_chars)
         shown_facts = _fact_lines(fact_section, facts, names)
+        elsewhere_section = _Section(ELSEWHERE_HEADING, settings.recall_short_term_chars)
+        shown_elsewhere = _elsewhere_lines(elsewhere_section, elsewhere)
         episode_section = _Section(EPISODE_HEADING, settings.recall_episode_chars)
         shown_episodes = [
             RecalledEpisode(
@@ -349,7 +449,14 @@ class Recaller:
         shown_passages = _passage_lines(passage_section, messages) if messages else []
         sections = [
             s.text()
-            for s in (pin_section, fact_section, passage_section, episode_section)
+            for s in (
+                pin_section,
+                summary_section,
+                fact_section,
+                elsewhere_section,
+                passage_section,
+                episode_section,
+            )
             if s.lines
         ]
         memory = "\n\n".join([BLOCK_HEADER, *sections, BLOCK_FOOTER]) if sections else ""
@@ -357,7 +464,9 @@ class Recaller:
             memory=memory,
             system_prompt=_fill(request.template, memory),
             pins=shown_pins,
+            summary=shown_summary,
             facts=shown_facts,
+            elsewhere=shown_elsewhere,
             passages=[_recalled_passage(m) for m in shown_passages],
             episodes=shown_episodes,
             enabled=True,
@@ -438,6 +547,47 @@ def _fact_lines(
             )
             for f in kept
         ]
+    return shown
+
+
+def _summary_line(section: _Section, summary: ChannelSummary) -> RecalledSummary | None:
+    """The summary as one quoted line; over the budget, its newest sentences that fit."""
+    text = _line(summary.summary)
+    sentences = _SENTENCE_END.split(text)
+    while sentences and not section.add(f"- {quote_for_prompt(' '.join(sentences))}"):
+        sentences = sentences[1:]
+    if not sentences:
+        return None
+    return RecalledSummary(
+        id=summary.episode_id,
+        text=" ".join(sentences),
+        start_ms=summary.start_ms,
+        end_ms=summary.end_ms,
+    )
+
+
+def _elsewhere_lines(
+    section: _Section, elsewhere: list[RecentElsewhere]
+) -> list[RecalledElsewhere]:
+    """`- 2023-05-08 14:05, "Alice" in <#123>: "..." / "..."`, newest first while they fit."""
+    shown: list[RecalledElsewhere] = []
+    for recent in elsewhere:
+        entry, messages = recent.entry, recent.messages
+        said = " / ".join(
+            quote_for_prompt(m.content, limit=SHORT_TERM_QUOTE_CHARS) for m in messages
+        )
+        name = messages[-1].author_name or ""
+        line = f"- {moment(entry.at_ms)}, {_who(name)} in <#{entry.channel_id}>: {said}"
+        if section.add(line):
+            shown.append(
+                RecalledElsewhere(
+                    user_id=entry.user_id,
+                    channel_id=entry.channel_id,
+                    time_ms=entry.at_ms,
+                    texts=[_line(m.content) for m in messages],
+                    provenance=[m.sk for m in messages],
+                )
+            )
     return shown
 
 

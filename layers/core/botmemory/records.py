@@ -41,6 +41,9 @@ class FactSource(StrEnum):
 class FactStatus(StrEnum):
     ACTIVE = "active"
     SUPERSEDED = "superseded"
+    # Out of the hot tier (botmemory.hot_tier): kept and listed, never recalled, until staff
+    # restore it or consolidation hears it again.
+    DEMOTED = "demoted"
 
 
 class Record(BaseModel):
@@ -80,8 +83,12 @@ class Fact(Record):
     provenance: list[str] = []
     created_ms: int
     updated_ms: int
-    hits: int = 1
+    hits: int = 1  # consolidation stated it this many times
     expires_at: int | None = None
+    # How often an answer's memory block showed it, and when last (botmemory.hot_tier: the
+    # answer path records them after its reply is posted). Items without them read 0 / None.
+    recall_hits: int = 0
+    last_recall_ms: int | None = None
 
 
 class HistoryActor(StrEnum):
@@ -89,7 +96,7 @@ class HistoryActor(StrEnum):
 
     CONSOLIDATION = "consolidation"  # the memory model's batch, judged by consolidation
     MEMBER = "member"  # the fact's subject: `/memory remember`, `/memory forget`
-    STAFF = "staff"  # `/memory-staff forget-fact`
+    STAFF = "staff"  # `/memory-staff forget-fact`, `/memory-staff restore-fact`
     MODEL = "model"  # the chat model's `update_memory` (botmemory.corrections)
 
 
@@ -98,8 +105,10 @@ class FactChange(StrEnum):
 
     CREATED = "created"  # old is None
     UPDATED = "updated"  # new text
-    RESTORED = "restored"  # a superseded fact stated again: active again
+    # Active again: a superseded or demoted fact stated again, or a demoted one staff restored.
+    RESTORED = "restored"
     SUPERSEDED = "superseded"  # kept for staff, out of recall; `new` is the newer fact's text
+    DEMOTED = "demoted"  # out of the hot tier (botmemory.hot_tier): kept, listed, not recalled
     DELETED = "deleted"  # new is None
 
 
@@ -146,6 +155,32 @@ class Episode(Record):
     start_ms: int
     end_ms: int
     created_ms: int
+    expires_at: int | None = None
+
+
+class ChannelSummary(Episode):
+    """A channel's rolling summary of its whole conversation (`sk` SUMMARY), rewritten by
+    each consolidation round in the same model call, or one it replaced (`sk` SUMARC#...),
+    archived so that it stays searchable until it expires like episodes. Shaped as an
+    episode, so erasure, search and recall treat both alike: `start_ms`..`end_ms` is the
+    stretch of conversation it covers, `participant_ids` who spoke in it (the newest
+    MAX_SUMMARY_PARTICIPANTS; `more_participants` when some were dropped)."""
+
+    more_participants: bool = False
+
+
+class ShortTermEntry(Record):
+    """What a person did lately in one of the server's public channels: a pointer to their
+    latest messages there (newest last), read back at recall so that a message deleted or
+    redacted since is shown as the table holds it now, or not at all. One per person and
+    channel, rewritten by each round; it expires after MEMORY_SHORT_TERM_HOURS."""
+
+    scope: str
+    user_id: str
+    channel_id: str
+    observation_sks: list[str]
+    messages: int  # how many messages of theirs the round consumed there
+    at_ms: int  # their latest message there
     expires_at: int | None = None
 
 

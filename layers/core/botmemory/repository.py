@@ -44,6 +44,7 @@ from botmemory.items import (
 )
 from botmemory.passages import source_keys
 from botmemory.records import (
+    ChannelSummary,
     Episode,
     Fact,
     FactHistory,
@@ -68,12 +69,13 @@ if TYPE_CHECKING:
 
 from botmemory.repository_channels import ChannelRepository
 from botmemory.repository_people import PeopleRepository
+from botmemory.repository_short_term import ShortTermRepository
 from botmemory.table import error_code
 
 log = logging.getLogger(__name__)
 
 
-class MemoryRepository(PeopleRepository, ChannelRepository):
+class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository):
     # Observations -----------------------------------------------------------------
 
     def put_observation(self, observation: Observation) -> bool:
@@ -380,19 +382,9 @@ class MemoryRepository(PeopleRepository, ChannelRepository):
         )
         return [Fact.model_validate(from_item(i)) for i in response["Items"]]
 
-    def oldest_active_facts(self, scope: str, user_id: str, limit: int) -> list[Fact]:
-        response = self._client.query(
-            TableName=self.table_name,
-            IndexName=ACTIVE_FACTS_INDEX,
-            KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": keys.user_pk(scope, user_id)}},
-            ScanIndexForward=True,
-            Limit=limit,
-        )
-        return [Fact.model_validate(from_item(i)) for i in response["Items"]]
-
     def all_facts(self, scope: str, user_id: str) -> list[Fact]:
-        """Every fact of a person in a scope, superseded included (staff listings, tests)."""
+        """Every fact of a person in a scope, superseded and demoted included (staff
+        listings, `/memory show`, consolidation's purge and hot tier)."""
         items = self._query_all(
             {
                 "TableName": self.table_name,
@@ -540,6 +532,144 @@ class MemoryRepository(PeopleRepository, ChannelRepository):
             self._transact(self._in_table(actions))
         return len(facts)
 
+    # The hot tier (botmemory.hot_tier) -----------------------------------------------
+
+    def record_recall_hits(self, addresses: Iterable[tuple[str, str, str]], now_ms: int) -> int:
+        """One more recall hit, at `now_ms`, for each of these (scope, user id, fact id)
+        still stored; how many were counted.
+
+        One TransactWriteItems for up to 100 facts rather than an UpdateItem each: the
+        answer path pays one round trip whatever the number of facts its block showed (a
+        transaction costs twice the write units, on a handful of small updates). Each update
+        holds only while the fact exists, so a fact forgotten or erased meanwhile is never
+        written back as a stub; a transaction refused for such a fact is sent once more
+        without it."""
+        changes = [
+            [{"Update": _recall_hit(scope, user_id, fact_id, now_ms)}]
+            for scope, user_id, fact_id in dict.fromkeys(addresses)
+        ]
+        return sum(self._apply_changes(changes))
+
+    def retier_facts(
+        self,
+        demote: Sequence[tuple[Fact, FactHistory]],
+        evict: Sequence[tuple[Fact, FactHistory]],
+        *,
+        person_hash: str,
+        now_ms: int,
+    ) -> tuple[list[Fact], list[Fact]]:
+        """Demote facts out of the hot tier and delete (evict) others, each with its history
+        entry, one person's at a time. Each change holds only while its fact is exactly as
+        read (status, text, last update, recall hits): a forget, a correction, a
+        restatement, a restore or a recall meanwhile wins, and that fact stays as it is.
+        Every transaction also checks that the person is not being erased. Returns the
+        facts demoted and the facts evicted."""
+        changes = [[{"Update": _demote(fact)}, *history_puts(entry)] for fact, entry in demote]
+        changes += [
+            [{"Delete": {"Key": fact_key(fact), **_as_read(fact)}}, *history_puts(entry)]
+            for fact, entry in evict
+        ]
+        applied = self._apply_changes(changes, guards=[_not_being_erased(person_hash, now_ms)])
+        done = [fact for (fact, _), ok in zip([*demote, *evict], applied, strict=True) if ok]
+        evicted = {fact.fact_id for fact, _ in evict}
+        return (
+            [f for f in done if f.fact_id not in evicted],
+            [f for f in done if f.fact_id in evicted],
+        )
+
+    def restore_fact(
+        self, fact: Fact, history: FactHistory, *, person_hash: str, now_ms: int
+    ) -> bool:
+        """A demoted fact active again, counting as just recalled (so the next round does not
+        demote it at once), with its history entry; only while it is still as read and its
+        subject is not being erased. False when that no longer holds: nothing was written."""
+        read = _as_read(fact)
+        restore = {
+            "Key": fact_key(fact),
+            "UpdateExpression": (
+                "SET #status = :active, fact_rank = :rank, last_recall_ms = :now, "
+                "recall_hits = :recalled"
+            ),
+            **read,
+            "ExpressionAttributeValues": {
+                **read["ExpressionAttributeValues"],
+                ":active": {"S": FactStatus.ACTIVE.value},
+                ":rank": {"S": keys.fact_rank(fact.updated_ms, fact.fact_id)},
+                ":now": {"N": str(now_ms)},
+                ":recalled": {"N": str(max(fact.recall_hits, 1))},
+            },
+        }
+        actions = [
+            {"Update": restore},
+            *history_puts(history),
+            _not_being_erased(person_hash, now_ms),
+        ]
+        try:
+            self._transact(self._in_table(actions))
+        except ClientError as exc:
+            if error_code(exc) == "TransactionCanceledException":
+                return False
+            raise
+        return True
+
+    def _apply_changes(
+        self, changes: Sequence[list[dict[str, Any]]], guards: Sequence[dict[str, Any]] = ()
+    ) -> list[bool]:
+        """Independent changes (each a few actions, conditioned on what was read) in as few
+        transactions as hold them, each with `guards` (condition checks). Which changes were
+        applied, in order. A transaction refused for some of its changes is sent once more
+        without them; a refused guard applies nothing more. Raises when a transaction fails
+        otherwise (a conflict with another transaction, twice)."""
+        applied = [False] * len(changes)
+        room = MAX_TRANSACTION_ACTIONS - len(guards)
+        groups: list[list[int]] = [[]]
+        for index, change in enumerate(changes):
+            if groups[-1] and sum(len(changes[i]) for i in groups[-1]) + len(change) > room:
+                groups.append([])
+            groups[-1].append(index)
+        for group in groups:
+            if group and not self._apply_group(changes, group, guards, applied):
+                break
+        return applied
+
+    def _apply_group(
+        self,
+        changes: Sequence[list[dict[str, Any]]],
+        group: list[int],
+        guards: Sequence[dict[str, Any]],
+        applied: list[bool],
+    ) -> bool:
+        """One transaction of `_apply_changes`; False when a guard refused it."""
+        for attempt in range(2):
+            try:
+                self._transact(self._in_table([*guards, *(a for i in group for a in changes[i])]))
+            except ClientError as exc:
+                if error_code(exc) != "TransactionCanceledException":
+                    raise
+                codes = [
+                    str(reason.get("Code"))
+                    for reason in cast("dict[str, Any]", exc.response).get("CancellationReasons")
+                    or []
+                ]
+                if "ConditionalCheckFailed" in codes[: len(guards)]:
+                    return False
+                refused: set[int] = set()
+                at = len(guards)
+                for index in group:
+                    if "ConditionalCheckFailed" in codes[at : at + len(changes[index])]:
+                        refused.add(index)
+                    at += len(changes[index])
+                if not refused and attempt:
+                    raise
+                group = [i for i in group if i not in refused]
+                if not group:
+                    return True
+                continue
+            for index in group:
+                applied[index] = True
+            return True
+        return True
+
     def _in_table(self, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Transaction actions built without a table name, given this table's."""
         for action in actions:
@@ -588,6 +718,65 @@ class MemoryRepository(PeopleRepository, ChannelRepository):
             Limit=limit,
         )
         return [Episode.model_validate(from_item(i)) for i in response["Items"]]
+
+    # The rolling channel summary (botmemory.channel_summary) ---------------------------
+
+    def channel_summary(
+        self, channel_id: str, *, consistent: bool = False
+    ) -> ChannelSummary | None:
+        response = self._client.get_item(
+            TableName=self.table_name,
+            Key=key(keys.channel_pk(channel_id), keys.SUMMARY_SK),
+            ConsistentRead=consistent,
+        )
+        item = response.get("Item")
+        return ChannelSummary.model_validate(from_item(item)) if item else None
+
+    def summary_archives(self, channel_id: str, limit: int) -> list[ChannelSummary]:
+        """The summaries the channel's rolling summary replaced, newest first."""
+        response = self._client.query(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={
+                ":pk": {"S": keys.channel_pk(channel_id)},
+                ":prefix": {"S": keys.SUMMARY_ARCHIVE_PREFIX},
+            },
+            ScanIndexForward=False,
+            Limit=limit,
+        )
+        return [ChannelSummary.model_validate(from_item(i)) for i in response["Items"]]
+
+    def clear_channel_summary(self, channel_id: str) -> bool:
+        """Delete the channel's rolling summary (its archives stay until they expire); the
+        next round starts a new one. True when there was one."""
+        response = self._client.delete_item(
+            TableName=self.table_name,
+            Key=key(keys.channel_pk(channel_id), keys.SUMMARY_SK),
+            ReturnValues="ALL_OLD",
+        )
+        return bool(response.get("Attributes"))
+
+    def messages_still_held(self, wanted: dict[str, list[str]]) -> dict[str, list[Observation]]:
+        """Per channel, its observations at these sort keys that the table still holds and
+        whose message was not deleted, as stored now (redactions included), in the keys'
+        order: strongly consistent, one BatchGetItem per 100 keys, as for search passages."""
+        as_passages = [
+            Passage(
+                id=channel_id,
+                kind=PassageKind.MESSAGE,
+                scope="",
+                channel_id=channel_id,
+                text="",
+                time_ms=0,
+                sources=list(dict.fromkeys(sks)),
+            )
+            for channel_id, sks in wanted.items()
+        ]
+        held = self.passage_sources(as_passages) if as_passages else {}
+        return {
+            channel_id: [r for r in records if isinstance(r, Observation)]
+            for channel_id, records in held.items()
+        }
 
     # Search sources ---------------------------------------------------------------
 
@@ -732,6 +921,62 @@ class MemoryRepository(PeopleRepository, ChannelRepository):
             self._delete_keys(stale[room:])
 
 
+def _recall_hit(scope: str, user_id: str, fact_id: str, now_ms: int) -> dict[str, Any]:
+    """One more recall hit of a fact, only while it exists."""
+    return {
+        "Key": key(keys.user_pk(scope, user_id), keys.fact_sk(fact_id)),
+        "UpdateExpression": "SET last_recall_ms = :now ADD recall_hits :one",
+        "ConditionExpression": "attribute_exists(pk)",
+        "ExpressionAttributeValues": {":now": {"N": str(now_ms)}, ":one": {"N": "1"}},
+    }
+
+
+def _as_read(fact: Fact) -> dict[str, Any]:
+    """The condition that a fact is still exactly as read: its status, text, last update
+    and recall hits (an item written before recall hits existed has none: zero)."""
+    hits = "recall_hits = :hits"
+    if fact.recall_hits == 0:
+        hits = f"(attribute_not_exists(recall_hits) OR {hits})"
+    return {
+        "ConditionExpression": (
+            "attribute_exists(pk) AND #status = :status AND #text = :text "
+            f"AND updated_ms = :updated AND {hits}"
+        ),
+        "ExpressionAttributeNames": {"#status": "status", "#text": "text"},
+        "ExpressionAttributeValues": {
+            ":status": {"S": fact.status.value},
+            ":text": {"S": fact.text},
+            ":updated": {"N": str(fact.updated_ms)},
+            ":hits": {"N": str(fact.recall_hits)},
+        },
+    }
+
+
+def _demote(fact: Fact) -> dict[str, Any]:
+    """Out of the active index (recall never reads it), kept for the person and staff."""
+    read = _as_read(fact)
+    return {
+        "Key": fact_key(fact),
+        "UpdateExpression": "SET #status = :demoted REMOVE fact_rank",
+        **read,
+        "ExpressionAttributeValues": {
+            **read["ExpressionAttributeValues"],
+            ":demoted": {"S": FactStatus.DEMOTED.value},
+        },
+    }
+
+
+def _not_being_erased(person_hash: str, now_ms: int) -> dict[str, Any]:
+    """The check that no erasure of the person runs (a marker past its TTL bars no one)."""
+    return {
+        "ConditionCheck": {
+            "Key": key(keys.ERASED_PK, person_hash),
+            "ConditionExpression": "attribute_not_exists(pk) OR expires_at <= :now",
+            "ExpressionAttributeValues": {":now": {"N": str(now_ms // 1000)}},
+        }
+    }
+
+
 def _delete_sk(message_id: str) -> str:
     return keys.observation_sk(snowflake_ms(message_id), ObservationKind.DELETE, message_id)
 
@@ -751,7 +996,8 @@ def _deleted(source: tuple[str, str], found: dict[tuple[str, str], Record]) -> b
 
 
 def _source_record(plain: dict[str, Any]) -> Record | None:
-    """A search source item as its record: an observation, a fact or an episode."""
+    """A search source item as its record: an observation, a fact, an episode or an
+    archived channel summary."""
     kind = keys.kind_of(plain["sk"])
     if kind == keys.ItemKind.OBSERVATION:
         return Observation.model_validate(plain)
@@ -759,4 +1005,6 @@ def _source_record(plain: dict[str, Any]) -> Record | None:
         return Fact.model_validate(plain)
     if kind == keys.ItemKind.EPISODE:
         return Episode.model_validate(plain)
+    if kind == keys.ItemKind.SUMMARY_ARCHIVE:
+        return ChannelSummary.model_validate(plain)
     return None

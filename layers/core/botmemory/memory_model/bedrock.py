@@ -12,18 +12,24 @@ from botmemory.aws_clients import ConverseCaller
 from botmemory.memory_model.contract import (
     ANSWER_SCHEMA,
     INSTRUCTIONS,
+    RECOMPRESS_INSTRUCTIONS,
+    RECOMPRESS_SCHEMA,
     ConsolidationAnswer,
     MemoryModelError,
     ModelInput,
     parse_answer,
+    parse_recompression,
     render_batch,
+    render_recompression,
 )
 
 TOOL_NAME = "record_memory"
 _TOOL_DESCRIPTION = (
-    "Record the durable facts stated by the participants of this batch and a short summary "
-    "of what happened in it."
+    "Record the durable facts stated by the participants of this batch, a short summary "
+    "of what happened in it, and the channel's running summary."
 )
+RECOMPRESS_TOOL_NAME = "record_summary"
+_RECOMPRESS_TOOL_DESCRIPTION = "Record the shortened channel summary."
 
 
 class BedrockModel:
@@ -55,20 +61,41 @@ class BedrockModel:
         return self._converse.client()
 
     def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
+        return parse_answer(
+            self._tool_input(
+                INSTRUCTIONS, render_batch(batch), TOOL_NAME, _TOOL_DESCRIPTION, ANSWER_SCHEMA
+            )
+        )
+
+    def recompress(self, summary: str, target_chars: int) -> str:
+        return parse_recompression(
+            self._tool_input(
+                RECOMPRESS_INSTRUCTIONS,
+                render_recompression(summary, target_chars),
+                RECOMPRESS_TOOL_NAME,
+                _RECOMPRESS_TOOL_DESCRIPTION,
+                RECOMPRESS_SCHEMA,
+            )
+        )
+
+    def _tool_input(
+        self, instructions: str, user: str, tool: str, description: str, schema: dict[str, Any]
+    ) -> dict[str, Any]:
+        """One Converse call forced to one tool; the tool call's input."""
         response = self._converse.converse(
-            system=[{"text": INSTRUCTIONS}],
-            messages=[{"role": "user", "content": [{"text": render_batch(batch)}]}],
+            system=[{"text": instructions}],
+            messages=[{"role": "user", "content": [{"text": user}]}],
             toolConfig={
                 "tools": [
                     {
                         "toolSpec": {
-                            "name": TOOL_NAME,
-                            "description": _TOOL_DESCRIPTION,
-                            "inputSchema": {"json": ANSWER_SCHEMA},
+                            "name": tool,
+                            "description": description,
+                            "inputSchema": {"json": schema},
                         }
                     }
                 ],
-                "toolChoice": {"tool": {"name": TOOL_NAME}},
+                "toolChoice": {"tool": {"name": tool}},
             },
             inferenceConfig={"maxTokens": self._max_output_tokens, "temperature": 0},
         )
@@ -83,11 +110,9 @@ class BedrockModel:
         content = response.get("output", {}).get("message", {}).get("content") or []
         for block in content:
             tool_use = block.get("toolUse") if isinstance(block, dict) else None
-            if isinstance(tool_use, dict) and tool_use.get("name") == TOOL_NAME:
+            if isinstance(tool_use, dict) and tool_use.get("name") == tool:
                 tool_input = tool_use.get("input")
                 if not isinstance(tool_input, dict):
-                    raise MemoryModelError(
-                        f"{self.name} called {TOOL_NAME} without an object input"
-                    )
-                return parse_answer(tool_input)
-        raise MemoryModelError(f"{self.name} did not call {TOOL_NAME} (stopReason={stop_reason!r})")
+                    raise MemoryModelError(f"{self.name} called {tool} without an object input")
+                return tool_input
+        raise MemoryModelError(f"{self.name} did not call {tool} (stopReason={stop_reason!r})")

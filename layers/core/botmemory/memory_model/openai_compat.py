@@ -17,11 +17,15 @@ import httpx
 from botmemory.memory_model.contract import (
     ANSWER_SCHEMA,
     INSTRUCTIONS,
+    RECOMPRESS_INSTRUCTIONS,
+    RECOMPRESS_SCHEMA,
     ConsolidationAnswer,
     MemoryModelError,
     ModelInput,
     parse_answer,
+    parse_recompression,
     render_batch,
+    render_recompression,
 )
 from botmemory.openai_http import EndpointError, RetryPolicy, chat_completions_endpoint
 
@@ -68,7 +72,20 @@ class OpenAICompatibleModel:
             response = self._endpoint.post(self._request_body(batch))
         except EndpointError as exc:
             raise MemoryModelError(str(exc)) from exc
-        return self._parse_response(response)
+        return parse_answer(self._content(response))
+
+    def recompress(self, summary: str, target_chars: int) -> str:
+        body = self._body(
+            RECOMPRESS_INSTRUCTIONS,
+            render_recompression(summary, target_chars),
+            "recompression",
+            RECOMPRESS_SCHEMA,
+        )
+        try:
+            response = self._endpoint.post(body)
+        except EndpointError as exc:
+            raise MemoryModelError(str(exc)) from exc
+        return parse_recompression(self._content(response))
 
     def close(self) -> None:
         self._endpoint.close()
@@ -76,23 +93,29 @@ class OpenAICompatibleModel:
     # -- request -------------------------------------------------------------------------------
 
     def _request_body(self, batch: ModelInput) -> dict[str, Any]:
+        return self._body(INSTRUCTIONS, render_batch(batch), "consolidation", ANSWER_SCHEMA)
+
+    def _body(
+        self, instructions: str, user: str, schema_name: str, schema: dict[str, Any]
+    ) -> dict[str, Any]:
         return {
             "model": self._model,
             "messages": [
-                {"role": "system", "content": INSTRUCTIONS},
-                {"role": "user", "content": render_batch(batch)},
+                {"role": "system", "content": instructions},
+                {"role": "user", "content": user},
             ],
             "temperature": 0,
             "max_tokens": self._max_output_tokens,
             "response_format": {
                 "type": "json_schema",
-                "json_schema": {"name": "consolidation", "strict": True, "schema": ANSWER_SCHEMA},
+                "json_schema": {"name": schema_name, "strict": True, "schema": schema},
             },
         }
 
     # -- response ------------------------------------------------------------------------------
 
-    def _parse_response(self, response: httpx.Response) -> ConsolidationAnswer:
+    def _content(self, response: httpx.Response) -> str:
+        """The JSON text of the answer's first choice; MemoryModelError when there is none."""
         excerpt, clip = self._endpoint.excerpt, self._endpoint.clip
         try:
             payload = response.json()
@@ -125,4 +148,4 @@ class OpenAICompatibleModel:
             raise MemoryModelError(
                 f"{self.name} answered with content that is not JSON: {clip(content)}"
             ) from exc
-        return parse_answer(content)
+        return content

@@ -39,6 +39,9 @@ EPISODE_TOPICS = 4
 EPISODE_NAMES = 4
 _MAX_EVIDENCE = 50  # the contract's cap on one fact's evidence
 
+# Where the channel summary is cut into sentences (after a full stop and a space).
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
 # Word lists -------------------------------------------------------------------------------
 
 
@@ -373,9 +376,34 @@ class RulesModel:
                 continue
             for statement in _statements(obs.text, _name_of(obs)):
                 _propose(facts, obs, statement, known_slots)
+        episode = _episode(batch)
         return ConsolidationAnswer(
-            facts=list(facts.values())[:FACTS_PER_ANSWER], episode=_episode(batch)
+            facts=list(facts.values())[:FACTS_PER_ANSWER],
+            episode=episode,
+            channel_summary=_rolled(batch.summary, episode.summary, batch.summary_max_chars),
         )
+
+    def recompress(self, summary: str, target_chars: int) -> str:
+        """The newest sentences that fit the target: this model summarises by appending."""
+        return _newest_sentences(summary, target_chars)
+
+
+def _rolled(summary: str, episode: str, max_chars: int) -> str:
+    """The channel summary with the batch's episode appended, oldest sentences dropped to
+    stay within the cap."""
+    return _newest_sentences(f"{summary} {episode}".strip(), max_chars)
+
+
+def _newest_sentences(text: str, max_chars: int) -> str:
+    sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
+    kept: list[str] = []
+    used = 0
+    for sentence in reversed(sentences):
+        if used + len(sentence) + (1 if kept else 0) > max_chars:
+            break
+        kept.insert(0, sentence)
+        used += len(sentence) + (1 if len(kept) > 1 else 0)
+    return " ".join(kept)
 
 
 def _propose(
