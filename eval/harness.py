@@ -59,11 +59,19 @@ DEFAULT = "today"
 BLOCK_SIZES = (2_000, 4_000, 8_000)
 # Section budgets at a given total size: what is left after the block's own lines, split
 # between facts, passages and episodes as the defaults split them (1,600 : 2,000 : 1,200).
-# LoCoMo has no pins, so a pin budget would be characters no block could use; it gets none.
 DEFAULT_SHARES = {
     "recall_fact_chars": 1_600,
     "recall_search_chars": 2_000,
     "recall_episode_chars": 1_200,
+}
+# Sections a sized block leaves out: LoCoMo has no pins; each conversation is one channel, so
+# there are no short-term entries from others; and the rolling channel summary is a
+# paraphrase, which the evidence check cannot credit (it counts a fact citing a turn, a
+# passage holding it, an episode quoting it), so at a fixed size its room goes to those.
+UNCHECKED_SECTIONS = {
+    "recall_pin_chars": 0,
+    "recall_summary_chars": 0,
+    "recall_short_term_chars": 0,
 }
 # "\n\n".join([header, pins, facts, passages, episodes, footer]): room for every section.
 BLOCK_OVERHEAD = len(BLOCK_HEADER) + len(BLOCK_FOOTER) + 5 * len("\n\n")
@@ -85,7 +93,7 @@ def sized_settings(base: Settings, total_chars: int | None) -> Settings:
     room = total_chars - BLOCK_OVERHEAD
     whole = sum(DEFAULT_SHARES.values())
     budgets = {name: room * share // whole for name, share in DEFAULT_SHARES.items()}
-    values = base.model_dump() | budgets | {"recall_pin_chars": 0}
+    values = base.model_dump() | budgets | UNCHECKED_SECTIONS
     return Settings.model_validate(values)
 
 
