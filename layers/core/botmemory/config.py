@@ -138,6 +138,9 @@ class Settings(BaseModel):
     answer_function: str | None = Field(default=None, pattern=r"^(arn:\S+|[A-Za-z0-9_-]{1,140})$")
     bot_system_prompt: str | None = Field(default=None, max_length=20_000)  # with {memory}
     bot_system_prompt_parameter: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9_./-]+$")
+    # Personas for the whole deployment (botmemory.personas): an SSM parameter holding a JSON
+    # list of them, read through Powertools Parameters, cached 5 minutes; unset: none.
+    personas_parameter: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9_./-]+$")
     answer_history_chars: int = Field(default=3000, ge=0, le=20_000)
     answer_person_facts: int = Field(default=8, ge=0, le=8)
 
@@ -298,6 +301,7 @@ ENVIRONMENT: dict[str, str] = {
     "ANSWER_FUNCTION": "answer_function",
     "BOT_SYSTEM_PROMPT": "bot_system_prompt",
     "BOT_SYSTEM_PROMPT_PARAMETER": "bot_system_prompt_parameter",
+    "PERSONAS_PARAMETER": "personas_parameter",
     "ANSWER_HISTORY_CHARS": "answer_history_chars",
     "ANSWER_PERSON_FACTS": "answer_person_facts",
 }

@@ -54,6 +54,7 @@ from botmemory.passages import (
     message_passages,
     summary_passage,
 )
+from botmemory.personas import PersonaDirectory
 from botmemory.records import (
     ChannelSummary,
     Episode,
@@ -202,8 +203,12 @@ class Consolidator:
         clock: Clock,
         opt_outs: OptOuts,
         index_writer: IndexWriter | None = None,
+        *,
+        personas: PersonaDirectory | None = None,
     ) -> None:
         self._repository = repository
+        # Which persona a channel answers as (botmemory.personas); None: no personas.
+        self._personas = personas
         self._index_writer = index_writer
         self._settings = settings
         self._model = model

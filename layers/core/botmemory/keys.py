@@ -44,6 +44,14 @@ OPT_OUT_PK = "OPTOUT"
 # Erasures in progress or just done, by keyed hash of the user id: a commit that would
 # write anything of that person is refused while the marker lives.
 ERASED_PK = "ERASED"
+# Personas (botmemory.personas): a server's personas under its scope partition, one item each.
+# A persona's memories live in a scope of their own, the server's scope and the persona's
+# lineage id joined by PERSONA_SCOPE_SEPARATOR: what it knows of one person (persona_user) under
+# that person's id there, what it knows of no one person (persona) under PERSONA_SUBJECT. The
+# rest of the key scheme (facts, tombstones, history) applies unchanged inside that scope.
+PERSONA_PREFIX = "PERSONA#"
+PERSONA_SCOPE_SEPARATOR = "~"
+PERSONA_SUBJECT = "persona"
 # Powertools Idempotency keeps its records for interactions under this partition.
 IDEMPOTENCY_PK = "IDEMPOTENCY#interactions"
 # A guild's channel visibility (botmemory.channels), in a partition of its own so that
@@ -74,6 +82,7 @@ class ItemKind(StrEnum):
     STATE = "state"
     EVERYONE = "everyone"
     CHANNEL_VISIBILITY = "channel_visibility"
+    PERSONA = "persona"
     OTHER = "other"
 
 
@@ -119,10 +128,31 @@ def kind_of(sk: str) -> ItemKind:
         (HISTORY_PREFIX, ItemKind.HISTORY),
         (ACTED_PREFIX, ItemKind.ACTED),
         (CHANNEL_VISIBILITY_PREFIX, ItemKind.CHANNEL_VISIBILITY),
+        (PERSONA_PREFIX, ItemKind.PERSONA),
     ):
         if sk.startswith(prefix):
             return kind
     return ItemKind.OTHER
+
+
+def persona_sk(persona_id: str) -> str:
+    return f"{PERSONA_PREFIX}{persona_id}"
+
+
+def persona_scope(scope: str, lineage_id: str) -> str:
+    """The scope a persona's memories live in, inside a server's scope."""
+    return f"{scope}{PERSONA_SCOPE_SEPARATOR}{lineage_id}"
+
+
+def server_scope_of(scope: str) -> str:
+    """The server's scope (a guild id, or `dm`) of a scope, a persona's or not."""
+    return scope.partition(PERSONA_SCOPE_SEPARATOR)[0]
+
+
+def lineage_of(scope: str) -> str | None:
+    """The persona lineage a scope belongs to; None for a server's own scope."""
+    _, separator, lineage = scope.partition(PERSONA_SCOPE_SEPARATOR)
+    return lineage if separator and lineage else None
 
 
 def guild_pk(guild_id: str) -> str:

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from botmemory.clock import Clock, day, moment
 from botmemory.config import Settings
 from botmemory.names import NameIndex
+from botmemory.personas import PersonaDirectory
 from botmemory.recall_search import (
     SHOWN_WITH_CONTEXT_BELOW,
     Found,
@@ -228,8 +229,11 @@ class Recaller:
         settings: Settings,
         clock: Clock,
         search: SearchLeg | None = None,
+        *,
+        personas: PersonaDirectory | None = None,
     ) -> None:
         self._repository = repository
+        self._personas = personas
         self._settings = settings
         self._clock = clock
         self._search = search

@@ -29,6 +29,14 @@ class FactKind(StrEnum):
     WORKFLOW = "workflow"
 
 
+class MemoryScope(StrEnum):
+    """Whose memory a fact is (botmemory.personas)."""
+
+    USER = "user"  # what a person said of themselves: every persona of the server sees it
+    PERSONA = "persona"  # what a persona learned that is no one's: shared by all its users
+    PERSONA_USER = "persona_user"  # what a persona knows of one person in its role: its own
+
+
 class FactSource(StrEnum):
     SELF = "self"  # from the person's own words, by consolidation
     MANUAL = "manual"  # the person's `/memory remember`
@@ -89,6 +97,12 @@ class Fact(Record):
     # answer path records them after its reply is posted). Items without them read 0 / None.
     recall_hits: int = 0
     last_recall_ms: int | None = None
+    # Persona memories (botmemory.personas): `scope` is then the persona's scope inside the
+    # server's (keys.persona_scope), `lineage_id` the persona's; for a persona's own knowledge
+    # `user_id` is keys.PERSONA_SUBJECT and `evidence_user_ids` the people it was learned from.
+    memory_scope: MemoryScope = MemoryScope.USER
+    lineage_id: str | None = None
+    evidence_user_ids: list[str] = []
 
 
 class HistoryActor(StrEnum):
@@ -182,6 +196,27 @@ class ShortTermEntry(Record):
     messages: int  # how many messages of theirs the round consumed there
     at_ms: int  # their latest message there
     expires_at: int | None = None
+
+
+class Persona(Record):
+    """A character the bot answers as: its prompt (with `{memory}`), where it answers (the
+    listed channels, or the whole server when none are listed), and a lineage id that stays
+    the same through renames and prompt edits, which its memories are kept under. Defined by
+    a server's staff (`guild_id` set) or for the whole deployment (`guild_id` None)."""
+
+    persona_id: str
+    lineage_id: str
+    name: str
+    prompt: str
+    guild_id: str | None = None
+    channels: list[str] = []
+    created_ms: int = 0
+    updated_ms: int = 0
+    removed_ms: int | None = None  # removed: answers nowhere; its memories stay until purged
+
+    @property
+    def active(self) -> bool:
+        return self.removed_ms is None
 
 
 class Pin(Record):

@@ -69,13 +69,14 @@ if TYPE_CHECKING:
 
 from botmemory.repository_channels import ChannelRepository
 from botmemory.repository_people import PeopleRepository
+from botmemory.repository_personas import PersonaRepository
 from botmemory.repository_short_term import ShortTermRepository
 from botmemory.table import error_code
 
 log = logging.getLogger(__name__)
 
 
-class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository):
+class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository, PersonaRepository):
     # Observations -----------------------------------------------------------------
 
     def put_observation(self, observation: Observation) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -13,8 +14,10 @@ from botmemory.index_sync import IndexFollower, IndexWriter
 from botmemory.memory_model import MemoryModel, build_memory_model
 from botmemory.observe import ObservationRecorder
 from botmemory.optout import OptOuts
+from botmemory.personas import PersonaDirectory, deployment_source
 from botmemory.recall import Recaller
 from botmemory.recall_search import SearchLeg
+from botmemory.records import Persona
 from botmemory.repository import MemoryRepository
 from botmemory.search import SearchIndex, build_search_index
 
@@ -34,6 +37,7 @@ class MemoryServices:
     recaller: Recaller
     search_index: SearchIndex | None
     index_follower: IndexFollower | None
+    personas: PersonaDirectory
 
 
 def build_services(
@@ -43,9 +47,11 @@ def build_services(
     clock: Clock | None = None,
     model: MemoryModel | None = None,
     search_index: SearchIndex | None = None,
+    deployment_personas: Callable[[], list[Persona]] | None = None,
 ) -> MemoryServices:
     """Build the services; anything not given comes from the environment and the system clock
-    (the search index from MEMORY_SEARCH_INDEX, only when memory is on)."""
+    (the search index from MEMORY_SEARCH_INDEX, only when memory is on; the deployment's
+    personas from PERSONAS_PARAMETER)."""
     settings = settings or get_settings()
     if dynamodb is None:
         import boto3  # deferred: a handler that never touches the table never pays for it
@@ -60,16 +66,20 @@ def build_services(
         search_index = build_search_index(settings)
     writer = IndexWriter(search_index, repository, clock) if search_index else None
     leg = SearchLeg(search_index, repository, settings) if search_index else None
+    personas = PersonaDirectory(repository, deployment_personas or deployment_source(settings))
     return MemoryServices(
         settings=settings,
         clock=clock,
         repository=repository,
         opt_outs=opt_outs,
         recorder=ObservationRecorder(repository, settings, clock, opt_outs),
-        consolidator=Consolidator(repository, settings, model, clock, opt_outs, writer),
-        recaller=Recaller(repository, settings, clock, leg),
+        consolidator=Consolidator(
+            repository, settings, model, clock, opt_outs, writer, personas=personas
+        ),
+        recaller=Recaller(repository, settings, clock, leg, personas=personas),
         search_index=search_index,
         index_follower=IndexFollower(search_index) if search_index else None,
+        personas=personas,
     )
 
 
