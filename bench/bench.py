@@ -103,8 +103,10 @@ from botmemory.records import (  # noqa: E402
     Fact,
     FactKind,
     FactSource,
+    MemoryScope,
     Observation,
     ObservationKind,
+    Persona,
     Pin,
     ShortTermEntry,
     scope_of,
@@ -949,7 +951,11 @@ class RecallFigures:
 
 
 def measure_recall(
-    lab: Lab, world: World, participants: list[str] | None, query: str | None = None
+    lab: Lab,
+    world: World,
+    participants: list[str] | None,
+    query: str | None = None,
+    persona_id: str | None = None,
 ) -> RecallFigures:
     request = RecallRequest(
         guild_id=gw.GUILD,
@@ -957,6 +963,7 @@ def measure_recall(
         user_id=gw.ALICE,
         participants=participants,
         query=query,
+        persona_id=persona_id,
     )
     recaller = world.services.recaller
     recaller.recall(request)  # warm-up: the recall thread pool starts its threads
@@ -1032,6 +1039,7 @@ def bench_recall(lab: Lab) -> None:
     )
     bench_recall_query(lab)
     bench_full_block(lab)
+    bench_persona(lab)
     print("Footnotes")
     print("=========")
     print(
@@ -1302,6 +1310,64 @@ def bench_full_block(lab: Lab) -> None:
             "the block never exceeds the sum of the budgets plus its header.",
             f"requests: {figures.operations}.",
             f"longest chain: {figures.chain}.",
+        ],
+    )
+
+
+# 3e. Recall with a persona ----------------------------------------------------------------
+
+PERSONA = Persona(
+    persona_id="helpdesk",
+    lineage_id="bench-help",
+    name="Helpdesk",
+    prompt="You are the helpdesk.\n{memory}",
+    guild_id=gw.GUILD,
+    channels=[gw.CHANNEL],
+)
+
+
+def persona_world(lab: Lab) -> World:
+    """The world of 3b (100 observations, 20 facts per speaker) with a persona answering in
+    the channel: 20 facts it keeps about each speaker and 20 of its own knowledge."""
+    world = recall_world(lab, 100, 20)
+    world.services.repository.put_persona(PERSONA, replaces_ms=None)
+    persona_scope = keys.persona_scope(gw.GUILD, PERSONA.lineage_id)
+    subjects = [*SPEAKERS, keys.PERSONA_SUBJECT]
+    put_in_moto(
+        world,
+        (
+            fact_item(subject, i, 20, world.clock)
+            | {
+                "pk": keys.user_pk(persona_scope, subject),
+                "scope": persona_scope,
+                "lineage_id": PERSONA.lineage_id,
+                "memory_scope": (
+                    MemoryScope.PERSONA
+                    if subject == keys.PERSONA_SUBJECT
+                    else MemoryScope.PERSONA_USER
+                ).value,
+            }
+            for subject in subjects
+            for i in range(20)
+        ),
+    )
+    return world
+
+
+def bench_persona(lab: Lab) -> None:
+    world = persona_world(lab)
+    without = measure_recall(lab, world, SPEAKERS)
+    with_persona = measure_recall(lab, world, SPEAKERS, persona_id=PERSONA.persona_id)
+    print_table(
+        "3e. Recall, 3 participants given explicitly: without and with a persona",
+        ["figure", "no persona", "persona", "ratio"],
+        recall_rows(without, with_persona),
+        [
+            f"requests: {without.operations} (no persona); {with_persona.operations} (persona).",
+            f"longest chain with the persona: {with_persona.chain}.",
+            "The persona is read beside the first wave (one Query of the server's personas); what",
+            "it knows of each participant and its own knowledge are read beside their own facts.",
+            "Each speaker: 20 facts of their own, 20 the persona keeps about them; 20 of its own.",
         ],
     )
 

@@ -176,13 +176,18 @@ def test_only_known_aws_managed_policies_are_attached(translated: dict[str, Any]
     for logical_id, resource in translated["Resources"].items():
         if resource["Type"] != "AWS::IAM::Role":
             continue
-        for arn in resource["Properties"].get("ManagedPolicyArns", []):
-            if isinstance(arn, dict) and "Ref" in arn:
-                kind = translated["Resources"][arn["Ref"]]["Type"]
-                assert kind == "AWS::IAM::ManagedPolicy"  # one of ours, checked above
-                continue
-            name = text_of(arn).rsplit("/", 1)[-1]
-            assert name in MANAGED_POLICIES, f"{logical_id}: AWS managed policy {name}"
+        for attached in resource["Properties"].get("ManagedPolicyArns", []):
+            # A conditional policy (Fn::If) is one of its branches, or none (AWS::NoValue).
+            branches = attached["Fn::If"][1:] if "Fn::If" in attached else [attached]
+            for arn in branches:
+                if arn == {"Ref": "AWS::NoValue"}:
+                    continue
+                if isinstance(arn, dict) and "Ref" in arn:
+                    kind = translated["Resources"][arn["Ref"]]["Type"]
+                    assert kind == "AWS::IAM::ManagedPolicy"  # one of ours, checked above
+                    continue
+                name = text_of(arn).rsplit("/", 1)[-1]
+                assert name in MANAGED_POLICIES, f"{logical_id}: AWS managed policy {name}"
 
 
 def _secret_readers(translated: dict[str, Any], secret: str | dict[str, Any]) -> set[str]:

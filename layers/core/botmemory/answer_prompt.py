@@ -17,10 +17,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from botmemory import keys
 from botmemory.clock import day
 from botmemory.config import Settings
 from botmemory.recall import NAME_CHARS, Recaller, RecallRequest, RecallResult
-from botmemory.records import Fact, Observation, ObservationKind, scope_of
+from botmemory.records import Fact, Observation, ObservationKind, Persona, scope_of
 from botmemory.repository import MemoryRepository
 from botmemory.text import quote_for_prompt
 
@@ -100,32 +101,40 @@ class PromptBuilder:
         self._recaller = recaller
         self._settings = settings
 
-    def build(self, question: Question, template: str) -> AnswerPrompt:
+    def build(
+        self, question: Question, template: str, persona: Persona | None = None
+    ) -> AnswerPrompt:
         """Recall, the history and the speaker's facts, read side by side (one wave of reads
-        next to recall's own), then put together within their budgets."""
+        next to recall's own), then put together within their budgets. With a persona, its
+        prompt is the template, recall adds its memories, and what it knows of the speaker
+        is correctable with the speaker's own facts."""
         scope = scope_of(question.guild_id)
         request = RecallRequest(
             guild_id=question.guild_id,
             channel_id=question.channel_id,
             user_id=question.author_id,
-            template=template,
+            template=persona.prompt if persona else template,
             query=question.content,
+            persona_id=persona.persona_id if persona else None,
         )
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="answer-read") as pool:
+        scopes = [scope] + ([keys.persona_scope(scope, persona.lineage_id)] if persona else [])
+        per_scope = self._settings.answer_person_facts
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="answer-read") as pool:
             history = pool.submit(
                 self._repository.recent_observations, question.channel_id, HISTORY_READ
             )
-            facts = pool.submit(
-                self._repository.active_facts,
-                scope,
-                question.author_id,
-                self._settings.answer_person_facts,
-            )
-            recalled = self._recaller.recall(request)
+            facts = [
+                pool.submit(self._repository.active_facts, s, question.author_id, per_scope)
+                for s in scopes
+            ]
+            recalled = self._recaller.recall(request, persona=persona)
             lines = history_lines(
                 history.result(), question.message_id, self._settings.answer_history_chars
             )
-            speaker_facts = facts.result()
+            # What the persona knows of the speaker first: its own notes are what it
+            # most often needs to correct.
+            read = [f.result() for f in reversed(facts)]
+            speaker_facts = [fact for scope_facts in read for fact in scope_facts][:per_scope]
         system = "\n\n".join(
             part
             for part in (

@@ -118,9 +118,15 @@ class Answerer:
         reply = reply or Reply()
         if self._model is None:
             return AnswerReport(AnswerStatus.OFF)
-        decision = self._limiter.check(
-            scope_of(question.guild_id), question.channel_id, question.author_id
-        )
+        # The channel's persona (botmemory.personas) is read beside the rate limit's counters.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="persona") as pool:
+            persona_read = pool.submit(
+                self._services.personas.for_channel, question.guild_id, question.channel_id
+            )
+            decision = self._limiter.check(
+                scope_of(question.guild_id), question.channel_id, question.author_id
+            )
+            persona = persona_read.result()
         if decision == RateDecision.SILENT:
             return AnswerReport(AnswerStatus.RATE_SILENT)
         if decision == RateDecision.REFUSE_ONCE:
@@ -129,7 +135,7 @@ class Answerer:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="typing") as pool:
             if reply.interaction is None:  # a deferred /ask already shows "thinking…"
                 pool.submit(self._typing, question.channel_id)
-            prompt = self._prompts.build(question, self._template())
+            prompt = self._prompts.build(question, self._template(), persona)
         report = AnswerReport(AnswerStatus.ANSWERED, prompt_chars=prompt.chars)
         try:
             answer = self._model.reply(
@@ -176,6 +182,7 @@ class Answerer:
                 scope=scope_of(question.guild_id),
                 bot_user_id=self._services.settings.bot_user_id,
                 actor_id=question.author_id,
+                lineage_id=prompt.recall.persona.lineage if prompt.recall.persona else None,
             )
             if isinstance(outcome, Correction):
                 report.corrections += 1

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from botmemory import fact_history
 from botmemory.clock import DAY_MS, epoch_seconds
+from botmemory.personas import may_change
 from botmemory.recall import SECTION_HEADINGS
 from botmemory.records import (
     Fact,
@@ -100,16 +101,21 @@ def _new_text(raw: str, limit: int) -> str | Refusal:
 
 
 def _stored(
-    services: MemoryServices, fact_id: str, shown: dict[str, Fact], scope: str
+    services: MemoryServices,
+    fact_id: str,
+    shown: dict[str, Fact],
+    scope: str,
+    lineage_id: str | None,
 ) -> Fact | str:
-    """The fact as stored now, or why it cannot be corrected."""
+    """The fact as stored now, or why it cannot be corrected: one of this server's, and when
+    a persona holds it, the answering persona's lineage (botmemory.personas.may_change)."""
     seen = shown.get(fact_id)
     if seen is None:
         return "not a fact shown in this conversation"
-    if seen.scope != scope:
-        return "not a fact of this server"
-    stored = services.repository.fact(scope, seen.user_id, fact_id)
-    if stored is None or stored.scope != scope:
+    if not may_change(seen, scope, lineage_id):
+        return "not a fact of this server, or another persona's"
+    stored = services.repository.fact(seen.scope, seen.user_id, fact_id)
+    if stored is None or stored.scope != seen.scope:
         return "no such fact any more"
     if stored.status != FactStatus.ACTIVE or not ttl_alive(
         stored.expires_at, services.clock.now_ms()
@@ -126,16 +132,18 @@ def apply_update_memory(
     scope: str,
     bot_user_id: str | None,
     actor_id: str | None,
+    lineage_id: str | None = None,
 ) -> Correction | Refusal:
     """Apply one `update_memory` call of the chat model, or refuse it (module docstring).
 
     `shown`: the facts that were in that prompt, by id; `actor_id`: the person the bot was
-    answering, kept in the history entry."""
+    answering, kept in the history entry; `lineage_id`: the answering persona's (None: no
+    persona), the only persona whose facts the call may change."""
     parsed = _arguments(arguments)
     if isinstance(parsed, Refusal):
         return parsed
     fact_id, raw = parsed
-    stored = _stored(services, fact_id, shown, scope)
+    stored = _stored(services, fact_id, shown, scope, lineage_id)
     if isinstance(stored, str):
         return Refusal(fact_id=fact_id, reason=stored)
     if bot_user_id and stored.user_id == bot_user_id:

@@ -16,8 +16,9 @@ anyone else's data. Channel histories are never read.
 
 The work runs in steps, each a bounded amount of reading that deletes what it finds
 before the next: a marker first (consolidation commits nothing of the person while it
-lives), then the episodes of their channels one channel at a time, then their items a
-page at a time (listing again until a pass finds nothing: the index is eventually
+lives), then the episodes of their channels one channel at a time, then the knowledge of
+their servers' personas learned from them (botmemory.personas) one persona at a time, then
+their items (persona_user facts included: they carry the person's id) a page at a time (listing again until a pass finds nothing: the index is eventually
 consistent), then the replay-protection records quoting them, the name registry, and the
 profiles last (they remember the channels). Between steps the run checks its time
 budget; when it runs short it stops and returns a checkpoint that a continuation resumes
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from botmemory import keys
 from botmemory.clock import DAY_MS, Clock, SystemClock, epoch_seconds
 from botmemory.keys import ItemKind
 from botmemory.names import is_distinctive, mention_pattern, names_pattern, redacted
@@ -58,6 +60,7 @@ SETTLE_MS = 900_000
 MAX_QUOTED_IDS = 5000
 
 _EPISODES = "episodes"
+_PERSONAS = "personas"
 _ITEMS = "items"
 _REPLAY = "replay"
 _PROFILES = "profiles"
@@ -106,6 +109,8 @@ class _Run:
     names: list[str]  # every name the person went by, distinctive or not
     distinctive: dict[str, list[str]]  # by scope: the names that are theirs alone
     channels: list[list[str]]  # [scope, channel] pairs whose episodes are still to read
+    # Persona scopes of the person's servers whose knowledge is still to read.
+    persona_scopes: list[str] = field(default_factory=list)
     channels_seen: list[str] = field(default_factory=list)
     cursor: dict[str, Any] | None = None
     found_in_pass: bool = False
@@ -146,8 +151,11 @@ class Eraser:
         clock: Clock | None = None,
         hash_of: Callable[[str], str] = erasure_hash,
         settle_ms: int = SETTLE_MS,
+        lineages: Callable[[str], list[str]] | None = None,
     ) -> None:
         self._repository = repository
+        # A server's persona lineages (botmemory.personas), removed personas' included.
+        self._lineages = lineages or (lambda scope: [])
         self._clock = clock or SystemClock()
         self._hash_of = hash_of
         self._settle_ms = settle_ms
@@ -199,6 +207,11 @@ class Eraser:
             names=sorted(names),
             distinctive={},
             channels=[[scope, channel_id] for scope, channel_id in pairs],
+            persona_scopes=[
+                keys.persona_scope(scope, lineage)
+                for scope in sorted(scopes)
+                for lineage in self._lineages(scope)
+            ],
         )
         for scope in sorted(scopes):
             self._distinctive(run, scope, user_id)
@@ -207,6 +220,8 @@ class Eraser:
     def _step(self, run: _Run, user_id: str) -> None:
         if run.phase == _EPISODES:
             self._episodes_step(run, user_id)
+        elif run.phase == _PERSONAS:
+            self._personas_step(run, user_id)
         elif run.phase == _ITEMS:
             self._items_step(run, user_id)
         elif run.phase == _REPLAY:
@@ -218,7 +233,7 @@ class Eraser:
         """One channel the person spoke in: the episodes they took part in, or that mention
         their id or a name of theirs alone, go."""
         if not run.channels:
-            run.phase = _ITEMS
+            run.phase = _PERSONAS
             return
         scope, channel_id = run.channels[0]
         names = self._distinctive(run, scope, user_id)
@@ -236,6 +251,15 @@ class Eraser:
         run.add("episodes", self._repository.delete_episodes(doomed))
         run.channels_seen.append(channel_id)
         run.channels.pop(0)
+
+    def _personas_step(self, run: _Run, user_id: str) -> None:
+        """One persona of their servers: the knowledge it learned from them goes (what it
+        knows of them alone, persona_user, holds their id and goes with their items)."""
+        if not run.persona_scopes:
+            run.phase = _ITEMS
+            return
+        run.add("facts", self._repository.forget_persona_knowledge(run.persona_scopes[0], user_id))
+        run.persona_scopes.pop(0)
 
     def _items_step(self, run: _Run, user_id: str) -> None:
         """One page of the person's items: pointers are followed, then everything but the

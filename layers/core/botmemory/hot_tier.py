@@ -34,10 +34,18 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from botmemory import fact_history
+from botmemory import fact_history, keys
 from botmemory.clock import Clock
 from botmemory.config import Settings
-from botmemory.records import Fact, FactChange, FactSource, FactStatus, HistoryActor, scope_of
+from botmemory.records import (
+    Fact,
+    FactChange,
+    FactSource,
+    FactStatus,
+    HistoryActor,
+    MemoryScope,
+    scope_of,
+)
 from botmemory.repository import MemoryRepository
 
 if TYPE_CHECKING:
@@ -58,9 +66,19 @@ class HitReport:
 
 
 def shown_facts(result: RecallResult, guild_id: str | None) -> list[FactAddress]:
-    """The facts a recall block showed, as addresses (the block is of one scope)."""
+    """The facts a recall block showed, as addresses: the server's, and with a persona, its
+    own (kept in its scope, botmemory.personas)."""
     scope = scope_of(guild_id)
-    return [(scope, user_id, fact.id) for user_id, facts in result.facts.items() for fact in facts]
+    persona_scope = keys.persona_scope(scope, result.persona.lineage) if result.persona else None
+    return [
+        (
+            scope if fact.memory_scope == MemoryScope.USER else persona_scope or scope,
+            user_id,
+            fact.id,
+        )
+        for user_id, facts in result.facts.items()
+        for fact in facts
+    ]
 
 
 def record_hits(

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from botmemory import keys
 from botmemory.config import Settings
-from botmemory.records import Fact, MemoryScope, Persona
+from botmemory.records import Fact, MemoryScope, Persona, scope_of
 from botmemory.repository import MemoryRepository
 from botmemory.text import content_hash, short_id
 
@@ -233,3 +233,11 @@ class PersonaDirectory:
     def by_id(self, guild_id: str | None, persona_id: str) -> Persona | None:
         server, deployment = self.of_server(guild_id)
         return persona_by_id(server, deployment, persona_id)
+
+    def lineages_of(self, scope: str) -> list[str]:
+        """Every persona lineage a server's scope may hold memories of: its own personas',
+        removed ones included, and the deployment's (for erasure)."""
+        if scope == scope_of(None):
+            return []
+        server, deployment = self.of_server(scope)
+        return sorted({p.lineage_id for p in [*server, *deployment]})

@@ -25,10 +25,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from botmemory import keys
 from botmemory.clock import Clock, day, moment
 from botmemory.config import Settings
 from botmemory.names import NameIndex
-from botmemory.personas import PersonaDirectory
+from botmemory.personas import PERSONA_ID, PersonaDirectory
 from botmemory.recall_search import (
     SHOWN_WITH_CONTEXT_BELOW,
     Found,
@@ -43,7 +44,9 @@ from botmemory.records import (
     ChannelSummary,
     Episode,
     Fact,
+    MemoryScope,
     ObservationKind,
+    Persona,
     Pin,
     ShortTermEntry,
     scope_of,
@@ -69,6 +72,8 @@ BLOCK_FOOTER = "</memory>"
 PIN_HEADING = "Pinned by the server's staff:"
 SUMMARY_HEADING = "The conversation in this channel so far:"
 FACT_HEADING = "About the people in this conversation:"
+# With a persona, its own knowledge comes under this line of the facts section.
+PERSONA_KNOWLEDGE_LINE = "- What {name} knows here:"
 ELSEWHERE_HEADING = "Lately in this server's other channels:"
 EPISODE_HEADING = "Recently in this channel:"
 PASSAGE_HEADING = "From earlier conversations:"
@@ -128,6 +133,9 @@ class RecallRequest(BaseModel):
     # The message being answered. Any length is accepted and clipped (MAX_QUERY_CHARS); an
     # empty or unsearchable one is ignored, with the reason in the result's `query_note`.
     query: str | None = None
+    # The persona answering (botmemory.personas): its memories join the server's, first.
+    # Unknown or removed: recall goes on without, and says so in `persona_note`.
+    persona_id: str | None = Field(default=None, pattern=PERSONA_ID.pattern)
 
 
 class RecallError(ValueError):
@@ -166,6 +174,15 @@ class RecalledFact(BaseModel):
     kind: str
     source: str
     updated_ms: int
+    # Whose memory it is: `user` (the person's own), or with a persona, `persona_user` (what
+    # that persona knows of them) and `persona` (its knowledge, listed under "persona").
+    memory_scope: MemoryScope = MemoryScope.USER
+
+
+class RecalledPersona(BaseModel):
+    id: str
+    name: str
+    lineage: str
 
 
 class RecalledEpisode(BaseModel):
@@ -220,6 +237,8 @@ class RecallResult(BaseModel):
     enabled: bool
     search: SearchStatus = SearchStatus.OFF
     query_note: str | None = None  # why the query was clipped or ignored
+    persona: RecalledPersona | None = None  # the persona whose memories the block holds
+    persona_note: str | None = None  # why a persona asked for is not there
 
 
 class Recaller:
@@ -238,7 +257,9 @@ class Recaller:
         self._clock = clock
         self._search = search
 
-    def recall(self, request: RecallRequest) -> RecallResult:
+    def recall(self, request: RecallRequest, *, persona: Persona | None = None) -> RecallResult:
+        """The block for this request. `persona`: the request's persona already resolved by
+        the caller (the answer path reads it from the channel), so it is not read again."""
         if not self._settings.memory_enabled:
             return self._legacy(request)
         started = time.monotonic()
@@ -273,6 +294,7 @@ class Recaller:
             if query and request.guild_id
             else None
         )
+        persona_future = self._start_persona(request, persona)
         names: dict[str, str] = {}
         participants = self._participants(request, names)
         named_people = _named_in(query, registry_future)
@@ -291,6 +313,8 @@ class Recaller:
             user_id: pool.submit(repository.active_facts, scope, user_id, window)
             for user_id in participants + named
         }
+        persona, persona_note = self._finish_persona(request, persona_future)
+        persona_futures = self._start_persona_facts(persona, scope, participants + named, window)
         short_term_future = self._start_short_term(request, scope, participants)
         pins = [p for f in pin_futures for p in f.result() if ttl_alive(p.expires_at, now)]
         summary = summary_future.result() if summary_future else None
@@ -318,11 +342,72 @@ class Recaller:
             only_relevant=set(named),
             names={**_registered_names(registry_future), **names},
         )
+        tiers = self._persona_tiers(persona_futures, query, now, set(named), names) + [facts]
         result = self._assemble(
-            request, pins, summary, facts, elsewhere, found.messages, episodes, names
+            request, pins, summary, tiers, elsewhere, found.messages, episodes, names, persona
         )
         result.search, result.query_note = status, query_note
+        result.persona_note = persona_note
         return result
+
+    # Personas -------------------------------------------------------------------------
+
+    def _start_persona(
+        self, request: RecallRequest, known: Persona | None
+    ) -> Future[Persona | None] | None:
+        """The persona asked for, read beside the first wave (servers only)."""
+        if request.persona_id is None or self._personas is None or request.guild_id is None:
+            return None
+        if known is not None and known.persona_id == request.persona_id:
+            resolved: Future[Persona | None] = Future()
+            resolved.set_result(known)
+            return resolved
+        return _executor().submit(self._personas.by_id, request.guild_id, request.persona_id)
+
+    def _finish_persona(
+        self, request: RecallRequest, future: Future[Persona | None] | None
+    ) -> tuple[Persona | None, str | None]:
+        if request.persona_id is None:
+            return None, None
+        persona = future.result() if future is not None else None
+        if persona is None:
+            where = "in direct messages" if request.guild_id is None else "in this server"
+            return None, f"no persona {request.persona_id!r} {where}: recalled without one"
+        return persona, None
+
+    def _start_persona_facts(
+        self, persona: Persona | None, scope: str, people: list[str], window: int
+    ) -> dict[str, Future[list[Fact]]]:
+        """With a persona, in the same wave as the people's own facts: what it knows of each
+        of them, and its own knowledge (under keys.PERSONA_SUBJECT)."""
+        if persona is None:
+            return {}
+        persona_scope = keys.persona_scope(scope, persona.lineage_id)
+        return {
+            subject: _executor().submit(
+                self._repository.active_facts, persona_scope, subject, window
+            )
+            for subject in [*people, keys.PERSONA_SUBJECT]
+        }
+
+    def _persona_tiers(
+        self,
+        futures: dict[str, Future[list[Fact]]],
+        query: str | None,
+        now_ms: int,
+        named: set[str],
+        names: dict[str, str],
+    ) -> list[dict[str, list[Fact]]]:
+        """The persona's facts, by priority: what it knows of each person, then its own
+        knowledge (the people's own facts come after, in the block's facts budget)."""
+        if not futures:
+            return []
+        read = {subject: future.result() for subject, future in futures.items()}
+        knowledge = read.pop(keys.PERSONA_SUBJECT, [])
+        per_person = self._settings.recall_facts_per_person
+        of_people = rank_facts(read, query, [], now_ms, per_person, named, names)
+        own = rank_facts({keys.PERSONA_SUBJECT: knowledge}, query, [], now_ms, per_person, set())
+        return [of_people, own]
 
     # Short-term cross-channel entries ------------------------------------------------
 
@@ -415,11 +500,12 @@ class Recaller:
         request: RecallRequest,
         pins: list[Pin],
         summary: ChannelSummary | None,
-        facts: dict[str, list[Fact]],
+        tiers: list[dict[str, list[Fact]]],
         elsewhere: list[RecentElsewhere],
         messages: list[FoundMessage],
         episodes: list[Episode],
         names: dict[str, str],
+        persona: Persona | None = None,
     ) -> RecallResult:
         settings = self._settings
         pin_section = _Section(PIN_HEADING, settings.recall_pin_chars)
@@ -431,7 +517,7 @@ class Recaller:
         summary_section = _Section(SUMMARY_HEADING, settings.recall_summary_chars)
         shown_summary = _summary_line(summary_section, summary) if summary else None
         fact_section = _Section(FACT_HEADING, settings.recall_fact_chars)
-        shown_facts = _fact_lines(fact_section, facts, names)
+        shown_facts = _fact_lines(fact_section, tiers, names, persona)
         elsewhere_section = _Section(ELSEWHERE_HEADING, settings.recall_short_term_chars)
         shown_elsewhere = _elsewhere_lines(elsewhere_section, elsewhere)
         episode_section = _Section(EPISODE_HEADING, settings.recall_episode_chars)
@@ -471,6 +557,11 @@ class Recaller:
             summary=shown_summary,
             facts=shown_facts,
             elsewhere=shown_elsewhere,
+            persona=RecalledPersona(
+                id=persona.persona_id, name=_line(persona.name), lineage=persona.lineage_id
+            )
+            if persona
+            else None,
             passages=[_recalled_passage(m) for m in shown_passages],
             episodes=shown_episodes,
             enabled=True,
@@ -527,31 +618,54 @@ class _Section:
 
 
 def _fact_lines(
-    section: _Section, facts: dict[str, list[Fact]], names: dict[str, str]
+    section: _Section,
+    tiers: list[dict[str, list[Fact]]],
+    names: dict[str, str],
+    persona: Persona | None = None,
 ) -> dict[str, list[RecalledFact]]:
-    """Each person's heading line and facts while they fit; a person none of whose facts
-    fit is left out entirely."""
+    """The facts section: tiers fill the budget in priority order (with a persona: what it
+    knows of each person, then its own knowledge, then the people's own facts; without one,
+    the people's own facts alone), each fact while it fits with its subject's heading line;
+    then each subject's lines are shown together under that heading, in the tiers' order. A
+    subject none of whose facts fit is left out entirely."""
+    chosen: dict[str, list[Fact]] = {}
+    room = section.room() + 1  # what the section can still take, line breaks included
+    for tier in tiers:
+        for subject, facts in tier.items():
+            for fact in facts:
+                cost = len(_fact_line(fact)) + 1
+                if subject not in chosen:
+                    cost += len(_subject_line(subject, names, persona)) + 1
+                if cost <= room:
+                    room -= cost
+                    chosen.setdefault(subject, []).append(fact)
     shown: dict[str, list[RecalledFact]] = {}
-    for user_id, person_facts in facts.items():
-        if not person_facts:
-            continue
-        if not section.add(f"- {_who(names.get(user_id, ''))} (user {user_id}):"):
-            break
-        kept = [f for f in person_facts if section.add(f"  - {quote_for_prompt(f.text)}")]
-        if not kept:
-            section.drop_last()
-            continue
-        shown[user_id] = [
+    for subject, facts in chosen.items():
+        section.add(_subject_line(subject, names, persona))
+        for fact in facts:
+            section.add(_fact_line(fact))
+        shown[subject] = [
             RecalledFact(
                 id=f.fact_id,
                 text=_line(f.text),
                 kind=f.kind.value,
                 source=f.source.value,
                 updated_ms=f.updated_ms,
+                memory_scope=f.memory_scope,
             )
-            for f in kept
+            for f in facts
         ]
     return shown
+
+
+def _subject_line(subject: str, names: dict[str, str], persona: Persona | None) -> str:
+    if subject == keys.PERSONA_SUBJECT and persona is not None:
+        return PERSONA_KNOWLEDGE_LINE.format(name=_who(persona.name))
+    return f"- {_who(names.get(subject, ''))} (user {subject}):"
+
+
+def _fact_line(fact: Fact) -> str:
+    return f"  - {quote_for_prompt(fact.text)}"
 
 
 def _summary_line(section: _Section, summary: ChannelSummary) -> RecalledSummary | None:

@@ -197,6 +197,26 @@ class PeopleRepository(Table):
         item = self._get(ref)
         return Fact.model_validate(item) if item else None
 
+    def forget_persona_knowledge(self, persona_scope: str, user_id: str) -> int:
+        """Delete a persona's knowledge learned from this person (their id among its
+        evidence), with the facts' history entries; how many facts went."""
+        facts = [
+            Fact.model_validate(item)
+            for item in self._items_under(
+                keys.user_pk(persona_scope, keys.PERSONA_SUBJECT), keys.FACT_PREFIX
+            )
+        ]
+        theirs = [f for f in facts if user_id in f.evidence_user_ids]
+        history = [
+            key(keys.scope_pk(persona_scope), item["sk"])
+            for fact in theirs
+            for item in self._items_under(
+                keys.scope_pk(persona_scope), keys.history_prefix(fact.fact_id)
+            )
+        ]
+        self._delete_keys([fact_key(f) for f in theirs] + history)
+        return len(theirs)
+
     def delete_items(self, refs: Iterable[ItemRef]) -> int:
         return self._delete_keys([key(r.pk, r.sk) for r in refs])
 
