@@ -239,6 +239,7 @@ def test_the_memory_model_is_shown_names_and_texts_as_quoted_data() -> None:
         "Pins:",
         "- none",
         "Current channel summary (rewrite it in at most 2000 characters):",
+        "Active persona:",
     }
     observation = re.compile(rf"#\d+ \[\w+\] {_QUOTED} \(user_id \d+\): {_QUOTED}")
     fact = re.compile(rf"- [\w-]+ \(user_id \d+, \w+\): {_QUOTED}")

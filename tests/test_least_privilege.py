@@ -31,6 +31,7 @@ from tests.lambda_local import EVENTS, ROOT, TABLE
 from tests.sam_tools import translated_template
 from tests.test_commands import Discord, confirm_flow, seed_fact
 from tests.test_iam import FUNCTIONS, function_statements, listed
+from tests.test_personas_commands import PROMPT, persona, purge
 from tests.test_sam_local import stream_records
 
 STAFF = "32"  # MANAGE_GUILD
@@ -218,6 +219,17 @@ def a_deployments_day(discord: Discord) -> None:
     assert restored.startswith("Restored")
     discord.run("memory-staff", "quarantine", permissions=STAFF)
     discord.text("memory-staff", "reset-summary", permissions=STAFF)
+    # Personas: staff define one, teach it, list them, remove it and purge it.
+    assert persona(discord, "set", {"id": "bard", "name": "Bard", "prompt": PROMPT}).startswith(
+        "Created"
+    )
+    assert persona(discord, "teach", {"id": "bard", "text": "The tavern opens at dusk"}).startswith(
+        "Taught"
+    )
+    persona(discord, "list")
+    discord.text("memory", "show")  # with a persona's partition to read
+    persona(discord, "remove", {"id": "bard"})
+    assert purge(discord, "bard").startswith("Purged `bard`")
     confirm_flow(discord, "memory", "optout", "optout:confirm")
     discord.text("memory", "optin")
     confirm_flow(discord, "forgetme", "", "forgetme:confirm")

@@ -52,7 +52,14 @@ def check_options(options: list[dict[str, Any]], where: str, problems: list[str]
         label = f"{where} {option.get('name')}"
         check_option_text(option, label, problems)
         if option["type"] in (1, 2):
-            check_options(option.get("options", []), label, problems)
+            # A group holds subcommands only; a subcommand holds values only (Discord's nesting).
+            allowed = {1} if option["type"] == 2 else {3, 4, 5, 6, 7, 8, 9, 10, 11}
+            inner = option.get("options", [])
+            if option["type"] == 2 and not inner:
+                problems.append(f"{label}: a group with no subcommands")
+            if any(o["type"] not in allowed for o in inner):
+                problems.append(f"{label}: holds options of types {[o['type'] for o in inner]}")
+            check_options(inner, label, problems)
             continue
         if option.get("required"):
             if seen_optional:
@@ -131,10 +138,12 @@ def test_member_and_staff_layout() -> None:
     assert "options" not in forgetme
 
     member_subs = by_name(member["options"])
-    staff_subs = by_name(staff["options"])
+    staff_subs = by_name([o for o in staff["options"] if o["type"] == 1])
+    staff_groups = by_name([o for o in staff["options"] if o["type"] == 2])
     assert list(member_subs) == list(specs.MEMBER_SUBCOMMANDS)
     assert list(member_subs) == ["show", "remember", "forget", "optout", "optin"]
     assert list(staff_subs) == list(specs.STAFF_SUBCOMMANDS)
+    assert [o["name"] for o in staff["options"]] == [*specs.STAFF_SUBCOMMANDS, "persona"]
     assert list(staff_subs) == [
         "user",
         "forget-fact",
@@ -145,7 +154,7 @@ def test_member_and_staff_layout() -> None:
         "history",
         "reset-summary",
     ]
-    assert all(sub["type"] == 1 for sub in [*member["options"], *staff["options"]])
+    assert all(sub["type"] == 1 for sub in member["options"])
 
     def options(sub: dict[str, Any]) -> list[tuple[Any, ...]]:
         return [
@@ -177,6 +186,27 @@ def test_member_and_staff_layout() -> None:
     assert options(staff_subs["unpin"]) == [("id", 3, True, None, True, [])]
     assert options(staff_subs["history"]) == [("id", 3, True, None, True, [])]
     assert options(staff_subs["reset-summary"]) == []
+    # /memory-staff persona ...: a subcommand group (type 2) holding subcommands (type 1).
+    assert list(staff_groups) == [specs.PERSONA_GROUP] == ["persona"]
+    persona_subs = by_name(staff_groups["persona"]["options"])
+    assert list(persona_subs) == list(specs.PERSONA_SUBCOMMANDS)
+    assert list(persona_subs) == ["set", "list", "remove", "purge", "teach"]
+    assert all(sub["type"] == 1 for sub in persona_subs.values())
+    assert options(persona_subs["set"]) == [
+        ("id", 3, True, 32, True, []),
+        ("name", 3, True, 80, False, []),
+        ("prompt", 3, True, 6000, False, []),  # Discord's cap for a string option
+        ("where", 3, False, None, False, ["channel", "global"]),
+    ]
+    assert "{memory}" in persona_subs["set"]["options"][2]["description"]
+    assert "6,000" in persona_subs["set"]["options"][2]["description"]
+    assert options(persona_subs["list"]) == []
+    assert options(persona_subs["remove"]) == [("id", 3, True, None, True, [])]
+    assert options(persona_subs["purge"]) == [("id", 3, True, None, True, [])]
+    assert options(persona_subs["teach"]) == [
+        ("id", 3, True, None, True, []),
+        ("text", 3, True, 240, False, []),
+    ]
     # /ask is a command of its own (no subcommand): one required question, a message long.
     assert options(ask) == [("question", 3, True, 2000, False, [])]
     assert member_subs["forget"]["options"][0]["description"] == "A fact id or words of the fact"

@@ -86,6 +86,7 @@ BAD: dict[str, str] = {
     "MEMORY_RECALL_SHORT_TERM_CHARS": "a thousand",
     "BOT_SYSTEM_PROMPT": "x" * 20_001,
     "BOT_SYSTEM_PROMPT_PARAMETER": "bot-prompt",
+    "PERSONAS_PARAMETER": "personas",
     "ANSWER_HISTORY_CHARS": "-1",
     "ANSWER_PERSON_FACTS": "9",
 }

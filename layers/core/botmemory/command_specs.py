@@ -5,6 +5,8 @@ Layout, and why there are two `/memory...` commands:
     /memory show | remember text | forget what | optout | optin     every member
     /memory-staff user member | forget-fact id | restore-fact member id | pin where text
                   | unpin id | quarantine | history id              Manage Server by default
+    /memory-staff persona set id name prompt [where] | list | remove id | purge id
+                  | teach id text                                   (a subcommand group)
     /forgetme                                                       every member
     /ask question                                                   every member
 
@@ -22,6 +24,11 @@ decide nothing.
 
 Discord's numbers (command, option, context and integration types, permission bits) are
 the enumerations of `botmemory.interactions`.
+
+A subcommand group (option type SUB_COMMAND_GROUP) holds subcommands only, one level down:
+`/memory-staff persona set` arrives as `data.options[0]` (the group) whose `options[0]` is the
+subcommand, whose `options` are the values. Groups and plain subcommands may sit side by side
+under one command (Discord's rule: at most 25 of them, and a group nests no further).
 
 Member commands work in servers and in a DM with the bot (scope `dm`); the staff command
 only in servers. `contexts` and `integration_types` apply to global commands only, so
@@ -42,6 +49,7 @@ from botmemory.interactions import (
     OptionType,
     Permissions,
 )
+from botmemory.personas import MAX_NAME_CHARS, MAX_PROMPT_CHARS, MEMORY_PLACEHOLDER
 
 # Top-level command names, as `data.name` arrives in an interaction.
 MEMBER_COMMAND = "memory"
@@ -77,12 +85,24 @@ STAFF_SUBCOMMANDS = (
     RESET_SUMMARY,
 )
 
-# Option names, as they arrive in `data.options[0].options[*].name`.
+# The persona subcommand group of /memory-staff (botmemory.personas).
+PERSONA_GROUP = "persona"
+PERSONA_SET = "set"
+PERSONA_LIST = "list"
+PERSONA_REMOVE = "remove"
+PERSONA_PURGE = "purge"
+PERSONA_TEACH = "teach"
+PERSONA_SUBCOMMANDS = (PERSONA_SET, PERSONA_LIST, PERSONA_REMOVE, PERSONA_PURGE, PERSONA_TEACH)
+
+# Option names, as they arrive in `data.options[0].options[*].name` (one level deeper in a
+# group).
 OPTION_TEXT = "text"  # remember, pin
 OPTION_WHAT = "what"  # forget: a fact id or words of the fact (autocomplete)
 OPTION_MEMBER = "member"  # user, restore-fact
-OPTION_ID = "id"  # forget-fact, restore-fact, unpin, history (autocomplete)
-OPTION_WHERE = "where"  # pin
+OPTION_ID = "id"  # forget-fact, restore-fact, unpin, history, persona * (autocomplete)
+OPTION_WHERE = "where"  # pin, persona set
+OPTION_NAME = "name"  # persona set
+OPTION_PROMPT = "prompt"  # persona set
 WHERE_GLOBAL = "global"
 WHERE_CHANNEL = "channel"
 OPTION_QUESTION = "question"  # ask
@@ -91,6 +111,10 @@ OPTION_QUESTION = "question"  # ask
 MAX_TEXT_LENGTH = 240
 # A question to the bot: what one Discord message holds.
 MAX_QUESTION_LENGTH = 2000
+# The longest value Discord lets a string option carry.
+MAX_STRING_OPTION_LENGTH = 6000
+# A persona's prompt as a command option: the persona rule's limit, within Discord's.
+MAX_PROMPT_OPTION_LENGTH = min(MAX_PROMPT_CHARS, MAX_STRING_OPTION_LENGTH)
 
 # Fields Discord honours only on global commands.
 GLOBAL_ONLY_FIELDS = ("contexts", "integration_types")
@@ -230,6 +254,74 @@ def _staff_command() -> dict[str, Any]:
                 RESET_SUMMARY,
                 "Clear this channel's running summary (the next batches start a new one)",
             ),
+            _persona_group(),
+        ],
+    }
+
+
+def _persona_group() -> dict[str, Any]:
+    """`/memory-staff persona ...`: the characters the bot answers as in this server."""
+    persona_id = "The persona's id: lower-case letters, digits, - or _ (up to 32)"
+    return {
+        "type": OptionType.SUB_COMMAND_GROUP,
+        "name": PERSONA_GROUP,
+        "description": "Personas: characters the bot answers as, each with memories of its own",
+        "options": [
+            _subcommand(
+                PERSONA_SET,
+                "Create a persona, or change one (its memories stay with it)",
+                [
+                    _string(OPTION_ID, persona_id, max_length=32, autocomplete=True),
+                    _string(
+                        OPTION_NAME,
+                        f"The name it goes by (up to {MAX_NAME_CHARS} characters)",
+                        max_length=MAX_NAME_CHARS,
+                    ),
+                    _string(
+                        OPTION_PROMPT,
+                        f"Its system prompt, with {MEMORY_PLACEHOLDER} once where memory goes "
+                        f"(up to {MAX_PROMPT_OPTION_LENGTH:,} characters)",
+                        max_length=MAX_PROMPT_OPTION_LENGTH,
+                    ),
+                    {
+                        **_string(
+                            OPTION_WHERE,
+                            "Where it answers (new: this channel; a change keeps where it was)",
+                            required=False,
+                        ),
+                        "choices": [
+                            {
+                                "name": "This channel (added to where it answers)",
+                                "value": WHERE_CHANNEL,
+                            },
+                            {"name": "The whole server", "value": WHERE_GLOBAL},
+                        ],
+                    },
+                ],
+            ),
+            _subcommand(PERSONA_LIST, "List this server's personas and where each answers"),
+            _subcommand(
+                PERSONA_REMOVE,
+                "Stop a persona answering anywhere (its memories are kept until purged)",
+                [_string(OPTION_ID, "The persona's id", autocomplete=True)],
+            ),
+            _subcommand(
+                PERSONA_PURGE,
+                "Delete a removed persona and all it remembers (asks you to confirm first)",
+                [_string(OPTION_ID, "The removed persona's id", autocomplete=True)],
+            ),
+            _subcommand(
+                PERSONA_TEACH,
+                "Teach a persona something it knows for everyone (about no member)",
+                [
+                    _string(OPTION_ID, "The persona's id", autocomplete=True),
+                    _string(
+                        OPTION_TEXT,
+                        f"What it should know (up to {MAX_TEXT_LENGTH} characters)",
+                        max_length=MAX_TEXT_LENGTH,
+                    ),
+                ],
+            ),
         ],
     }
 
@@ -269,13 +361,18 @@ def _subcommand(
 
 
 def _string(
-    name: str, description: str, *, max_length: int | None = None, autocomplete: bool = False
+    name: str,
+    description: str,
+    *,
+    max_length: int | None = None,
+    autocomplete: bool = False,
+    required: bool = True,
 ) -> dict[str, Any]:
     option: dict[str, Any] = {
         "type": OptionType.STRING,
         "name": name,
         "description": description,
-        "required": True,
+        "required": required,
     }
     if max_length is not None:
         option["max_length"] = max_length

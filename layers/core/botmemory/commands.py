@@ -12,6 +12,11 @@ finishes through the interaction webhook (see `Deferrer`).
 to the injected `Asker`; like every command that does work, it runs behind the handler's
 replay protection (it is not in `changes_nothing`), so a replayed interaction asks once.
 Every change to a fact made here is kept in its history (botmemory.fact_history).
+
+Personas (botmemory.personas) are configuration staff own (`/memory-staff persona ...`, a
+subcommand group); people stay in control of what each persona keeps about them: `/memory
+show` lists it by persona, `/memory forget` works on it, staff find it by id like any fact of
+their server. A persona's own knowledge is no one's: no member can forget it, staff can.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from botmemory import command_specs as spec
-from botmemory import fact_history
+from botmemory import fact_history, keys
 from botmemory.clock import DAY_MS, day, epoch_seconds, moment
 from botmemory.erasure import Eraser, ErasureReport
 from botmemory.hot_tier import HotTier
@@ -39,8 +44,17 @@ from botmemory.interactions import (
     invoking_user,
 )
 from botmemory.keys import message_of
-from botmemory.names import names_pattern
-from botmemory.recall import SECTION_HEADINGS
+from botmemory.names import NameIndex, names_pattern
+from botmemory.personas import (
+    MAX_PERSONAS_PER_SERVER,
+    PersonaError,
+    active_persona,
+    check_name,
+    check_persona_id,
+    check_prompt,
+    new_lineage,
+)
+from botmemory.recall import MAX_REGISTRY_NAMES, SECTION_HEADINGS
 from botmemory.records import (
     Fact,
     FactChange,
@@ -49,10 +63,13 @@ from botmemory.records import (
     FactSource,
     FactStatus,
     HistoryActor,
+    MemoryScope,
+    Persona,
     Pin,
     Quarantine,
     scope_of,
 )
+from botmemory.repository_personas import PersonaConflict, PersonaPurge
 from botmemory.runtime import MemoryServices
 from botmemory.table import ttl_alive
 from botmemory.text import (
@@ -75,12 +92,42 @@ CONFIRM_ERASE = "forgetme:confirm"
 CANCEL_ERASE = "forgetme:cancel"
 CONFIRM_OPTOUT = "optout:confirm"
 CANCEL_OPTOUT = "optout:cancel"
+# A purge's confirm button names the persona and the lineage the staff member saw:
+# `persona-purge:confirm:{persona id}:{lineage id}` (at most 22 + 32 + 1 + 40 characters,
+# inside Discord's 100 for a custom id).
+CONFIRM_PURGE_PERSONA = "persona-purge:confirm:"
+CANCEL_PURGE_PERSONA = "persona-purge:cancel"
+# Commands that work with memory off: erasure, answering, and personas as configuration
+# (teaching one writes memory, so it is not among them).
+WITHOUT_MEMORY = {
+    (spec.FORGETME_COMMAND, "", ""),
+    (spec.ASK_COMMAND, "", ""),
+    *(
+        (spec.STAFF_COMMAND, spec.PERSONA_GROUP, sub)
+        for sub in spec.PERSONA_SUBCOMMANDS
+        if sub != spec.PERSONA_TEACH
+    ),
+}
+# Commands that only read: no replay protection (see `Commands.changes_nothing`).
+READS = {
+    (spec.MEMBER_COMMAND, "", spec.SHOW),
+    (spec.STAFF_COMMAND, "", spec.USER),
+    (spec.STAFF_COMMAND, "", spec.QUARANTINE),
+    (spec.STAFF_COMMAND, "", spec.HISTORY),
+    (spec.STAFF_COMMAND, spec.PERSONA_GROUP, spec.PERSONA_LIST),
+}
+# A mention of any kind, or a bare Discord id: a persona's knowledge names no one.
+_MENTION_OR_ID = re.compile(r"<[@#][!&]?\d+>|(?<!\d)\d{15,20}(?!\d)")
 # What an erasure erases, as the confirmations say it (keep it true to erasure.py).
 ERASES = (
     "everything I keep about you, in every server and in DMs: your facts and profile, your "
     "recorded messages and reactions, the channel summaries you took part in or that name "
     "you, pins made in your name; and your mentions (and any name that is yours alone) are "
     "taken out of other people's recorded messages that I know name you"
+)
+PURGE_FAILED = (
+    "I could not finish purging that persona. What is deleted stays deleted; run "
+    "`/memory-staff persona purge` again to finish."
 )
 ERASE_FAILED = (
     "I could not finish erasing what I keep about you. What is done stays done; the rest "
@@ -107,6 +154,7 @@ class Invocation:
     user_name: str
     permissions: int
     command: str = ""
+    group: str = ""  # a subcommand group's name, `persona` in `/memory-staff persona set`
     subcommand: str = ""
     options: dict[str, Any] = field(default_factory=dict)
     focused: str | None = None
@@ -115,6 +163,16 @@ class Invocation:
     @property
     def scope(self) -> str:
         return scope_of(self.guild_id)
+
+    @property
+    def path(self) -> tuple[str, str, str]:
+        """What was run: (command, group, subcommand), "" where there is none."""
+        return self.command, self.group, self.subcommand
+
+    @property
+    def label(self) -> str:
+        """What was run, as Discord shows it: `/memory-staff persona set`."""
+        return "/" + " ".join(part for part in self.path if part)
 
     @property
     def is_staff(self) -> bool:
@@ -167,20 +225,29 @@ def parse_invocation(interaction: dict[str, Any]) -> Invocation:
         command=str(data.get("name", "")),
         custom_id=str(data.get("custom_id", "")),
     )
-    options = data.get("options") or []
-    if (
-        options
-        and isinstance(options[0], dict)
-        and options[0].get("type") == OptionType.SUB_COMMAND
-    ):
+    options = _nested(data.get("options"))
+    if _is(options, OptionType.SUB_COMMAND_GROUP):
+        invocation.group = str(options[0].get("name", ""))
+        options = _nested(options[0].get("options"))
+    if _is(options, OptionType.SUB_COMMAND):
         invocation.subcommand = str(options[0].get("name", ""))
-        options = options[0].get("options") or []
+        options = _nested(options[0].get("options"))
     for option in options:
         if isinstance(option, dict) and "name" in option:
             invocation.options[str(option["name"])] = option.get("value")
             if option.get("focused"):
                 invocation.focused = str(option["name"])
     return invocation
+
+
+def _nested(options: Any) -> list[Any]:
+    """An `options` list as a request carries it (anything else: none)."""
+    return options if isinstance(options, list) else []
+
+
+def _is(options: list[Any], kind: OptionType) -> bool:
+    """Whether these options are one subcommand (or group) of this kind."""
+    return bool(options) and isinstance(options[0], dict) and options[0].get("type") == kind
 
 
 def ephemeral_reply(
@@ -276,6 +343,7 @@ class Commands:
             services.clock,
             services.opt_outs.hash_of,
             settle_ms=services.settings.lock_lease_seconds * 1000,
+            lineages=services.personas.lineages_of,
         )
 
     # Entry points -------------------------------------------------------------------
@@ -303,15 +371,7 @@ class Commands:
             return True
         if invocation.kind == InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE:
             return True
-        return invocation.kind == InteractionType.APPLICATION_COMMAND and (
-            invocation.command,
-            invocation.subcommand,
-        ) in (
-            (spec.MEMBER_COMMAND, spec.SHOW),
-            (spec.STAFF_COMMAND, spec.USER),
-            (spec.STAFF_COMMAND, spec.QUARANTINE),
-            (spec.STAFF_COMMAND, spec.HISTORY),
-        )
+        return invocation.kind == InteractionType.APPLICATION_COMMAND and invocation.path in READS
 
     def finish(
         self, job: dict[str, Any], time_left_ms: Callable[[], int] | None = None
@@ -341,6 +401,11 @@ class Commands:
             return webhook_edit(
                 self.user_listing(invocation.scope, invocation.snowflake(spec.OPTION_MEMBER))
             )
+        if work == "persona_purge" and invocation.guild_id is not None:
+            answer = self._purge(
+                invocation.guild_id, str(job.get("persona_id")), str(job.get("lineage_id"))
+            )
+            return webhook_edit(answer, components=[])
         return webhook_edit("Sorry, I lost track of that request.")
 
     @staticmethod
@@ -355,53 +420,88 @@ class Commands:
     # Commands -----------------------------------------------------------------------
 
     def _command(self, invocation: Invocation) -> dict[str, Any]:
-        routes: dict[tuple[str, str], Callable[[Invocation], dict[str, Any]]] = {
-            (spec.MEMBER_COMMAND, spec.SHOW): self._show,
-            (spec.MEMBER_COMMAND, spec.REMEMBER): self._remember,
-            (spec.MEMBER_COMMAND, spec.FORGET): self._forget,
-            (spec.MEMBER_COMMAND, spec.OPTOUT): self._optout,
-            (spec.MEMBER_COMMAND, spec.OPTIN): self._optin,
-            (spec.FORGETME_COMMAND, ""): self._forgetme,
-            (spec.STAFF_COMMAND, spec.USER): self._staff_user,
-            (spec.STAFF_COMMAND, spec.FORGET_FACT): self._staff_forget_fact,
-            (spec.STAFF_COMMAND, spec.RESTORE_FACT): self._staff_restore_fact,
-            (spec.STAFF_COMMAND, spec.PIN): self._staff_pin,
-            (spec.STAFF_COMMAND, spec.UNPIN): self._staff_unpin,
-            (spec.STAFF_COMMAND, spec.QUARANTINE): self._staff_quarantine,
-            (spec.STAFF_COMMAND, spec.HISTORY): self._staff_history,
-            (spec.STAFF_COMMAND, spec.RESET_SUMMARY): self._staff_reset_summary,
-            (spec.ASK_COMMAND, ""): self._ask_question,
+        persona = (spec.STAFF_COMMAND, spec.PERSONA_GROUP)
+        routes: dict[tuple[str, str, str], Callable[[Invocation], dict[str, Any]]] = {
+            (spec.MEMBER_COMMAND, "", spec.SHOW): self._show,
+            (spec.MEMBER_COMMAND, "", spec.REMEMBER): self._remember,
+            (spec.MEMBER_COMMAND, "", spec.FORGET): self._forget,
+            (spec.MEMBER_COMMAND, "", spec.OPTOUT): self._optout,
+            (spec.MEMBER_COMMAND, "", spec.OPTIN): self._optin,
+            (spec.FORGETME_COMMAND, "", ""): self._forgetme,
+            (spec.STAFF_COMMAND, "", spec.USER): self._staff_user,
+            (spec.STAFF_COMMAND, "", spec.FORGET_FACT): self._staff_forget_fact,
+            (spec.STAFF_COMMAND, "", spec.RESTORE_FACT): self._staff_restore_fact,
+            (spec.STAFF_COMMAND, "", spec.PIN): self._staff_pin,
+            (spec.STAFF_COMMAND, "", spec.UNPIN): self._staff_unpin,
+            (spec.STAFF_COMMAND, "", spec.QUARANTINE): self._staff_quarantine,
+            (spec.STAFF_COMMAND, "", spec.HISTORY): self._staff_history,
+            (spec.STAFF_COMMAND, "", spec.RESET_SUMMARY): self._staff_reset_summary,
+            (*persona, spec.PERSONA_SET): self._persona_set,
+            (*persona, spec.PERSONA_LIST): self._persona_list,
+            (*persona, spec.PERSONA_REMOVE): self._persona_remove,
+            (*persona, spec.PERSONA_PURGE): self._persona_purge,
+            (*persona, spec.PERSONA_TEACH): self._persona_teach,
+            (spec.ASK_COMMAND, "", ""): self._ask_question,
         }
-        route = routes.get((invocation.command, invocation.subcommand))
+        route = routes.get(invocation.path)
         if route is None:
-            label = scrub(f"/{invocation.command} {invocation.subcommand}".strip())
+            label = scrub(invocation.label)
             return ephemeral_reply(f"Sorry, I don't know the command `{clip(label, 60)}`.")
         if invocation.command == spec.STAFF_COMMAND and not invocation.is_staff:
             return ephemeral_reply(
                 "Only members with the Manage Server permission can use this command."
             )
-        if (
-            # Erasure works whatever the settings; answering does not need memory.
-            invocation.command not in (spec.FORGETME_COMMAND, spec.ASK_COMMAND)
-            and not self._services.settings.memory_enabled
-        ):
+        if invocation.path not in WITHOUT_MEMORY and not self._services.settings.memory_enabled:
             return ephemeral_reply("Memory is off on this bot: nothing is kept about anyone.")
         return route(invocation)
 
     def _my_facts(self, invocation: Invocation) -> list[Fact]:
-        """The caller's facts here, active ones first (newest first), then demoted ones."""
+        """The caller's own facts here, every persona's included (never a persona's own
+        knowledge: it is no one's), each scope's active ones first, then demoted ones."""
+        return [fact for _, facts in self._my_facts_by_scope(invocation) for fact in facts]
+
+    def _my_facts_by_scope(self, invocation: Invocation) -> list[tuple[Persona | None, list[Fact]]]:
+        """The caller's facts by scope: theirs (None: every persona sees them), then what each
+        of this server's personas (live or removed) knows of them, one Query per persona;
+        scopes holding nothing left out. Active ones first (newest first), then demoted."""
+        repository = self._services.repository
         now = self._services.clock.now_ms()
-        facts = self._services.repository.all_facts(invocation.scope, invocation.user_id)
-        kept = [
-            f
-            for f in facts
-            if f.status in (FactStatus.ACTIVE, FactStatus.DEMOTED) and ttl_alive(f.expires_at, now)
-        ]
-        return sorted(kept, key=lambda f: (f.status == FactStatus.DEMOTED, -f.updated_ms))
+
+        def kept(scope: str) -> list[Fact]:
+            facts = [
+                f
+                for f in repository.all_facts(scope, invocation.user_id)
+                if f.status in (FactStatus.ACTIVE, FactStatus.DEMOTED)
+                and ttl_alive(f.expires_at, now)
+            ]
+            return sorted(facts, key=lambda f: (f.status == FactStatus.DEMOTED, -f.updated_ms))
+
+        scopes: list[tuple[Persona | None, list[Fact]]] = [(None, kept(invocation.scope))]
+        for persona in self._personas_here(invocation):
+            scopes.append((persona, kept(keys.persona_scope(invocation.scope, persona.lineage_id))))
+        return [(persona, facts) for persona, facts in scopes if facts]
+
+    def _personas_here(self, invocation: Invocation) -> list[Persona]:
+        """The personas whose memories live in this server: live ones (the server's, then
+        the deployment's), then removed ones; one per lineage, at most
+        MAX_PERSONAS_PER_SERVER. None in direct messages."""
+        server, deployment = self._services.personas.of_server(invocation.guild_id)
+        ordered = [p for p in server if p.active] + deployment + [p for p in server if not p.active]
+        by_lineage: dict[str, Persona] = {}
+        for persona in ordered:
+            by_lineage.setdefault(persona.lineage_id, persona)
+        return list(by_lineage.values())[:MAX_PERSONAS_PER_SERVER]
 
     def _show(self, invocation: Invocation) -> dict[str, Any]:
-        facts = self._my_facts(invocation)
-        lines = [_fact_line(f) + _status_mark(f) for f in facts]
+        by_scope = self._my_facts_by_scope(invocation)
+        facts = [fact for _, scoped in by_scope for fact in scoped]
+        lines: list[str] = []
+        for persona, scoped in by_scope:
+            heading = "About you (every persona here):"
+            if persona is not None:
+                removed = "" if persona.active else " (removed: kept until staff purge it)"
+                heading = f"What {_shown(persona.name)} knows about you{removed}:"
+            lines += [heading] + [_fact_line(f) + _status_mark(f) for f in scoped]
         mentions = self._mentions_here(invocation)
         if not lines and not mentions:
             return ephemeral_reply("I don't remember anything about you here yet.")
@@ -551,6 +651,13 @@ class Commands:
         )
 
     def _component(self, invocation: Invocation) -> dict[str, Any]:
+        if invocation.custom_id == CANCEL_PURGE_PERSONA:
+            return {
+                "type": InteractionResponseType.UPDATE_MESSAGE,
+                "data": webhook_edit("Cancelled: nothing was purged.", components=[]),
+            }
+        if invocation.custom_id.startswith(CONFIRM_PURGE_PERSONA):
+            return self._confirm_purge(invocation)
         if invocation.custom_id in (CANCEL_ERASE, CANCEL_OPTOUT):
             return {
                 "type": InteractionResponseType.UPDATE_MESSAGE,
@@ -636,9 +743,24 @@ class Commands:
         )
 
     def _fact_here(self, invocation: Invocation, fact_id: str) -> Fact | None:
-        """A fact by id, only when it belongs to this server."""
+        """A fact by id, only when it belongs to this server (its personas' included)."""
         fact = self._services.repository.fact_by_id(fact_id.strip().lower())
-        return fact if fact is not None and fact.scope == invocation.scope else None
+        if fact is None or keys.server_scope_of(fact.scope) != invocation.scope:
+            return None
+        return fact
+
+    def _whose(self, invocation: Invocation, scope: str, user_id: str) -> str:
+        """Whose a fact of this server is, as staff answers say it: `about <@id>`, with the
+        persona that keeps it, if any."""
+        lineage = keys.lineage_of(scope)
+        if lineage is None:
+            return f"about <@{user_id}>"
+        known = {p.lineage_id: p for p in self._personas_here(invocation)}
+        persona = known.get(lineage)
+        name = f"{_shown(persona.name)} (`{persona.persona_id}`)" if persona else "a persona"
+        if user_id == keys.PERSONA_SUBJECT:
+            return f"known to {name} for everyone"
+        return f"about <@{user_id}>, as {name} knows them"
 
     def _pin_here(self, invocation: Invocation, pin_id: str) -> Pin | None:
         """A pin by id, only when it belongs to this server."""
@@ -650,9 +772,8 @@ class Commands:
         if fact is None:
             return ephemeral_reply("There is no fact with that id in this server.")
         self._delete_recorded([fact], HistoryActor.STAFF, invocation.user_id)
-        return ephemeral_reply(
-            f"Deleted `{fact.fact_id}` about <@{fact.user_id}>: {_shown(fact.text)}"
-        )
+        whose = self._whose(invocation, fact.scope, fact.user_id)
+        return ephemeral_reply(f"Deleted `{fact.fact_id}` {whose}: {_shown(fact.text)}")
 
     def _staff_restore_fact(self, invocation: Invocation) -> dict[str, Any]:
         """A demoted fact of this server's member active again (botmemory.hot_tier)."""
@@ -699,21 +820,290 @@ class Commands:
         if not fact_id.isalnum() or len(fact_id) > 32:
             return ephemeral_reply("There is no fact with that id in this server.")
         now = self._services.clock.now_ms()
-        entries = [
-            e
-            for e in self._services.repository.history_of(invocation.scope, fact_id)
-            if ttl_alive(e.expires_at, now)
-        ]
+        fact = self._fact_here(invocation, fact_id)
+        # Its history is in its scope's partition: the fact's, or (a fact since deleted) the
+        # server's or one of its personas'.
+        scopes = [fact.scope] if fact is not None else [invocation.scope]
+        if fact is None:
+            lineages = [p.lineage_id for p in self._personas_here(invocation)]
+            scopes += [keys.persona_scope(invocation.scope, lineage) for lineage in lineages]
+        entries: list[FactHistory] = []
+        for scope in scopes:
+            entries = [
+                e
+                for e in self._services.repository.history_of(scope, fact_id)
+                if ttl_alive(e.expires_at, now)
+            ]
+            if entries:
+                break
         if not entries:
-            if self._fact_here(invocation, fact_id) is not None:
+            if fact is not None:
                 return ephemeral_reply(f"No change to `{fact_id}` is on record.")
             return ephemeral_reply("There is no fact with that id in this server.")
+        whose = self._whose(invocation, entries[0].scope, entries[0].user_id)
         return ephemeral_reply(
             _listing(
-                f"History of `{fact_id}` about <@{entries[0].user_id}>, oldest first:",
+                f"History of `{fact_id}` {whose}, oldest first:",
                 [_history_line(e) for e in entries],
             )
         )
+
+    # Personas (staff) ---------------------------------------------------------------
+
+    def _persona_set(self, invocation: Invocation) -> dict[str, Any]:
+        """Create a server persona, or change one: a change keeps its lineage (its memories
+        follow it); a channel (or the whole server) has at most one live server persona."""
+        guild_id = _guild_of(invocation)
+        try:
+            persona_id = check_persona_id(_persona_id(invocation))
+            name = check_name(scrub(invocation.text(spec.OPTION_NAME)))
+            prompt = check_prompt(_prompt_text(invocation.text(spec.OPTION_PROMPT)))
+        except PersonaError as error:
+            raise CommandError(f"Nothing was changed: {error}.") from error
+        where = invocation.options.get(spec.OPTION_WHERE)
+        if where not in (None, spec.WHERE_CHANNEL, spec.WHERE_GLOBAL):
+            raise CommandError("Choose where it answers: this channel or the whole server.")
+        repository = self._services.repository
+        server = repository.personas_of(guild_id)
+        stored = next((p for p in server if p.persona_id == persona_id), None)
+        live = stored if stored is not None and stored.active else None
+        if (
+            stored is not None
+            and live is None
+            and repository.persona_holds_memories(guild_id, stored.lineage_id)
+        ):
+            # A new persona under this id would leave the removed one's memories unreachable.
+            raise CommandError(
+                f"`{persona_id}` was removed and its memories are kept until it is purged: "
+                f"`/memory-staff persona purge {persona_id}` first, or choose another id."
+            )
+        channels = _places(live, where, invocation.channel_id)
+        others = [p for p in server if p.active and p.persona_id != persona_id]
+        holder = _holder(others, channels)
+        if holder is not None:
+            place = f"<#{holder[1]}>" if holder[1] else "The whole server"
+            raise CommandError(
+                f"{place} already has a persona: {_shown(holder[0].name)} "
+                f"(`{holder[0].persona_id}`). Remove it or move it first; nothing was changed."
+            )
+        if live is None and len(others) >= MAX_PERSONAS_PER_SERVER:
+            raise CommandError(
+                f"This server already has {MAX_PERSONAS_PER_SERVER} personas; remove one first."
+            )
+        now = self._services.clock.now_ms()
+        persona = Persona(
+            persona_id=persona_id,
+            lineage_id=live.lineage_id if live else new_lineage(guild_id, persona_id, now),
+            name=name,
+            prompt=prompt,
+            guild_id=guild_id,
+            channels=channels,
+            created_ms=live.created_ms if live else now,
+            updated_ms=now,
+        )
+        try:
+            repository.put_persona(persona, replaces_ms=live.updated_ms if live else None)
+        except PersonaConflict:
+            raise CommandError(_changed_meanwhile(persona_id)) from None
+        done = "Changed" if live else "Created"
+        kept = " Its memories stay with it." if live else ""
+        return ephemeral_reply(
+            f"{done} persona `{persona_id}` ({_shown(name)}): it answers in "
+            f"{_where(persona)}.{kept}"
+        )
+
+    def _persona_list(self, invocation: Invocation) -> dict[str, Any]:
+        """The server's personas, then the deployment's: where each answers, which one
+        answers in this channel; removed ones marked."""
+        server, deployment = self._services.personas.of_server(_guild_of(invocation))
+        here = active_persona(server, deployment, invocation.channel_id)
+        live = [p for p in server if p.active]
+        lines = [_persona_line(p, here) for p in live + [p for p in server if not p.active]]
+        if deployment:
+            lines += ["The deployment's (this server's own come first):"]
+            lines += [_persona_line(p, here) for p in deployment]
+        now_here = (
+            f"In this channel the bot answers as {_shown(here.name)} (`{here.persona_id}`)."
+            if here is not None
+            else "No persona answers in this channel: the bot answers as itself."
+        )
+        if not server and not deployment:
+            return ephemeral_reply(
+                "This server has no personas. `/memory-staff persona set` creates one."
+            )
+        return ephemeral_reply(
+            _listing(
+                f"{now_here}\nThis server's personas ({len(live)} of at most "
+                f"{MAX_PERSONAS_PER_SERVER}):",
+                lines,
+            )
+        )
+
+    def _persona_remove(self, invocation: Invocation) -> dict[str, Any]:
+        """A server persona answers nowhere from now on; its memories stay until purged."""
+        guild_id = _guild_of(invocation)
+        persona_id = _persona_id(invocation)
+        stored = self._services.repository.persona_item(guild_id, persona_id)
+        if stored is None or not stored.active:
+            return ephemeral_reply(self._not_live(invocation, persona_id, stored))
+        now = self._services.clock.now_ms()
+        removed = stored.model_copy(update={"removed_ms": now, "updated_ms": now})
+        try:
+            self._services.repository.put_persona(removed, replaces_ms=stored.updated_ms)
+        except PersonaConflict:
+            raise CommandError(_changed_meanwhile(persona_id)) from None
+        return ephemeral_reply(
+            f"Removed persona `{persona_id}` ({_shown(stored.name)}): it answers nowhere now. "
+            f"Its memories are kept until it is purged (`/memory-staff persona purge "
+            f"{persona_id}`)."
+        )
+
+    def _persona_purge(self, invocation: Invocation) -> dict[str, Any]:
+        """Ask before purging a removed server persona (the buttons name its lineage, so what
+        is purged is what was confirmed)."""
+        guild_id = _guild_of(invocation)
+        persona_id = _persona_id(invocation)
+        stored = self._services.repository.persona_item(guild_id, persona_id)
+        if stored is None:
+            return ephemeral_reply(self._not_live(invocation, persona_id, stored))
+        if stored.active:
+            return ephemeral_reply(
+                f"`{persona_id}` still answers: only a removed persona can be purged "
+                f"(`/memory-staff persona remove {persona_id}` first)."
+            )
+        return ephemeral_reply(
+            f"Purging `{persona_id}` ({_shown(stored.name)}) deletes for good everything it "
+            "remembers in this server: what it knows for everyone, what it knows of each "
+            "person, and their history; then the persona itself. It cannot be undone.",
+            components=_confirmation(
+                "Purge",
+                f"{CONFIRM_PURGE_PERSONA}{persona_id}:{stored.lineage_id}",
+                CANCEL_PURGE_PERSONA,
+            ),
+        )
+
+    def _confirm_purge(self, invocation: Invocation) -> dict[str, Any]:
+        """The purge confirmed: done in deferred work, which edits the confirmation."""
+        if not invocation.is_staff:
+            return ephemeral_reply(
+                "Only members with the Manage Server permission can purge a persona."
+            )
+        persona_id, _, lineage_id = invocation.custom_id.removeprefix(
+            CONFIRM_PURGE_PERSONA
+        ).partition(":")
+        try:
+            check_persona_id(persona_id)
+        except PersonaError:
+            return ephemeral_reply("That button has expired.")
+        self._defer(
+            {
+                "work": "persona_purge",
+                "persona_id": persona_id,
+                "lineage_id": lineage_id,
+                "interaction": deferred_interaction(invocation),
+                "failed": PURGE_FAILED,
+            }
+        )
+        return {"type": InteractionResponseType.DEFERRED_UPDATE_MESSAGE}
+
+    def _purge(self, guild_id: str, persona_id: str, lineage_id: str) -> str:
+        """Purge the removed persona that was confirmed, if it is still that one."""
+        stored = self._services.repository.persona_item(guild_id, persona_id)
+        if stored is None:
+            return f"`{persona_id}` is already purged."
+        if stored.active or stored.lineage_id != lineage_id:
+            return (
+                f"`{persona_id}` changed since you confirmed: nothing was purged. Run "
+                "`/memory-staff persona purge` again if you still mean it."
+            )
+        report: PersonaPurge = self._services.repository.purge_persona(stored)
+        log.info(
+            "persona purged",
+            extra={"guild_id": guild_id, "persona_id": persona_id, "lineage_id": lineage_id},
+        )
+        gone = "" if report.persona_deleted else " (its id was set again meanwhile and stays)"
+        return f"Purged `{persona_id}` ({_shown(stored.name)}){gone}: {report.summary()}."
+
+    def _persona_teach(self, invocation: Invocation) -> dict[str, Any]:
+        """Staff teach a live persona something it knows for everyone: persona knowledge,
+        about no one (no mention, no id, no member's name), with its history entry."""
+        guild_id = _guild_of(invocation)
+        persona_id = _persona_id(invocation)
+        persona = self._services.personas.by_id(guild_id, persona_id)
+        if persona is None:
+            stored = self._services.repository.persona_item(guild_id, persona_id)
+            return ephemeral_reply(self._not_live(invocation, persona_id, stored))
+        text = self._checked_text(invocation.text(spec.OPTION_TEXT))
+        if _MENTION_OR_ID.search(text):
+            raise CommandError(
+                "A persona's knowledge is about no one: please leave out mentions and ids."
+            )
+        repository = self._services.repository
+        if NameIndex(repository.name_registry(invocation.scope, MAX_REGISTRY_NAMES), {}).named_in(
+            text
+        ):
+            raise CommandError(
+                "That names a member of this server. A persona's knowledge is about no one; "
+                "what it knows of a person, it learns from them."
+            )
+        now = self._services.clock.now_ms()
+        retention = self._services.settings.fact_retention_days
+        scope = keys.persona_scope(invocation.scope, persona.lineage_id)
+        fact_id = short_id(content_hash(scope, keys.PERSONA_SUBJECT, normalized(text)))
+        previous = repository.fact(scope, keys.PERSONA_SUBJECT, fact_id)
+        fact = Fact(
+            fact_id=fact_id,
+            scope=scope,
+            user_id=keys.PERSONA_SUBJECT,
+            text=text,
+            kind=FactKind.FACT,
+            source=FactSource.OPERATOR,
+            created_ms=previous.created_ms if previous else now,
+            updated_ms=now,
+            expires_at=epoch_seconds(now + retention * DAY_MS),
+            memory_scope=MemoryScope.PERSONA,
+            lineage_id=persona.lineage_id,
+        )
+        entry = fact_history.written(
+            previous,
+            fact,
+            actor=HistoryActor.STAFF,
+            at_ms=now,
+            retention_days=retention,
+            actor_id=invocation.user_id,
+        )
+        repository.put_fact(fact, entry)
+        return ephemeral_reply(
+            f"Taught {_shown(persona.name)} (`{persona.persona_id}`), as `{fact_id}`: "
+            f"{_shown(text)}"
+        )
+
+    def _not_live(self, invocation: Invocation, persona_id: str, stored: Persona | None) -> str:
+        """Why a persona id names no live server persona here."""
+        persona_id = scrub(persona_id)
+        if stored is not None:
+            return (
+                f"`{persona_id}` is removed: it answers nowhere; its memories are kept until "
+                f"it is purged (`/memory-staff persona purge {persona_id}`)."
+            )
+        _, deployment = self._services.personas.of_server(invocation.guild_id)
+        if any(p.persona_id == persona_id for p in deployment):
+            return (
+                f"`{persona_id}` is the deployment's persona: ops change it in its parameter "
+                "(PERSONAS_PARAMETER)."
+            )
+        return f"There is no persona `{clip(persona_id, 40)}` in this server."
+
+    def _persona_choices(self, invocation: Invocation) -> list[tuple[str, str]]:
+        """What a persona subcommand's `id` offers: the personas it can act on here."""
+        server, deployment = self._services.personas.of_server(invocation.guild_id)
+        offered = {
+            spec.PERSONA_SET: [p for p in server if p.active],
+            spec.PERSONA_REMOVE: [p for p in server if p.active],
+            spec.PERSONA_PURGE: [p for p in server if not p.active],
+            spec.PERSONA_TEACH: [p for p in server if p.active] + deployment,
+        }.get(invocation.subcommand, [])
+        return [(p.persona_id, p.name) for p in offered]
 
     # Asking -------------------------------------------------------------------------
 
@@ -772,10 +1162,12 @@ class Commands:
     def _autocomplete(self, invocation: Invocation) -> dict[str, Any]:
         typed = str(invocation.options.get(invocation.focused or "", "") or "").lower()
         choices: list[tuple[str, str]] = []
-        if invocation.command == spec.MEMBER_COMMAND and invocation.subcommand == spec.FORGET:
+        if invocation.path == (spec.MEMBER_COMMAND, "", spec.FORGET):
             choices = [(f.fact_id, f.text) for f in self._my_facts(invocation)]
         elif invocation.command == spec.STAFF_COMMAND and invocation.is_staff:
-            if invocation.subcommand == spec.UNPIN:
+            if invocation.group == spec.PERSONA_GROUP:
+                choices = self._persona_choices(invocation)
+            elif invocation.subcommand == spec.UNPIN:
                 choices = [
                     (p.pin_id, p.text)
                     for p in self._services.repository.scope_pins(
@@ -822,6 +1214,73 @@ class Commands:
         }
 
 
+def _guild_of(invocation: Invocation) -> str:
+    if invocation.guild_id is None:  # staff commands are for servers (`is_staff`)
+        raise CommandError("This command works in a server only.")
+    return invocation.guild_id
+
+
+def _persona_id(invocation: Invocation) -> str:
+    """The `id` option as persona ids are written: lower case, no surrounding spaces."""
+    return scrub(invocation.text(spec.OPTION_ID)).lower()
+
+
+def _prompt_text(raw: str) -> str:
+    """A persona's prompt as stored: each line scrubbed, its paragraphs kept."""
+    return "\n".join(scrub(line) for line in raw.splitlines()).strip()
+
+
+def _changed_meanwhile(persona_id: str) -> str:
+    return f"`{persona_id}` changed meanwhile: nothing was written. Please try again."
+
+
+def _places(live: Persona | None, where: Any, channel_id: str) -> list[str]:
+    """The channels a persona set here answers in ([]: the whole server): `where` unset
+    keeps a persona's places (a new one: this channel); this channel is added to its
+    channels (a whole-server persona narrowed to it); the whole server is every channel."""
+    if where == spec.WHERE_GLOBAL:
+        return []
+    if where is None and live is not None:
+        return list(live.channels)
+    if live is not None and live.channels and where == spec.WHERE_CHANNEL:
+        return list(dict.fromkeys([*live.channels, channel_id]))
+    return [channel_id]
+
+
+def _holder(others: list[Persona], channels: list[str]) -> tuple[Persona, str] | None:
+    """Another live server persona already holding one of these channels (or, for [], the
+    whole server), with the channel ("" for the whole server)."""
+    for persona in others:
+        if not channels and not persona.channels:
+            return persona, ""
+        for channel_id in channels:
+            if channel_id in persona.channels:
+                return persona, channel_id
+    return None
+
+
+def _where(persona: Persona) -> str:
+    if not persona.channels:
+        return "the whole server"
+    return ", ".join(f"<#{c}>" for c in persona.channels)
+
+
+def _persona_line(persona: Persona, here: Persona | None) -> str:
+    """A persona in `/memory-staff persona list`."""
+    line = f"`{persona.persona_id}` {_shown(persona.name)}: "
+    if not persona.active:
+        return line + (
+            f"removed {day(persona.removed_ms or 0)}, answers nowhere; memories kept until purged"
+        )
+    line += f"answers in {_where(persona)}"
+    if here is not None and (here.persona_id, here.guild_id) == (
+        persona.persona_id,
+        persona.guild_id,
+    ):
+        line += " (in this channel)"
+    return line
+
+
 def _confirmation(label: str, confirm: str, cancel: str) -> list[dict[str, Any]]:
     """A danger button that does it and a button that cancels."""
     return [
@@ -847,7 +1306,15 @@ def _confirmation(label: str, confirm: str, cancel: str) -> list[dict[str, Any]]
 
 def deferred_interaction(invocation: Invocation) -> dict[str, Any]:
     """What deferred work needs of the interaction, in the interaction's own shape."""
-    options = [{"name": k, "value": v} for k, v in invocation.options.items()]
+    options: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in invocation.options.items()]
+    if invocation.subcommand:
+        options = [
+            {"name": invocation.subcommand, "type": OptionType.SUB_COMMAND, "options": options}
+        ]
+    if invocation.group:
+        options = [
+            {"name": invocation.group, "type": OptionType.SUB_COMMAND_GROUP, "options": options}
+        ]
     return {
         "id": invocation.interaction_id,
         "token": invocation.token,
@@ -859,14 +1326,7 @@ def deferred_interaction(invocation: Invocation) -> dict[str, Any]:
             "user": {"id": invocation.user_id, "global_name": invocation.user_name},
             "permissions": str(invocation.permissions),
         },
-        "data": {
-            "name": invocation.command,
-            "options": [
-                {"name": invocation.subcommand, "type": OptionType.SUB_COMMAND, "options": options}
-            ]
-            if invocation.subcommand
-            else options,
-        },
+        "data": {"name": invocation.command, "options": options},
     }
 
 

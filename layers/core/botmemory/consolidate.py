@@ -3,7 +3,10 @@
 Per channel: count what waits; at the threshold take the channel lock (lease and
 fencing token), read the batch, call the memory model once, keep only facts that a
 person stated about themselves, and commit facts, episode, consumption and lock
-release in one transaction. Any failure before that transaction leaves every
+release in one transaction. In a channel with a persona (botmemory.personas) the model may
+also propose what the persona knows of a person (persona_user, the same evidence rule) and
+what it learned that is no one's (persona: no member named, evidence from two people at
+least), each kept in the persona's own scope. Any failure before that transaction leaves every
 observation pending; the failure is counted against the batch's head, the channel backs
 off, and a batch that keeps failing is split and at worst quarantined (botmemory.attempts),
 so no single member can stop a channel's memory.
@@ -12,6 +15,7 @@ so no single member can stop a channel's memory.
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -29,6 +33,7 @@ from botmemory.consolidation_commit import (
     Lock,
     LockRefused,
     NameSeen,
+    PersonaMember,
     newest_evidence_ms,
 )
 from botmemory.consolidation_outcome import DiscardedFact, Outcome, Status
@@ -42,10 +47,11 @@ from botmemory.memory_model.contract import (
     MemoryModel,
     ModelInput,
     NumberedObservation,
+    PersonaBrief,
     ProposedFact,
     render_batch,
 )
-from botmemory.names import NameIndex, nobody_named
+from botmemory.names import NameIndex, names_pattern, nobody_named
 from botmemory.optout import OptOuts
 from botmemory.passages import (
     episode_passage,
@@ -63,9 +69,11 @@ from botmemory.records import (
     FactHistory,
     FactSource,
     HistoryActor,
+    MemoryScope,
     Named,
     Observation,
     ObservationKind,
+    Persona,
     Quarantine,
     scope_of,
 )
@@ -100,6 +108,8 @@ MAX_REGISTRY_NAMES = 2000
 # anyone beyond are written after the commit, for those not barred by then. A message naming
 # fifty people cannot crowd a batch out of its transaction.
 NAMED_GUARDS = 8
+# A persona's knowledge may hold nothing that looks like a Discord id (a member's, a role's).
+SNOWFLAKE_LIKE = re.compile(r"(?<!\d)\d{15,21}(?!\d)")
 
 
 @dataclass
@@ -115,6 +125,7 @@ class _Batch:
     more: bool  # a backlog waits behind this batch
     waiting: bool  # anything is left pending (a backlog, or rows the index lagged on)
     names: NameIndex | None = None  # who a text names, in this scope
+    persona: Persona | None = None  # the persona the channel answers as (servers only)
     redacted: dict[str, str] = field(default_factory=dict)  # sk -> text without barred people
     unindexed: list[str] = field(default_factory=list)  # passages of messages deleted since
 
@@ -182,6 +193,128 @@ def _channel_scope(observations: Iterable[Observation]) -> str:
     dm = scope_of(None)
     guilds = Counter(o.scope for o in observations if o.scope != dm)
     return guilds.most_common(1)[0][0] if guilds else dm
+
+
+# Judging a proposed fact -------------------------------------------------------------------
+
+
+def _rejection(candidate: ProposedFact, text: str, batch: _Batch) -> str | None:
+    """Why a proposed fact may not be kept (None: it may)."""
+    if candidate.scope != MemoryScope.USER and batch.persona is None:
+        return f"no persona in this channel (a {candidate.scope.value} fact needs one)"
+    if candidate.scope == MemoryScope.PERSONA:
+        return _knowledge_rejection(text, candidate.evidence, batch)
+    reason = _self_rejection(candidate, text, batch)
+    if (
+        reason is None
+        and candidate.scope == MemoryScope.PERSONA_USER
+        and batch.by_number[candidate.evidence[0]].scope != batch.scope
+    ):
+        return "cites observations outside the persona's server"
+    return reason
+
+
+def _self_rejection(candidate: ProposedFact, text: str, batch: _Batch) -> str | None:
+    """A fact about a person: from that person's own words only (invariant 4)."""
+    if candidate.user_id not in batch.authors:
+        return "subject did not speak in this batch"
+    if not text:
+        return "empty after cleaning"
+    if has_pings(text):  # the same filter as `/memory remember`
+        return "mentions someone (@everyone, @here or a user, role or channel mention)"
+    for number in candidate.evidence:
+        cited = batch.by_number.get(number)
+        if cited is None:
+            return f"cites #{number}, which is not in the batch"
+        if cited.author_id != candidate.user_id:
+            return f"cites #{number}, written by someone else"
+        if cited.kind not in WORDS:
+            return f"cites #{number}, which holds no words of theirs"
+    if len({batch.by_number[n].scope for n in candidate.evidence}) > 1:
+        return "cites observations of different scopes"
+    return None
+
+
+def _knowledge_rejection(text: str, evidence: list[int], batch: _Batch) -> str | None:
+    """A persona's knowledge is no one's: it rests on members' words, of two people at
+    least (no single member teaches a persona), and names no member."""
+    if not text:
+        return "empty after cleaning"
+    if has_pings(text):
+        return "mentions someone (@everyone, @here or a user, role or channel mention)"
+    authors: set[str] = set()
+    for number in evidence:
+        cited = batch.by_number.get(number)
+        if cited is None:
+            return f"cites #{number}, which is not in the batch"
+        if cited.kind not in WORDS or cited.author_id not in batch.authors:
+            return f"cites #{number}, which holds no member's words"
+        if cited.scope != batch.scope:
+            return f"cites #{number}, from outside the persona's server"
+        authors.add(cited.author_id)
+    if len(authors) < 2:
+        return "persona knowledge needs evidence from at least two different people"
+    return _names_a_member(text, batch)
+
+
+def _names_a_member(text: str, batch: _Batch) -> str | None:
+    """Why a persona's knowledge names someone: an id, a name the server's registry knows as
+    one member's, or the name of anyone who spoke in the batch (None: it names no one)."""
+    if SNOWFLAKE_LIKE.search(text):
+        return "names a member: holds an id"
+    if (batch.names or nobody_named()).named_in(text):
+        return "names a member of this server"
+    names = list(batch.authors.values())
+    spoken = names_pattern([*names, *(normalized(n) for n in names)])
+    if spoken is not None and (spoken.search(text) or spoken.search(normalized(text))):
+        return "names someone who spoke in this batch"
+    return None
+
+
+def _address(candidate: ProposedFact, batch: _Batch) -> tuple[str, str, str | None]:
+    """Where a kept fact lives: its scope, its subject and its persona's lineage. A person's
+    own fact lives in the scope of the observations it rests on (all of one scope); a
+    persona's memories in the persona's scope (keys.persona_scope)."""
+    if candidate.scope == MemoryScope.USER or batch.persona is None:
+        return batch.by_number[candidate.evidence[0]].scope, candidate.user_id, None
+    lineage = batch.persona.lineage_id
+    held = keys.persona_scope(batch.scope, lineage)
+    if candidate.scope == MemoryScope.PERSONA:
+        return held, keys.PERSONA_SUBJECT, lineage
+    return held, candidate.user_id, lineage
+
+
+def _evidence(cited: list[Observation], *, every_author_first: bool) -> list[Observation]:
+    """The observations a fact keeps as its provenance (at most MAX_PROVENANCE, each once);
+    a persona's knowledge keeps one of each author first, so that its provenance still
+    shows the people it was learned from."""
+    unique = list({o.sk: o for o in cited}.values())
+    if every_author_first:
+        firsts: dict[str | None, Observation] = {}
+        for observation in unique:
+            firsts.setdefault(observation.author_id, observation)
+        head = {o.sk for o in firsts.values()}
+        unique = [o for o in unique if o.sk in head] + [o for o in unique if o.sk not in head]
+    return unique[:MAX_PROVENANCE]
+
+
+def _memory_scope(fact: Fact) -> MemoryScope:
+    """Whose memory a stored fact is, as its address tells (the scope it is kept in)."""
+    if keys.lineage_of(fact.scope) is None:
+        return MemoryScope.USER
+    return MemoryScope.PERSONA if fact.user_id == keys.PERSONA_SUBJECT else MemoryScope.PERSONA_USER
+
+
+def _with_persona_memories(
+    people: Iterable[tuple[str, str]], batch: _Batch
+) -> list[tuple[str, str]]:
+    """These (scope, person) and, with a persona, what it keeps of them and its knowledge."""
+    people = list(dict.fromkeys(people))
+    if not people or batch.persona is None:
+        return people
+    held = keys.persona_scope(batch.scope, batch.persona.lineage_id)
+    mine = [(held, user_id) for scope, user_id in people if scope == batch.scope]
+    return people + mine + [(held, keys.PERSONA_SUBJECT)]
 
 
 def _speakers(batch: _Batch) -> dict[tuple[str, str], str]:
@@ -318,6 +451,7 @@ class Consolidator:
             return Outcome(channel_id, Status.NOTHING_PENDING)
         outcome = Outcome(channel_id, Status.CONSOLIDATED)
         judgement = _Judgement()
+        batch.persona = self._persona_of(batch)
         if batch.numbered:  # a batch of reactions and deletions alone needs no model
             known = self._known_facts(batch)
             summary = self._repository.channel_summary(channel_id, consistent=True)
@@ -381,6 +515,13 @@ class Consolidator:
         batch.redacted = {sk: t for sk, t in redacted.items() if sk in {o.sk for o in observations}}
         return batch
 
+    def _persona_of(self, batch: _Batch) -> Persona | None:
+        """The persona the batch's channel answers as, read once per round; none in direct
+        messages, none without personas."""
+        if self._personas is None or batch.scope == scope_of(None) or not batch.observations:
+            return None
+        return self._personas.for_channel(batch.scope, batch.observations[0].channel_id)
+
     def _names(self, scope: str, observations: list[Observation]) -> NameIndex:
         """Who the batch's texts can name: mentions by id anywhere; names only in a server
         (the `dm` scope is everyone who talks to the bot, not one community)."""
@@ -400,16 +541,25 @@ class Consolidator:
         summary: ChannelSummary | None,
         outcome: Outcome,
     ) -> ConsolidationAnswer:
-        """One model call over the batch, the participants' current facts, the pins and the
+        """One model call over the batch, the channel's persona, the participants' current
+        facts (with a persona, its memories of them and its knowledge), the pins and the
         channel's rolling summary."""
         assert self._model is not None  # rounds run only when memory is enabled
+        persona = batch.persona
         model_input = ModelInput(
             summary=summary.summary if summary else "",
             summary_max_chars=self._settings.summary_max_chars,
             channel_id=outcome.channel_id,
             observations=batch.numbered,
+            persona=PersonaBrief(id=persona.persona_id, name=persona.name) if persona else None,
             facts=[
-                KnownFact(fact_id=f.fact_id, user_id=f.user_id, kind=f.kind.value, text=f.text)
+                KnownFact(
+                    fact_id=f.fact_id,
+                    user_id=f.user_id,
+                    kind=f.kind.value,
+                    text=f.text,
+                    scope=_memory_scope(f),
+                )
                 for f in known.values()
             ],
             pins=self._pin_texts(batch.scope, outcome.channel_id),
@@ -479,17 +629,22 @@ class Consolidator:
     def _few_new_per_person(
         self, facts: list[Fact], known: dict[str, Fact], outcome: Outcome
     ) -> list[Fact]:
-        """At most MEMORY_NEW_FACTS_PER_PERSON new facts per person, in the model's order; a
-        fact the model was shown and restated is not new."""
+        """At most MEMORY_NEW_FACTS_PER_PERSON new facts per person and scope, in the
+        model's order (a person's own, what the persona knows of them, and the persona's
+        knowledge, each counted apart); a fact the model was shown and restated is not new."""
         cap = self._settings.new_facts_per_person
-        new_so_far: dict[str, int] = {}
+        new_so_far: Counter[tuple[str, str]] = Counter()
         kept: list[Fact] = []
         for fact in facts:
             if fact.fact_id not in known:
-                new_so_far[fact.user_id] = new_so_far.get(fact.user_id, 0) + 1
-                if new_so_far[fact.user_id] > cap:
+                new_so_far[(fact.scope, fact.user_id)] += 1
+                if new_so_far[(fact.scope, fact.user_id)] > cap:
+                    what = "" if fact.memory_scope == MemoryScope.USER else f"{fact.memory_scope} "
                     self._discard(
-                        outcome, fact.user_id, fact.text, f"beyond {cap} new facts in one batch"
+                        outcome,
+                        fact.user_id,
+                        fact.text,
+                        f"beyond {cap} new {what}facts in one batch",
                     )
                     continue
             kept.append(fact)
@@ -589,24 +744,18 @@ class Consolidator:
             ),
             guarded=self._guard(
                 [user_id for _, user_id in speakers]
-                + [f.user_id for f in judgement.facts]
+                + [f.user_id for f in judgement.facts if f.user_id != keys.PERSONA_SUBJECT]
+                + [user_id for f in judgement.facts for user_id in f.evidence_user_ids]
                 + (episode.participant_ids if episode else [])
             ),
             names=self._names_seen(batch),
             redacted=batch.redacted,
         )
-        room = commit.room_left()
-        facts, superseded = judgement.facts, judgement.superseded
-        # A fact takes two actions: its write and the check of its forget tombstone.
-        if 2 * len(facts) + len(superseded) > room:
-            fits = max(0, room // 2)
-            for fact in facts[fits:]:
-                self._discard(
-                    outcome, fact.user_id, fact.text, "over the per-batch transaction cap"
-                )
-            facts = facts[:fits]
-            superseded = superseded[: max(0, room - 2 * len(facts))]
+        facts, superseded = self._fitting(
+            judgement.facts, judgement.superseded, commit.room_left(), outcome
+        )
         commit.facts, commit.superseded = facts, superseded
+        commit.members = list(dict.fromkeys(m for f in facts if (m := PersonaMember.of(f))))
         # Their history entries, in the transaction while they fit (the erasure and opt-out
         # checks then cover them as they cover the facts); those beyond are written right
         # after it, for people not barred by then, as the pointers below are. Facts come
@@ -631,6 +780,30 @@ class Consolidator:
                 later += theirs
         commit.guarded, commit.named, commit.named_later = sorted(guarded), named, later
         return commit
+
+    def _fitting(
+        self, facts: list[Fact], superseded: list[Fact], room: int, outcome: Outcome
+    ) -> tuple[list[Fact], list[Fact]]:
+        """The facts and supersessions that fit the transaction's room, in the model's order;
+        the facts beyond are discarded. A fact takes two actions (its write, the check of its
+        forget tombstone), and a persona's first fact of a person one more (its member
+        marker)."""
+        kept: list[Fact] = []
+        members: set[PersonaMember] = set()
+        used = 0
+        for fact in facts:
+            member = PersonaMember.of(fact)
+            cost = 2 + (member is not None and member not in members)
+            if used + cost > room:
+                self._discard(
+                    outcome, fact.user_id, fact.text, "over the per-batch transaction cap"
+                )
+                continue
+            kept.append(fact)
+            used += cost
+            if member is not None:
+                members.add(member)
+        return kept, superseded[: max(0, room - used)]
 
     def _history(
         self,
@@ -768,7 +941,12 @@ class Consolidator:
         if self._index_writer is None:
             return
         names = dict(batch.authors)
-        facts = [fact_passage(f, names.get(f.user_id)) for f in commit.facts]
+        # A person's own facts only: a persona's memories stay out of the shared index.
+        facts = [
+            fact_passage(f, names.get(f.user_id))
+            for f in commit.facts
+            if f.memory_scope == MemoryScope.USER
+        ]
         everything = passages + [p for p in facts if p is not None]
         if commit.episode is not None:
             everything.append(episode_passage(commit.episode, batch.scope))
@@ -928,7 +1106,10 @@ class Consolidator:
 
     def _retire_deleted(self, batch: _Batch) -> int:
         """Facts drawn from messages deleted since lose that evidence; a fact left with
-        none is deleted. Returns how many facts were deleted."""
+        none is deleted, and so is a persona's knowledge that loses any (it was learned from
+        those words together). With a persona, the authors' facts in its scope and its
+        knowledge are looked at too (the persona the channel answers as now). Returns how
+        many facts were deleted."""
         deleted = _deleted_in(batch.observations)
         if not deleted:
             return 0
@@ -948,28 +1129,33 @@ class Consolidator:
             if message.author_id and not message.author_is_bot
         }
         retired = 0
-        for scope, author_id in sorted(authors):
-            for fact in self._repository.all_facts(scope, author_id):
+        for scope, subject in _with_persona_memories(sorted(authors), batch):
+            for fact in self._repository.all_facts(scope, subject):
                 kept = [sk for sk in fact.provenance if _message_of(sk) not in deleted]
-                if len(kept) < len(fact.provenance):
-                    gone = None
-                    if not kept:
-                        gone = fact_history.deleted(
-                            fact,
-                            actor=HistoryActor.CONSOLIDATION,
-                            at_ms=self._clock.now_ms(),
-                            retention_days=self._settings.fact_retention_days,
-                        )
-                    self._repository.retire_evidence(fact, kept, gone)
-                    retired += not kept
+                if len(kept) == len(fact.provenance):
+                    continue
+                if fact.user_id == keys.PERSONA_SUBJECT:
+                    kept = []
+                gone = None
+                if not kept:
+                    gone = fact_history.deleted(
+                        fact,
+                        actor=HistoryActor.CONSOLIDATION,
+                        at_ms=self._clock.now_ms(),
+                        retention_days=self._settings.fact_retention_days,
+                    )
+                self._repository.retire_evidence(fact, kept, gone)
+                retired += not kept
         if retired:
             log.info("retired facts of deleted messages", extra={"retired": retired})
         return retired
 
     def _known_facts(self, batch: _Batch) -> dict[str, Fact]:
+        """The speakers' current facts and, with a persona, what it knows of each of them
+        and its own knowledge: each the newest MEMORY_FACTS_PER_PERSON_IN_MODEL."""
         known: dict[str, Fact] = {}
         now = self._clock.now_ms()
-        for scope, user_id in _speakers(batch):
+        for scope, user_id in _with_persona_memories(_speakers(batch), batch):
             for fact in self._repository.active_facts(
                 scope, user_id, self._settings.facts_per_person_in_model
             ):
@@ -997,41 +1183,51 @@ class Consolidator:
         known: dict[str, Fact],
         outcome: Outcome,
     ) -> tuple[list[Fact], list[Fact], dict[str, Fact]]:
-        """Keep a fact only when its subject wrote every observation cited as its evidence.
-        Returns the facts kept, the facts they supersede, and which kept fact supersedes each."""
+        """Keep a fact only when its subject wrote every observation cited as its evidence
+        (a persona's knowledge: when members wrote it, two at least, and it names none of
+        them). Returns the facts kept, the facts they supersede, and which kept fact
+        supersedes each (one of the same subject in the same scope)."""
         now = self._clock.now_ms()
         expires = epoch_seconds(now + self._settings.fact_retention_days * DAY_MS)
         accepted: dict[str, Fact] = {}
+        cited: dict[str, list[Observation]] = {}  # fact id -> the observations it rests on
         superseded: dict[str, Fact] = {}
         superseded_by: dict[str, Fact] = {}
         for candidate in proposed:
             text = clean(candidate.text, self._settings.fact_chars)
-            reason = self._rejection(candidate, text, batch)
+            reason = _rejection(candidate, text, batch)
             if reason:
                 self._discard(outcome, candidate.user_id, candidate.text, reason)
                 continue
-            # A fact lives in the scope of the observations it rests on (all of one scope).
-            scope = batch.by_number[candidate.evidence[0]].scope
-            fact_id = short_id(content_hash(scope, candidate.user_id, normalized(text)))
-            evidence = [batch.by_number[n].sk for n in dict.fromkeys(candidate.evidence)]
-            previous = accepted.get(fact_id)
-            if previous:
-                evidence = list(dict.fromkeys(previous.provenance + evidence))
+            scope, subject, lineage = _address(candidate, batch)
+            fact_id = short_id(content_hash(scope, subject, normalized(text)))
+            evidence = _evidence(
+                cited.get(fact_id, []) + [batch.by_number[n] for n in candidate.evidence],
+                every_author_first=candidate.scope == MemoryScope.PERSONA,
+            )
+            cited[fact_id] = evidence
             accepted[fact_id] = Fact(
                 fact_id=fact_id,
                 scope=scope,
-                user_id=candidate.user_id,
+                user_id=subject,
                 text=text,
                 kind=candidate.kind,
                 source=FactSource.SELF,
-                provenance=evidence[:MAX_PROVENANCE],
+                provenance=[o.sk for o in evidence],
                 created_ms=now,
                 updated_ms=now,
                 expires_at=expires,
+                memory_scope=candidate.scope,
+                lineage_id=lineage,
+                evidence_user_ids=(
+                    list(dict.fromkeys(o.author_id for o in evidence if o.author_id))
+                    if candidate.scope == MemoryScope.PERSONA
+                    else []
+                ),
             )
             for old_id in candidate.supersedes:
                 old = known.get(old_id)
-                if old is None or old.user_id != candidate.user_id or old.scope != scope:
+                if old is None or old.user_id != subject or old.scope != scope:
                     log.info(
                         "ignored supersession of an unknown or foreign fact",
                         extra={"fact_id": old_id},
@@ -1042,26 +1238,6 @@ class Consolidator:
         for fact_id in accepted:  # restating a fact keeps it active
             superseded.pop(fact_id, None)
         return list(accepted.values()), list(superseded.values()), superseded_by
-
-    @staticmethod
-    def _rejection(candidate: ProposedFact, text: str, batch: _Batch) -> str | None:
-        if candidate.user_id not in batch.authors:
-            return "subject did not speak in this batch"
-        if not text:
-            return "empty after cleaning"
-        if has_pings(text):  # the same filter as `/memory remember`
-            return "mentions someone (@everyone, @here or a user, role or channel mention)"
-        for number in candidate.evidence:
-            cited = batch.by_number.get(number)
-            if cited is None:
-                return f"cites #{number}, which is not in the batch"
-            if cited.author_id != candidate.user_id:
-                return f"cites #{number}, written by someone else"
-            if cited.kind not in WORDS:
-                return f"cites #{number}, which holds no words of theirs"
-        if len({batch.by_number[n].scope for n in candidate.evidence}) > 1:
-            return "cites observations of different scopes"
-        return None
 
     def _discard(self, outcome: Outcome, user_id: str, text: str, reason: str) -> None:
         log.info(

@@ -1,17 +1,19 @@
 """The consolidation commit: everything one consolidation round writes, in one transaction.
 
 Facts, supersessions, their history entries, the episode, episodes beyond the cap, consumption of the batch,
-deletion of opted-out words, the profiles of the people seen, the quarantine record of a batch
-that kept failing, and the release of the channel lock (with the channel's failure record)
-go into one `TransactWriteItems`, so a round either happens whole or not
-at all. DynamoDB takes at most `MAX_TRANSACTION_ACTIONS` actions in one transaction;
-`ConsolidationCommit.room_left` is the one place that budget is counted.
+deletion of opted-out words, the profiles of the people seen, the member markers of the persona
+that learned something of a person, the quarantine record of a batch that kept failing, and the
+release of the channel lock (with the channel's failure record) go into one
+`TransactWriteItems`, so a round either happens whole or not at all. DynamoDB takes at most
+`MAX_TRANSACTION_ACTIONS` actions in one transaction; `ConsolidationCommit.room_left` is the
+one place that budget is counted.
 
-Erasure wins every race: the commit checks, for every person it writes anything of, that
-their erasure marker and their opt-out item do not exist, and for every fact it writes,
-that the fact was not forgotten after its newest evidence was said. An erasure, an opt-out
-or a forget that lands while the model is thinking makes the whole commit fail, and every
-observation stays pending for a round that reads the new state.
+Erasure wins every race: the commit checks, for every person it writes anything of (for a
+persona's knowledge: everyone whose words it rests on), that their erasure marker and their
+opt-out item do not exist, and for every fact it writes, that the fact was not forgotten after
+its newest evidence was said. An erasure, an opt-out or a forget that lands while the model is
+thinking makes the whole commit fail, and every observation stays pending for a round that
+reads the new state.
 """
 
 from __future__ import annotations
@@ -44,10 +46,12 @@ from botmemory.records import (
     Fact,
     FactHistory,
     FactStatus,
+    MemoryScope,
     Named,
     Observation,
     Quarantine,
 )
+from botmemory.repository_personas import PERSONA_MEMBER_PREFIX
 
 # DynamoDB refuses a transaction of more than 100 actions.
 MAX_TRANSACTION_ACTIONS = 100
@@ -80,6 +84,35 @@ class NameSeen:
     normalized: str
     name: str
     user_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PersonaMember:
+    """A person a persona keeps memories of (persona_user facts), marked in the persona's
+    scope so that a purge of the persona finds them without a scan; `user_id` puts the marker
+    in the by_user index, so the person's erasure deletes it."""
+
+    scope: str  # the persona's (keys.persona_scope)
+    user_id: str
+    lineage_id: str
+
+    @classmethod
+    def of(cls, fact: Fact) -> PersonaMember | None:
+        """The marker a fact needs: one for a persona_user fact, none for any other."""
+        if fact.memory_scope != MemoryScope.PERSONA_USER or fact.lineage_id is None:
+            return None
+        return cls(fact.scope, fact.user_id, fact.lineage_id)
+
+    def put(self) -> dict[str, Any]:
+        """Idempotent: the same person marked again is the same item."""
+        values = {
+            "pk": keys.scope_pk(self.scope),
+            "sk": f"{PERSONA_MEMBER_PREFIX}{self.user_id}",
+            "scope": self.scope,
+            "user_id": self.user_id,
+            "lineage_id": self.lineage_id,
+        }
+        return {"Item": to_item(values)}
 
 
 def newest_evidence_ms(fact: Fact) -> int:
@@ -124,9 +157,12 @@ class ConsolidationCommit:
     quarantine: Quarantine | None = None
     # The channel's failure record after this round; None clears it.
     attempts: Attempts | None = None
-    # Person hashes of everyone the commit writes anything of (fact subjects, profiles,
-    # episode participants, people named): their ERASED marker and OPTOUT item must not exist.
+    # Person hashes of everyone the commit writes anything of (fact subjects, the authors of a
+    # persona knowledge's evidence, profiles, episode participants, people named): their
+    # ERASED marker and OPTOUT item must not exist.
     guarded: Sequence[str] = ()
+    # The persona's member marker of each person a persona_user fact is written of.
+    members: Sequence[PersonaMember] = ()
     # Name registry entries that learn a member (new names, or new members of a name).
     names: Sequence[NameSeen] = ()
     # Pointers to the batch's observations and the episode, under each person they name.
@@ -164,6 +200,7 @@ class ConsolidationCommit:
             + 1  # the channel state: lock release and sweep marker
             + 2 * len(self.guarded)  # erasure marker and opt-out, per person
             + len(self.facts)  # each fact's forget tombstone
+            + len(self.members)  # a persona's member markers
             + len(self.names)
             + len(self.named)
             + sum(len(history_puts(entry)) for entry in self.history)
@@ -179,6 +216,7 @@ class ConsolidationCommit:
             raise ValueError(f"commit of {self.action_count()} actions exceeds one transaction")
         channel_id = self.lock.channel_id
         actions: list[dict[str, Any]] = [{"Update": _fact_upsert(f)} for f in self.facts]
+        actions += [{"Put": member.put()} for member in self.members]
         actions += [{"Update": _supersede(f, self.now_ms)} for f in self.superseded]
         actions += [put for entry in self.history for put in history_puts(entry)]
         if self.episode:
@@ -416,6 +454,13 @@ def _fact_upsert(fact: Fact) -> dict[str, Any]:
         ":zero": 0,
         ":one": 1,
     }
+    persona = ""
+    if fact.memory_scope != MemoryScope.USER:  # a person's own facts are stored as they were
+        values.update({":memory_scope": fact.memory_scope.value, ":lineage": fact.lineage_id})
+        persona = ", memory_scope = :memory_scope, lineage_id = :lineage"
+        # What this statement rests on, like its provenance: rewritten by each restatement.
+        values[":evidence_users"] = list(fact.evidence_user_ids)
+        persona += ", evidence_user_ids = :evidence_users"
     return {
         "Key": fact_key(fact),
         "UpdateExpression": (
@@ -423,7 +468,7 @@ def _fact_upsert(fact: Fact) -> dict[str, Any]:
             "#kind = :kind, #source = if_not_exists(#source, :source), #status = :active, "
             "provenance = :provenance, created_ms = if_not_exists(created_ms, :created), "
             "updated_ms = :updated, hits = if_not_exists(hits, :zero) + :one, "
-            "fact_rank = :rank, expires_at = :expires"
+            "fact_rank = :rank, expires_at = :expires" + persona
         ),
         "ExpressionAttributeNames": {
             "#scope": "scope",

@@ -233,7 +233,7 @@ class Eraser:
         """One channel the person spoke in: the episodes they took part in, or that mention
         their id or a name of theirs alone, go."""
         if not run.channels:
-            run.phase = _PERSONAS
+            run.phase = _PERSONAS if run.persona_scopes else _ITEMS
             return
         scope, channel_id = run.channels[0]
         names = self._distinctive(run, scope, user_id)
@@ -260,6 +260,8 @@ class Eraser:
             return
         run.add("facts", self._repository.forget_persona_knowledge(run.persona_scopes[0], user_id))
         run.persona_scopes.pop(0)
+        if not run.persona_scopes:
+            run.phase = _ITEMS
 
     def _items_step(self, run: _Run, user_id: str) -> None:
         """One page of the person's items: pointers are followed, then everything but the

@@ -70,6 +70,7 @@ class OptionType(IntEnum):
     """An application command option's `type`; a subcommand is an option too."""
 
     SUB_COMMAND = 1
+    SUB_COMMAND_GROUP = 2  # holds subcommands only, one level down
     STRING = 3
     USER = 6
 

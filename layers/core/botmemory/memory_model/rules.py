@@ -6,7 +6,8 @@ pottery", "Caroline's daughter is 5") and names what a batch was about in its ep
 ("Caroline and Melanie talked about pottery, charity race and adoption."). It lets the
 whole system run, be demonstrated and be evaluated with no network; the real models
 understand far more, this one only what it was written to recognise, and it would rather
-miss a fact than keep a vague one.
+miss a fact than keep a vague one. It proposes people's own facts only (scope `user`), with
+a persona active or not: what a persona learns takes a model that understands the role.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from botmemory.memory_model.contract import (
     ProposedEpisode,
     ProposedFact,
 )
-from botmemory.records import FactKind
+from botmemory.records import FactKind, MemoryScope
 
 # However many statements a message strings together, the extractor proposes at most this many
 # facts per observation and per answer: one member's wall of clauses cannot crowd out everyone
@@ -435,8 +436,12 @@ def _name_of(obs: NumberedObservation) -> str:
 
 
 def _known_slots(batch: ModelInput) -> dict[tuple[str, str], str]:
+    """The slots of the people's own facts (this model proposes user facts only, and a fact
+    supersedes only one of its own scope)."""
     known: dict[tuple[str, str], str] = {}
     for fact in batch.facts:
+        if fact.scope != MemoryScope.USER:
+            continue
         slot = _slot_of(fact.text)
         if slot:
             known[(fact.user_id, slot)] = fact.fact_id
