@@ -195,17 +195,8 @@ class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository,
 
     def recent_observations(self, channel_id: str, limit: int) -> list[Observation]:
         """The newest observations of a channel, newest first."""
-        response = self._client.query(
-            TableName=self.table_name,
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :obs)",
-            ExpressionAttributeValues={
-                ":pk": {"S": keys.channel_pk(channel_id)},
-                ":obs": {"S": keys.OBS_PREFIX},
-            },
-            ScanIndexForward=False,
-            Limit=limit,
-        )
-        return [Observation.model_validate(from_item(i)) for i in response["Items"]]
+        items = self._newest_under(keys.channel_pk(channel_id), keys.OBS_PREFIX, limit)
+        return [Observation.model_validate(i) for i in items]
 
     # Channel state: lock, sweep marker, legacy memory --------------------------------
 
@@ -706,19 +697,8 @@ class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository,
 
     def recent_episodes(self, channel_id: str, limit: int) -> list[Episode]:
         """The channel's newest episodes, newest first."""
-        if limit <= 0:
-            return []
-        response = self._client.query(
-            TableName=self.table_name,
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :ep)",
-            ExpressionAttributeValues={
-                ":pk": {"S": keys.channel_pk(channel_id)},
-                ":ep": {"S": keys.EPISODE_PREFIX},
-            },
-            ScanIndexForward=False,
-            Limit=limit,
-        )
-        return [Episode.model_validate(from_item(i)) for i in response["Items"]]
+        items = self._newest_under(keys.channel_pk(channel_id), keys.EPISODE_PREFIX, limit)
+        return [Episode.model_validate(i) for i in items]
 
     # The rolling channel summary (botmemory.channel_summary) ---------------------------
 
@@ -735,17 +715,9 @@ class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository,
 
     def summary_archives(self, channel_id: str, limit: int) -> list[ChannelSummary]:
         """The summaries the channel's rolling summary replaced, newest first."""
-        response = self._client.query(
-            TableName=self.table_name,
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
-            ExpressionAttributeValues={
-                ":pk": {"S": keys.channel_pk(channel_id)},
-                ":prefix": {"S": keys.SUMMARY_ARCHIVE_PREFIX},
-            },
-            ScanIndexForward=False,
-            Limit=limit,
-        )
-        return [ChannelSummary.model_validate(from_item(i)) for i in response["Items"]]
+        pk = keys.channel_pk(channel_id)
+        items = self._newest_under(pk, keys.SUMMARY_ARCHIVE_PREFIX, limit)
+        return [ChannelSummary.model_validate(i) for i in items]
 
     def clear_channel_summary(self, channel_id: str) -> bool:
         """Delete the channel's rolling summary (its archives stay until they expire); the
@@ -804,17 +776,8 @@ class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository,
     def quarantined(self, channel_id: str, limit: int = 25) -> list[Quarantine]:
         """The channel's quarantined batches (consumed without facts after failing even
         alone), newest first, for staff. TTL deletes them lazily: filter with `ttl_alive`."""
-        response = self._client.query(
-            TableName=self.table_name,
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
-            ExpressionAttributeValues={
-                ":pk": {"S": keys.channel_pk(channel_id)},
-                ":prefix": {"S": keys.QUARANTINE_PREFIX},
-            },
-            ScanIndexForward=False,
-            Limit=limit,
-        )
-        return [Quarantine.model_validate(from_item(i)) for i in response["Items"]]
+        items = self._newest_under(keys.channel_pk(channel_id), keys.QUARANTINE_PREFIX, limit)
+        return [Quarantine.model_validate(i) for i in items]
 
     def scope_pins(self, scope: str, limit: int) -> list[Pin]:
         response = self._client.query(

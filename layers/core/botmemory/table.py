@@ -211,6 +211,20 @@ class Table:
         found = ItemRef(response["Items"][0]["pk"]["S"], response["Items"][0]["sk"]["S"])
         return self._get(found) if found.kind == kind else None
 
+    def _newest_under(self, pk: str, prefix: str, limit: int) -> list[dict[str, Any]]:
+        """A partition's newest `limit` items whose sort key starts with `prefix` (sort keys
+        that carry their time), newest first, as plain values: one Query."""
+        if limit <= 0:
+            return []
+        response = self._client.query(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={":pk": {"S": pk}, ":prefix": {"S": prefix}},
+            ScanIndexForward=False,
+            Limit=limit,
+        )
+        return [from_item(item) for item in response["Items"]]
+
     def _items_under(self, pk: str, prefix: str = "") -> Iterator[dict[str, Any]]:
         """Every item of a partition (whose sort key starts with `prefix`), page by page."""
         request: dict[str, Any] = {
