@@ -200,7 +200,11 @@ def test_the_relay_forwards_guild_create_trimmed_to_what_visibility_needs(
     (sent,) = sink.events
     assert sent["t"] == "GUILD_CREATE"
     assert set(sent["d"]) == {"id", "roles", "channels"}
-    assert sent["d"]["roles"] == [{"id": gw.GUILD, "permissions": str(VIEW | SEND)}]
+    # @everyone, and the staff role (Administrator); no other role.
+    assert sent["d"]["roles"] == [
+        {"id": gw.GUILD, "permissions": str(VIEW | SEND)},
+        {"id": "500000000000000001", "permissions": str(VIEW | 1 << 3)},
+    ]
     hidden = sent["d"]["channels"][1]
     assert hidden == {
         "id": HIDDEN,
@@ -210,9 +214,12 @@ def test_the_relay_forwards_guild_create_trimmed_to_what_visibility_needs(
             overwrite("500000000000000001", allow=VIEW),
         ],
     }
-    # What it forwards is what ingest needs.
+    # What it forwards is what ingest needs: visibility, and who the staff are.
     assert services.recorder.record(sink.events).channels == 4
     assert not public(services, HIDDEN) and public(services, PUBLIC)
+    staff = services.repository.guild_staff(gw.GUILD)
+    assert staff.role_ids == ["500000000000000001"]
+    assert staff.includes(gw.BOB, ["500000000000000001"]) and not staff.includes(gw.BOB, [])
 
 
 @pytest.mark.parametrize("name", ["CHANNEL_CREATE", "CHANNEL_UPDATE", "CHANNEL_DELETE"])

@@ -443,10 +443,89 @@ def test_one_member_alone_cannot_teach_a_persona_even_citing_two_of_her_messages
     assert outcome.status == Status.CONSOLIDATED and outcome.facts_written == 0
     assert reasons(outcome) == {
         "Homework is due on Fridays here": (
-            "persona knowledge needs evidence from at least two different people"
+            "persona knowledge needs evidence from at least two different people, or staff"
         )
     }
     assert persona_items(dynamodb) == []
+
+
+MODS = "500000000000000001"
+
+
+@pytest.mark.parametrize("who", ["owner", "a Manage Server role"])
+def test_a_staff_member_alone_may_teach_a_persona(
+    dynamodb: Any, clock: ManualClock, who: str
+) -> None:
+    model = ScriptedModel(answer(knowledge("Homework is due on Fridays here", [1, 2])))
+    services = services_with(dynamodb, clock, model, TUTOR)
+    # The guild as the relay forwards it: its owner, @everyone and a staff role.
+    services.recorder.record(
+        [
+            {
+                "t": "GUILD_CREATE",
+                "d": {
+                    "id": gw.GUILD,
+                    "owner_id": gw.ALICE if who == "owner" else gw.CAROL,
+                    "roles": [
+                        {"id": gw.GUILD, "permissions": str(1 << 10)},
+                        {"id": MODS, "permissions": str(1 << 5)},
+                    ],
+                    "channels": [{"id": gw.CHANNEL, "type": 0}],
+                },
+            }
+        ]
+    )
+    events = [
+        gw.message(gw.ALICE, text, T0 + i * 1000)
+        for i, text in enumerate(["Homework is due Friday.", "Every Friday."])
+    ]
+    if who != "owner":
+        for event in events:
+            event["d"]["member"]["roles"] = [MODS]
+    services.recorder.record(events)
+
+    outcome = round_in(services)
+
+    assert outcome.facts_written == 1 and reasons(outcome) == {}
+    (taught,) = stored(services, TUTOR_SCOPE, keys.PERSONA_SUBJECT)
+    assert taught.evidence_user_ids == [gw.ALICE]
+
+
+def test_a_member_whose_role_is_not_staff_still_cannot_teach_alone(
+    dynamodb: Any, clock: ManualClock
+) -> None:
+    model = ScriptedModel(answer(knowledge("Homework is due on Fridays here", [1, 2])))
+    services = services_with(dynamodb, clock, model, TUTOR)
+    services.recorder.record(
+        [
+            {
+                "t": "GUILD_CREATE",
+                "d": {
+                    "id": gw.GUILD,
+                    "owner_id": gw.CAROL,
+                    "roles": [
+                        {"id": gw.GUILD, "permissions": str(1 << 10)},
+                        {"id": MODS, "permissions": str(1 << 10 | 1 << 11)},  # view and send
+                    ],
+                    "channels": [{"id": gw.CHANNEL, "type": 0}],
+                },
+            }
+        ]
+    )
+    events = [
+        gw.message(gw.ALICE, text, T0 + i * 1000)
+        for i, text in enumerate(["Homework is due Friday.", "Every Friday."])
+    ]
+    for event in events:
+        event["d"]["member"]["roles"] = [MODS]
+    services.recorder.record(events)
+
+    outcome = round_in(services)
+
+    assert (
+        outcome.facts_written == 0
+        and "or staff" in reasons(outcome)["Homework is due on Fridays here"]
+    )
 
 
 @pytest.mark.parametrize("bot", [gw.BOT, OTHER_BOT], ids=["this bot", "another bot"])

@@ -25,6 +25,19 @@ CHANNEL_EVENTS: frozenset[str] = frozenset(
 FORWARDED_EVENTS: frozenset[str] = MESSAGE_EVENTS | CHANNEL_EVENTS
 
 _CHANNEL_FIELDS = ("id", "type", "guild_id", "permission_overwrites")
+# Discord's permission bits for staff: Administrator and Manage Server (the permission the
+# bot's staff commands require). A role holding either is forwarded with GUILD_CREATE, so
+# IngestFunction knows whose words are a staff member's.
+_STAFF_PERMISSIONS = (1 << 3) | (1 << 5)
+
+
+def _staff_role(role: dict[str, Any]) -> bool:
+    try:
+        return bool(int(role.get("permissions", "0")) & _STAFF_PERMISSIONS)
+    except (TypeError, ValueError):
+        return False
+
+
 _OVERWRITE_FIELDS = ("id", "type", "allow", "deny")
 
 
@@ -45,18 +58,19 @@ def _channel(channel: Any) -> Any:
 
 def trimmed(name: str, payload: dict[str, Any]) -> dict[str, Any]:
     """What of an event is forwarded: a message event whole; a channel event only its id,
-    type, guild and overwrites; GUILD_CREATE only the guild's id, availability, the
-    @everyone role (the role whose id is the guild's) and its channels so trimmed, so that
-    a big guild (members, presences, emojis, threads) stays far below the batch bound."""
+    type, guild and overwrites; GUILD_CREATE only the guild's id, owner and availability,
+    the @everyone role (the role whose id is the guild's) and the staff roles (Administrator
+    or Manage Server), and its channels so trimmed, so that a big guild (members,
+    presences, emojis, threads) stays far below the batch bound."""
     if name == "GUILD_CREATE":
         guild_id = payload.get("id")
-        slim: dict[str, Any] = _only(payload, ("id", "unavailable"))
+        slim: dict[str, Any] = _only(payload, ("id", "owner_id", "unavailable"))
         roles = payload.get("roles")
         if isinstance(roles, list):
             slim["roles"] = [
                 _only(role, ("id", "permissions"))
                 for role in roles
-                if isinstance(role, dict) and role.get("id") == guild_id
+                if isinstance(role, dict) and (role.get("id") == guild_id or _staff_role(role))
             ]
         channels = payload.get("channels")
         if isinstance(channels, list):

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from botmemory.interactions import Permissions
+from botmemory.records import GuildStaff
 from botmemory.repository import MemoryRepository
 from botmemory.snowflake import Snowflake
 
@@ -70,9 +71,15 @@ class Channel(_Payload):
 
 class GuildCreate(_Payload):
     id: Snowflake
+    owner_id: Snowflake | None = None
     unavailable: bool = False
     roles: list[Role] = Field(default=[], max_length=MAX_OVERWRITES)
     channels: list[Channel] = Field(default=[], max_length=MAX_CHANNELS)
+
+
+# Staff: the owner, and members with a role that has Administrator or Manage Server (the
+# permission the staff commands require). Their words may teach a persona on their own.
+STAFF_PERMISSIONS = Permissions.ADMINISTRATOR | Permissions.MANAGE_GUILD
 
 
 @dataclass(frozen=True)
@@ -135,5 +142,9 @@ class ChannelVisibility:
             )
             for channel in guild.channels
         }
-        self._repository.put_guild_visibility(guild.id, everyone.permissions, visibility)
+        staff = GuildStaff(
+            owner_id=guild.owner_id,
+            role_ids=sorted(r.id for r in guild.roles if r.permissions & STAFF_PERMISSIONS),
+        )
+        self._repository.put_guild_visibility(guild.id, everyone.permissions, visibility, staff)
         return ChannelChange(items=1 + len(visibility))

@@ -126,6 +126,7 @@ class _Batch:
     waiting: bool  # anything is left pending (a backlog, or rows the index lagged on)
     names: NameIndex | None = None  # who a text names, in this scope
     persona: Persona | None = None  # the persona the channel answers as (servers only)
+    staff: set[str] = field(default_factory=set)  # authors who are the server's staff
     redacted: dict[str, str] = field(default_factory=dict)  # sk -> text without barred people
     unindexed: list[str] = field(default_factory=list)  # passages of messages deleted since
 
@@ -237,7 +238,7 @@ def _self_rejection(candidate: ProposedFact, text: str, batch: _Batch) -> str | 
 
 def _knowledge_rejection(text: str, evidence: list[int], batch: _Batch) -> str | None:
     """A persona's knowledge is no one's: it rests on members' words, of two people at
-    least (no single member teaches a persona), and names no member."""
+    least or of a staff member (no single member teaches a persona), and names no member."""
     if not text:
         return "empty after cleaning"
     if has_pings(text):
@@ -252,8 +253,8 @@ def _knowledge_rejection(text: str, evidence: list[int], batch: _Batch) -> str |
         if cited.scope != batch.scope:
             return f"cites #{number}, from outside the persona's server"
         authors.add(cited.author_id)
-    if len(authors) < 2:
-        return "persona knowledge needs evidence from at least two different people"
+    if len(authors) < 2 and not authors & batch.staff:
+        return "persona knowledge needs evidence from at least two different people, or staff"
     return _names_a_member(text, batch)
 
 
@@ -452,6 +453,13 @@ class Consolidator:
         outcome = Outcome(channel_id, Status.CONSOLIDATED)
         judgement = _Judgement()
         batch.persona = self._persona_of(batch)
+        if batch.persona is not None:  # staff may teach it on their own
+            staff = self._repository.guild_staff(batch.scope)
+            batch.staff = {
+                o.author_id
+                for o in batch.observations
+                if o.author_id and staff.includes(o.author_id, o.author_roles)
+            }
         if batch.numbered:  # a batch of reactions and deletions alone needs no model
             known = self._known_facts(batch)
             summary = self._repository.channel_summary(channel_id, consistent=True)

@@ -37,6 +37,8 @@ MAX_CONTENT_CHARS = 16_000
 # How far ahead of the clock an event's time may be: Discord's clock and ours may differ a
 # little; a snowflake further ahead is forged or broken, and would sort after everything.
 FUTURE_TOLERANCE_MS = 5 * 60_000
+# Discord allows 250 roles per guild: a member cannot hold more.
+MAX_MEMBER_ROLES = 250
 
 Name = Annotated[str, StringConstraints(max_length=200)]
 
@@ -55,6 +57,8 @@ class User(_Payload):
 class Member(_Payload):
     nick: Name | None = None
     user: User | None = None
+    # Role ids: whether the author is staff is decided from them (records.GuildStaff).
+    roles: list[Snowflake] = Field(default=[], max_length=MAX_MEMBER_ROLES)
 
 
 class MessageReference(_Payload):
@@ -290,6 +294,7 @@ class ObservationRecorder:
             author_id=msg.author.id,
             author_name=_display_name(msg.author, msg.member),
             author_is_bot=msg.author.bot,
+            author_roles=msg.member.roles if msg.member else [],
             message_id=msg.id,
             content=msg.content,
             reply_to=msg.message_reference.message_id if msg.message_reference else None,
@@ -316,6 +321,7 @@ class ObservationRecorder:
             author_id=msg.author.id,
             author_name=_display_name(msg.author, msg.member),
             author_is_bot=msg.author.bot,
+            author_roles=msg.member.roles if msg.member else [],
             message_id=msg.id,
             content=msg.content,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
@@ -78,6 +79,9 @@ class Observation(Record):
     # The ingest invocation that stored it (its request id): consolidation logs the ids it
     # consumed, so one message can be followed from the relay's batch to its facts.
     ingest_id: str | None = None
+    # The author's roles in the guild, as the message said (member.roles): whether the
+    # author is staff (GuildStaff) is decided from them when it matters.
+    author_roles: list[str] = []
 
 
 class Fact(Record):
@@ -196,6 +200,19 @@ class ShortTermEntry(Record):
     messages: int  # how many messages of theirs the round consumed there
     at_ms: int  # their latest message there
     expires_at: int | None = None
+
+
+class GuildStaff(Record):
+    """Who a guild's staff are, as its last GUILD_CREATE said (botmemory.channels): its
+    owner, and the roles with Administrator or Manage Server."""
+
+    owner_id: str | None = None
+    role_ids: list[str] = []
+
+    def includes(self, user_id: str | None, roles: Iterable[str]) -> bool:
+        return bool(user_id) and (
+            user_id == self.owner_id or not set(roles).isdisjoint(self.role_ids)
+        )
 
 
 class Persona(Record):

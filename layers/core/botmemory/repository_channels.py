@@ -9,6 +9,7 @@ from typing import Any
 
 from botmemory import keys
 from botmemory.items import key, to_item
+from botmemory.records import GuildStaff
 from botmemory.table import ItemRef, Table
 
 
@@ -17,6 +18,11 @@ class ChannelRepository(Table):
         """Whether @everyone can view the channel; False when its visibility is unknown."""
         item = self._get(ItemRef(keys.guild_pk(guild_id), keys.channel_visibility_sk(channel_id)))
         return bool(item and item.get("public") is True)
+
+    def guild_staff(self, guild_id: str) -> GuildStaff:
+        """The guild's staff as its last GUILD_CREATE said (nobody when unseen)."""
+        item = self._get(ItemRef(keys.guild_pk(guild_id), keys.EVERYONE_SK))
+        return GuildStaff.model_validate(item) if item else GuildStaff()
 
     def everyone_permissions(self, guild_id: str) -> int | None:
         """The guild's @everyone permissions as its last GUILD_CREATE said; None when unseen."""
@@ -36,13 +42,19 @@ class ChannelRepository(Table):
         )
 
     def put_guild_visibility(
-        self, guild_id: str, everyone_permissions: int, channels: dict[str, bool]
+        self,
+        guild_id: str,
+        everyone_permissions: int,
+        channels: dict[str, bool],
+        staff: GuildStaff | None = None,
     ) -> None:
-        """The guild's @everyone permissions and every channel's visibility, batched."""
+        """The guild's @everyone permissions and staff, and every channel's visibility,
+        batched."""
         everyone = {
             "pk": keys.guild_pk(guild_id),
             "sk": keys.EVERYONE_SK,
             "permissions": everyone_permissions,
+            **(staff or GuildStaff()).model_dump(),
         }
         items = [everyone] + [
             self._channel_values(guild_id, channel_id, public)

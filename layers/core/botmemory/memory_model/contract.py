@@ -210,7 +210,8 @@ Answer with:
     "struggles with recursion"); the same evidence rule as user facts.
   - persona: what the active persona learned here that belongs to no one person (common
     questions, how things are done here); user_id {PERSONA_SUBJECT!r}. It must name no member
-    (no names, mentions or ids) and needs evidence written by at least two different people.
+    (no names, mentions or ids) and needs evidence written by at least two different people
+    (or by the server's staff).
   When the active persona is none, use scope user only.
 - episode: a summary of two to four sentences of what happened in this batch, and the user ids
   of the people who took part.
