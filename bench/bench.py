@@ -1441,7 +1441,9 @@ def bench_answer(lab: Lab) -> None:
     settings = services.settings
     budgets = {
         "pins": settings.recall_pin_chars,
+        "channel summary": settings.recall_summary_chars,
         "facts": settings.recall_fact_chars,
+        "other channels": settings.recall_short_term_chars,
         "episodes": settings.recall_episode_chars,
         "passages": settings.recall_search_chars,
         "history": settings.answer_history_chars,
@@ -1460,12 +1462,14 @@ def bench_answer(lab: Lab) -> None:
         [
             f"requests: {operations(requests)}.",
             f"longest chain: {' -> '.join(describe(r) for r in chain)}.",
-            "The chain: the mention's PutItem (ingest), the rate limit's two counters side by",
-            "side, then recall's reads, the channel's history and the speaker's facts side by",
-            "side, then the facts of the people recall found. The search runs in process here",
-            "(SQLite FTS5); its read-back is one more BatchGetItem when it finds something.",
-            f"Budgets: {', '.join(f'{k} {v:,}' for k, v in budgets.items())}; the person note adds",
-            f"at most {settings.answer_person_facts} facts; the template is the default prompt.",
+            "The chain: the mention's PutItem (ingest); the rate limit's two counters and the",
+            "channel's persona side by side; recall's first wave (the channel summary among",
+            "it), the channel's history and the speaker's facts side by side; then the facts",
+            "and short-term entries of the people recall found. The search runs in process",
+            "here (SQLite FTS5); its read-back is one more BatchGetItem when it finds something.",
+            f"Budgets: {', '.join(f'{k} {v:,}' for k, v in budgets.items())};",
+            f"the person note adds at most {settings.answer_person_facts} facts; the template is"
+            " the default prompt.",
         ],
     )
 
