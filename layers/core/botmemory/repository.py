@@ -178,12 +178,8 @@ class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository,
             ]
             if history is not None:
                 actions += history_puts(history)
-            try:
-                self._transact(self._in_table(actions))
-            except ClientError as exc:
-                if error_code(exc) != "TransactionCanceledException":
-                    raise
-                # Already gone (forgotten, erased): nothing to delete, nothing to record.
+            # Refused when already gone (forgotten, erased): nothing to delete or record.
+            self._transact_unless_refused(actions)
             return
         self._client.update_item(
             TableName=self.table_name,
@@ -489,13 +485,7 @@ class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository,
                     }
                 }
             )
-        try:
-            self._transact(self._in_table(actions))
-        except ClientError as exc:
-            if error_code(exc) == "TransactionCanceledException":
-                return False
-            raise
-        return True
+        return self._transact_unless_refused(actions)
 
     def fact_by_id(self, fact_id: str) -> Fact | None:
         """A fact by the short id staff type, in whatever scope it is."""
@@ -596,13 +586,7 @@ class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository,
             *history_puts(history),
             _not_being_erased(person_hash, now_ms),
         ]
-        try:
-            self._transact(self._in_table(actions))
-        except ClientError as exc:
-            if error_code(exc) == "TransactionCanceledException":
-                return False
-            raise
-        return True
+        return self._transact_unless_refused(actions)
 
     def _apply_changes(
         self, changes: Sequence[list[dict[str, Any]]], guards: Sequence[dict[str, Any]] = ()
@@ -660,6 +644,18 @@ class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository,
             for index in group:
                 applied[index] = True
             return True
+        return True
+
+    def _transact_unless_refused(self, actions: list[dict[str, Any]]) -> bool:
+        """One transaction of actions conditioned on what was read; False when DynamoDB
+        refused it (a condition failed: something changed meanwhile), and nothing was
+        written. Any other error raises."""
+        try:
+            self._transact(self._in_table(actions))
+        except ClientError as exc:
+            if error_code(exc) == "TransactionCanceledException":
+                return False
+            raise
         return True
 
     def _in_table(self, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
