@@ -16,9 +16,10 @@ from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
 from botmemory.config import Settings
 from botmemory.items import observation_values
 from botmemory.recall import PASSAGE_HEADING, respond
-from botmemory.recall_search import SearchStatus
+from botmemory.recall_search import SearchStatus, query_snippet
 from botmemory.records import Episode, Fact, FactKind, FactSource, Observation
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.search.keywords import tokens
 from botmemory.search.port import Passage, SearchHit, SearchIndex, SearchQuery
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from tests.conftest import START_MS, CountingModel
@@ -655,3 +656,41 @@ def test_a_direct_message_naming_someone_never_shows_what_they_told_the_bot(
     )
 
     assert status == 200 and BOB not in body["facts"] and "job hunting" not in body["memory"]
+
+
+# A long message is shown as its snippet for the query ---------------------------------------
+
+
+def test_a_long_message_is_shown_as_the_sentences_the_query_is_about(
+    searching: MemoryServices, clock: ManualClock
+) -> None:
+    long = (
+        "We moved house last spring and the kids love the new garden. "
+        "Work has been busy with the quarterly reports. "
+        "My sister taught me to bake sourdough bread in Lisbon. "
+        "The weather has been awful, rain every single day this month."
+    )
+    consolidated(searching, [said(BOB, long, START_MS)])
+    clock.advance(days=1)
+
+    body = ask(searching, "who taught Bob to bake sourdough bread?")
+
+    (passage,) = body["passages"]
+    assert passage["text"] == long  # the JSON keeps the whole message, to cite
+    line = next(line for line in body["memory"].splitlines() if "sourdough" in line)
+    assert "My sister taught me to bake sourdough bread in Lisbon." in line
+    assert "quarterly reports" not in line and "…" in line
+    assert len(line) < len(long)
+
+
+def test_a_snippet_keeps_order_marks_gaps_and_leaves_short_messages_whole() -> None:
+    text = "First about cats. Second about dogs and cats. Third about fish. Fourth about cats."
+
+    assert query_snippet("short and sweet", {"sweet"}) == "short and sweet"
+    assert query_snippet(text, set()) == text
+    snippet = query_snippet(text, set(tokens("dogs cats")), limit=35)
+    assert snippet == "… Second about dogs and cats. …"
+    both = query_snippet(text, set(tokens("fish dogs")), limit=60)
+    assert both == "… Second about dogs and cats. Third about fish. …"
+    one_long = query_snippet("word " * 100, {"word"}, limit=40)
+    assert len(one_long) <= 40 + 2 and one_long.endswith("…")

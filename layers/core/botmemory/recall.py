@@ -36,6 +36,7 @@ from botmemory.recall_search import (
     FoundMessage,
     SearchLeg,
     SearchStatus,
+    query_snippet,
     rank_episodes,
     rank_facts,
     said_by_first,
@@ -52,7 +53,7 @@ from botmemory.records import (
     scope_of,
 )
 from botmemory.repository import MemoryRepository
-from botmemory.search.keywords import clip_query
+from botmemory.search.keywords import clip_query, tokens
 from botmemory.short_term import RecentElsewhere, recent_elsewhere
 from botmemory.snowflake import Snowflake
 from botmemory.table import ttl_alive
@@ -536,7 +537,9 @@ class Recaller:
         # left unused, so the block is never larger than the sum of the budgets.
         spare = fact_section.unused() + episode_section.unused()
         passage_section = _Section(PASSAGE_HEADING, settings.recall_search_chars + spare)
-        shown_passages = _passage_lines(passage_section, messages) if messages else []
+        shown_passages = (
+            _passage_lines(passage_section, messages, request.query) if messages else []
+        )
         sections = [
             s.text()
             for s in (
@@ -715,9 +718,13 @@ def _who(name: str) -> str:
     return quote_for_prompt(plain, limit=NAME_CHARS) if plain else "someone"
 
 
-def _passage_lines(section: _Section, messages: list[FoundMessage]) -> list[FoundMessage]:
+def _passage_lines(
+    section: _Section, messages: list[FoundMessage], query: str | None
+) -> list[FoundMessage]:
     """Best first while they fit; a message already shown (as a hit or as context) is not
-    shown again, nor is it repeated as another's context."""
+    shown again, nor is it repeated as another's context. A long message is shown as its
+    snippet for the query (recall_search.query_snippet)."""
+    query_tokens = set(tokens(query or ""))
     shown: list[FoundMessage] = []
     seen: set[str] = set()
     for found in messages:
@@ -727,17 +734,17 @@ def _passage_lines(section: _Section, messages: list[FoundMessage]) -> list[Foun
             found.context.sk in seen or len(found.message.content) >= SHOWN_WITH_CONTEXT_BELOW
         ):
             found = replace(found, context=None)
-        if section.add(_passage_line(found)):
+        if section.add(_passage_line(found, query_tokens)):
             shown.append(found)
             seen.update(o.sk for o in (found.message, found.context) if o is not None)
     return shown
 
 
-def _passage_line(found: FoundMessage) -> str:
+def _passage_line(found: FoundMessage, query_tokens: set[str]) -> str:
     """`- 2023-05-08, "Caroline": "..."`, with the message before it when it has one."""
     message = found.message
     line = f"- {day(message.at_ms)}, {_who(message.author_name or '')}: "
-    line += quote_for_prompt(message.content)
+    line += quote_for_prompt(query_snippet(message.content, query_tokens))
     if found.context is not None:
         context = found.context
         line += f" (after {_who(context.author_name or '')}: "

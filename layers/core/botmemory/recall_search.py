@@ -22,7 +22,7 @@ from botmemory.passages import still_held
 from botmemory.records import Episode, Fact, FactStatus, Observation, Record, scope_of
 from botmemory.repository import MemoryRepository
 from botmemory.search.fusion import reciprocal_rank_fusion
-from botmemory.search.keywords import Bm25
+from botmemory.search.keywords import Bm25, tokens
 from botmemory.search.port import PassageKind, SearchHit, SearchIndex, SearchQuery
 from botmemory.table import ttl_alive
 
@@ -30,8 +30,15 @@ log = logging.getLogger(__name__)
 
 # Hits asked of the index: about one per this many characters the passages could fill
 # (their budget plus the facts' and episodes', which they inherit when unused), within
-# bounds: some hits are dropped on checking, or shown as another's context.
-CHARS_PER_HIT = 120
+# bounds: some hits are dropped on checking, or shown as another's context, and a long
+# message is shown as its snippet (`query_snippet`), so a passage line is short.
+CHARS_PER_HIT = 80
+
+# A message longer than this is shown in recall's block as the sentences that share the
+# most words with the query (`query_snippet`), the JSON keeping it whole.
+SNIPPET_CHARS = 160
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+ELLIPSIS = "…"
 MIN_SEARCH_DEPTH = 12
 MAX_SEARCH_DEPTH = 50
 
@@ -112,6 +119,42 @@ class SearchLeg:
         hits = [_as_shown(h) for h in self._index.search(query)]
         sources = self._repository.passage_sources(h.passage for h in hits)
         return checked(hits, sources, query, now_ms)
+
+
+def query_snippet(text: str, query_tokens: set[str], limit: int = SNIPPET_CHARS) -> str:
+    """A long message as the sentences that share the most words with the query, in their
+    order, within about `limit` characters, an ellipsis where sentences were left out (a
+    search result's snippet). A short message, or no query, is the whole message; a
+    sentence longer than the limit is cut at a word."""
+    if len(text) <= limit or not query_tokens:
+        return text
+    sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
+    overlap = [len(query_tokens.intersection(tokens(s))) for s in sentences]
+    best_first = sorted(range(len(sentences)), key=lambda i: (-overlap[i], i))
+    chosen: list[int] = []
+    used = 0
+    for index in best_first:
+        size = min(len(sentences[index]), limit) + 1
+        if chosen and used + size > limit:
+            continue
+        chosen.append(index)
+        used += size
+    parts: list[str] = []
+    previous = -1
+    for index in sorted(chosen):
+        if index != previous + 1:
+            parts.append(ELLIPSIS)
+        sentence = sentences[index]
+        parts.append(sentence if len(sentence) <= limit else _cut(sentence, limit))
+        previous = index
+    if previous != len(sentences) - 1:
+        parts.append(ELLIPSIS)
+    return " ".join(parts)
+
+
+def _cut(sentence: str, limit: int) -> str:
+    head = sentence[:limit].rsplit(" ", 1)[0]
+    return f"{head} {ELLIPSIS}"
 
 
 def said_by_first(messages: list[FoundMessage], people: set[str]) -> list[FoundMessage]:
