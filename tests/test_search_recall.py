@@ -155,6 +155,41 @@ def test_a_short_answer_is_shown_with_the_message_it_answers(
     assert len(lines) == 1 and body["passages"][0]["context"].startswith("Where did you go")
 
 
+LONG_ANSWER = (
+    "Luna and Oliver! They are so sweet and playful, they really liven up the house, and "
+    "Oliver steals one of my socks every single morning before breakfast."
+)
+
+
+@pytest.mark.parametrize(
+    ("before", "found"),
+    [
+        (said(BOB, "What are the names of your pets?", START_MS), True),
+        (said(BOB, "Cute photo! What are your pets called? Tell me everything.", START_MS), True),
+        # A question mark in a link asks nothing.
+        (said(BOB, "The shop I told you about: https://example.com/shop?pets=1", START_MS), False),
+        # Not a question: the long message stands on its own words.
+        (said(BOB, "I finally bought the new pets bed for the kitchen.", START_MS), False),
+        # Her own question: a message never borrows its author's earlier words.
+        (said(ALICE, "Want to hear what my pets are called?", START_MS), False),
+    ],
+)
+def test_a_long_answer_is_found_by_the_question_someone_asked(
+    searching: MemoryServices, before: Observation, found: bool
+) -> None:
+    answer = said(ALICE, LONG_ANSWER, START_MS + 60_000)
+    assert len(answer.content) > 120 and "pet" not in answer.content.lower()
+    consolidated(searching, [before, answer])
+
+    body = ask(searching, "Any pets at home?")
+
+    answers = [p for p in body["passages"] if p["text"] == LONG_ANSWER]
+    assert bool(answers) is found
+    if found:
+        # Shown on its own words: a long message needs no context to be read.
+        assert answers[0]["context"] is None and answers[0]["provenance"] == [answer.sk]
+
+
 def test_without_a_query_recall_is_what_it_was(
     searching: MemoryServices, dynamodb: Any, settings: Settings, clock: ManualClock
 ) -> None:

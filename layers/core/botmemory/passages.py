@@ -1,9 +1,10 @@
 """What of the table becomes search passages, and which passages hold a given item.
 
 A consolidated batch gives one passage per message (its author's words, and the message
-before it as context when the message is too short to stand alone), one per fact the round
-wrote, one for its episode and one for the channel summary it archived. Every passage lists its sources (the sort keys of the items
-it copies words from); each consumed observation stores the ids of the passages holding its
+before it as context when the message is too short to stand alone, is a reply, or answers
+a question someone else just asked), one per fact the round wrote, one for its episode and
+one for the channel summary it archived. Every passage lists its sources (the sort keys of
+the items it copies words from); each consumed observation stores the ids of the passages holding its
 words, so the deletion or rewrite of that observation names the passages to remove
 (botmemory.index_sync). Only people's own words are indexed: never the bot's answers, never
 an opted-out person's words (the batch has already dropped them).
@@ -11,6 +12,7 @@ an opted-out person's words (the batch has already dropped them).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from botmemory import keys
@@ -31,6 +33,9 @@ INDEXED_KINDS = {ObservationKind.MESSAGE, ObservationKind.EDIT}
 # context, so that the passage matches a question about what it answers.
 STANDS_ALONE_CHARS = 120
 CONTEXT_CHARS = 300
+# A question mark ending a sentence, anywhere in a message ("What got you into running? Tell
+# me!"); not one inside a link's query string.
+_QUESTION_MARK = re.compile(r"\?(?=\s|$)")
 
 
 def indexable(observation: Observation, bot_user_id: str | None) -> bool:
@@ -65,7 +70,8 @@ def message_passages(
     )
     passages: dict[str, Passage] = {}
     for index, observation in enumerate(words):
-        context = words[index - 1] if index and _needs_context(observation) else None
+        before = words[index - 1] if index else None
+        context = before if before is not None and _needs_context(observation, before) else None
         parts = [observation] if context is None else [context, observation]
         text = "\n".join(_labelled(o, CONTEXT_CHARS if o is context else None) for o in parts)
         passage_id = keys.message_passage_id(observation.channel_id, observation.message_id or "")
@@ -84,8 +90,19 @@ def message_passages(
     return list(passages.values())
 
 
-def _needs_context(observation: Observation) -> bool:
-    return len(observation.content) < STANDS_ALONE_CHARS or observation.reply_to is not None
+def _needs_context(observation: Observation, before: Observation) -> bool:
+    """Whether a message is found by the words of the one before it: when it is short, a
+    reply, or the answer to a question someone else asked ("What are your pets' names?"
+    then "Luna and Oliver! They liven up the house": a question about pets finds it)."""
+    return (
+        len(observation.content) < STANDS_ALONE_CHARS
+        or observation.reply_to is not None
+        or (before.author_id != observation.author_id and _asks(before.content))
+    )
+
+
+def _asks(text: str) -> bool:
+    return _QUESTION_MARK.search(text) is not None
 
 
 def holders(passages: Iterable[Passage]) -> dict[str, list[str]]:
