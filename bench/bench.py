@@ -117,7 +117,7 @@ from botmemory.search.keywords import tokens  # noqa: E402
 from botmemory.search.port import Passage  # noqa: E402
 from botmemory.search.sqlite_index import SqliteSearchIndex  # noqa: E402
 from botmemory.text import content_hash, short_id  # noqa: E402
-from localrun.fastmoto import one_backup_per_transaction  # noqa: E402
+from localrun.fastmoto import fast_dynamodb  # noqa: E402
 from tests import gateway as gw  # noqa: E402
 from tests.storage import put_episode, put_items  # noqa: E402
 
@@ -1580,7 +1580,7 @@ def bench_erasure(lab: Lab) -> None:
 
 def main() -> int:
     started = time.perf_counter()
-    with mock_aws(), one_backup_per_transaction():
+    with mock_aws(), fast_dynamodb():
         lab = Lab(boto3.client("dynamodb", region_name=REGION))
         bench_ingest(lab)
         bench_stream(lab)
@@ -1591,7 +1591,7 @@ def main() -> int:
         lab.close()
     bench_cold_start()
     bench_layer()
-    with mock_aws(), one_backup_per_transaction():
+    with mock_aws(), fast_dynamodb():
         lab = Lab(boto3.client("dynamodb", region_name=REGION))
         bench_answer(lab)
         lab.close()

@@ -179,10 +179,10 @@ def local_dynamodb() -> Iterator[Any]:
     import boto3
     from moto import mock_aws
 
-    from localrun.fastmoto import one_backup_per_transaction
+    from localrun.fastmoto import fast_dynamodb
 
     offline_environment()
-    with mock_aws(), one_backup_per_transaction():
+    with mock_aws(), fast_dynamodb():
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_table(client, TABLE)
         yield client

@@ -18,7 +18,7 @@ from botmemory.memory_model.contract import ConsolidationAnswer, MemoryModelErro
 from botmemory.memory_model.rules import RulesModel
 from botmemory.runtime import MemoryServices, build_services
 from botmemory.schema import create_table
-from localrun.fastmoto import one_backup_per_transaction
+from localrun.fastmoto import fast_dynamodb
 
 TABLE = "MemoryTable"
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -48,7 +48,7 @@ def one_table_backup_per_transaction() -> Iterator[None]:
     is unchanged, only the copying (most of a consolidation test's time) is gone.
     Transactions run one at a time, as DynamoDB isolates them, so that one backup is always
     the transaction's own even when a test runs work in threads."""
-    with one_backup_per_transaction():
+    with fast_dynamodb():
         shimmed = DynamoDBBackend.transact_write_items
         lock = threading.Lock()
 
