@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from moto.core.common_types import TYPE_RESPONSE
+from moto.core.responses import ActionContext, ActionResult
 from moto.dynamodb import models as moto_dynamodb
 from moto.dynamodb.models.table import Table as MotoTable
 from moto.dynamodb.responses import DynamoResult
@@ -63,7 +65,7 @@ def _plain(value: Any) -> bool:
 MOTO_EXECUTE_RESULT = DynamoResult.execute_result
 
 
-def _plain_json_result(self: DynamoResult, context: Any) -> Any:
+def _plain_json_result(self: ActionResult, context: ActionContext) -> TYPE_RESPONSE:
     if context.operation_model.name in PLAIN_JSON_READS and _plain(self.result):
         return 200, {"Content-Type": JSON_CONTENT_TYPE}, json.dumps(self.result)
     return MOTO_EXECUTE_RESULT(self, context)
