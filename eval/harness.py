@@ -1,7 +1,7 @@
 """One LoCoMo conversation through the real path, then every question through recall.
 
 Everything runs in this process: moto's DynamoDB (`mock_aws`, with `localrun.fastmoto`'s one
-backup per transaction), the services `botmemory.runtime.build_services` wires, the offline
+backup per transaction and plain JSON reads), the services `botmemory.runtime.build_services` wires, the offline
 `rules` model, and a ManualClock moved along the conversation's own session dates:
 
 - each gateway event is recorded a second after its snowflake's time; the events that fall
