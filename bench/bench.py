@@ -1114,10 +1114,16 @@ def _shown(sk: str, recall: RecallFigures) -> str:
     return "yes, as context" if sk in recall.shown_context else "no"
 
 
+SATURATED_HISTORY = 1_000
+
+
 def bench_recall_query(lab: Lab) -> None:
     small, large = 100, 100_000
     young = measure_query(lab, small)
     old = measure_query(lab, large)
+    # A history where search already returns its full depth: beyond it, the two ends differ
+    # by the hits search returns, not by the length of the history.
+    saturated = measure_query(lab, SATURATED_HISTORY)
     a, b = young.recall, old.recall
     rows = recall_rows(a, b)
     rows[3:3] = compared(
@@ -1152,6 +1158,13 @@ def bench_recall_query(lab: Lab) -> None:
             f"the early message, #{EARLY_MESSAGE} of each history:",
             f'  "{EARLY_TEXT}"',
             f"requests: {a.operations} (100 obs); {b.operations} (100,000 obs).",
+            f"At {SATURATED_HISTORY:,} obs, where {saturated.matching} passages share a word with"
+            f" the query and search already returns {saturated.hits} hits:"
+            f" {saturated.recall.requests} requests,",
+            f"{saturated.recall.round_trips} round trips ({saturated.recall.chain}),"
+            f" {saturated.recall.read_units:.2f} read units. Past that depth",
+            "the history's length adds nothing: read units then vary with the hits (how many",
+            "carry the message before them, how many neighbours share one), within the bound below.",
             f"longest chain: {b.chain}.",
             "The search's read-back is strongly consistent BatchGetItem (100 keys each) of its hits' sources",
             f"(a message and the one before it, and their delete marks): at most"
