@@ -11,8 +11,9 @@ and for reads that return hundreds of them.
   are written with `json.dumps` instead; a result holding anything else (bytes, None) goes
   the generic way. tests/test_fastmoto.py checks that clients parse both the same.
 
-Used by `make bench` (in process) and by `make demo`/`make dev` (the moto server child:
-`python -m localrun.fastmoto -H 127.0.0.1 -p PORT`).
+Used in process by `make bench`, `make eval` and the tests (tests/conftest.py), and by
+`make demo`/`make dev` (the moto server child: `python -m localrun.fastmoto -H 127.0.0.1
+-p PORT`).
 """
 
 from __future__ import annotations

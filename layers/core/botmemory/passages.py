@@ -4,9 +4,9 @@ A consolidated batch gives one passage per message (its author's words, and the 
 before it as context when the message is too short to stand alone, is a reply, or answers
 a question someone else just asked), one per fact the round wrote, one for its episode and
 one for the channel summary it archived. Every passage lists its sources (the sort keys of
-the items it copies words from); each consumed observation stores the ids of the passages holding its
-words, so the deletion or rewrite of that observation names the passages to remove
-(botmemory.index_sync). Only people's own words are indexed: never the bot's answers, never
+the items it copies words from); each consumed observation stores the ids of the passages
+holding its words, so the deletion or rewrite of that observation names the passages to
+remove (botmemory.index_sync). Only people's own words are indexed: never the bot's answers, never
 an opted-out person's words (the batch has already dropped them).
 """
 
