@@ -6,8 +6,8 @@ a question someone else just asked), one per fact the round wrote, one for its e
 one for the channel summary it archived. Every passage lists its sources (the sort keys of
 the items it copies words from); each consumed observation stores the ids of the passages
 holding its words, so the deletion or rewrite of that observation names the passages to
-remove (botmemory.index_sync). Only people's own words are indexed: never the bot's answers, never
-an opted-out person's words (the batch has already dropped them).
+remove (botmemory.index_sync). Only people's own words are indexed: never the bot's
+answers, never an opted-out person's words (the batch has already dropped them).
 """
 
 from __future__ import annotations
