@@ -18,10 +18,11 @@ import pytest
 from botmemory.answer_requests import register_local_target
 from botmemory.config import Settings
 from botmemory.keys import channel_pk
-from botmemory.records import Fact, FactKind, FactSource, ObservationKind, scope_of
+from botmemory.records import Fact, ObservationKind, scope_of
 from botmemory.runtime import build_services
 from tests import gateway as gw
 from tests.conftest import START_MS, TABLE
+from tests.facts import a_fact
 from tests.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.lambda_local import LocalLambda, sample_env
 from tests.memory_model.test_openai_compat import Scripted, ScriptServer
@@ -116,16 +117,7 @@ def reply_to_bot(author: str, text: str, at_ms: int, bot_message_id: str) -> dic
 
 
 def seed_fact(bot: Bot, user_id: str, text: str, guild: str = gw.GUILD) -> Fact:
-    fact = Fact(
-        fact_id=f"f{abs(hash((user_id, text, guild))) % 10**12:012d}",
-        scope=scope_of(guild),
-        user_id=user_id,
-        text=text,
-        kind=FactKind.FACT,
-        source=FactSource.SELF,
-        created_ms=START_MS,
-        updated_ms=START_MS,
-    )
+    fact = a_fact(user_id, text, scope=scope_of(guild), at_ms=START_MS, expires_at=None)
     bot.services().repository.put_fact(fact)
     return fact
 

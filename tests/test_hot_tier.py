@@ -74,6 +74,7 @@ def seed(
         expires_at=epoch_seconds(updated + 180 * DAY_MS),
         recall_hits=hits,
         last_recall_ms=None if last_hit_days_ago is None else now - int(last_hit_days_ago * DAY_MS),
+        learned_in=[gw.CHANNEL],
     )
     put_facts(services.repository, [fact])
     return fact

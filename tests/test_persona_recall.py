@@ -10,15 +10,16 @@ import pytest
 
 from botmemory import keys
 from botmemory.answer_prompt import PromptBuilder, Question
-from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
+from botmemory.clock import ManualClock
 from botmemory.config import Settings
 from botmemory.corrections import Refusal, apply_update_memory
 from botmemory.erasure import Eraser
 from botmemory.recall import FACT_HEADING, RecallResult, parse_request
-from botmemory.records import Fact, FactKind, FactSource, MemoryScope, Persona
+from botmemory.records import Fact, MemoryScope, Persona
 from botmemory.runtime import MemoryServices, build_services
 from tests import gateway as gw
 from tests.conftest import RequestCounter, scan_all
+from tests.facts import a_fact
 
 T0 = 1_767_225_600_000
 SUPPORT = "200000000000000501"
@@ -48,16 +49,13 @@ def fact(user: str, text: str, persona: Persona | None = None, *, knowledge: boo
     if persona is not None:
         memory_scope = MemoryScope.PERSONA if knowledge else MemoryScope.PERSONA_USER
     subject = keys.PERSONA_SUBJECT if knowledge else user
-    return Fact(
-        fact_id=f"f{abs(hash((subject, text, scope))) % 10**8:08d}",
+    return a_fact(
+        subject,
+        text,
         scope=scope,
-        user_id=subject,
-        text=text,
-        kind=FactKind.FACT,
-        source=FactSource.SELF,
-        created_ms=T0,
-        updated_ms=T0,
-        expires_at=epoch_seconds(T0 + 100 * DAY_MS),
+        at_ms=T0,
+        retention_days=100,
+        learned_in=(HOMEWORK, SUPPORT, GENERAL, gw.CHANNEL),
         memory_scope=memory_scope,
         lineage_id=persona.lineage_id if persona else None,
         evidence_user_ids=[user, gw.CAROL] if knowledge else [],

@@ -17,12 +17,13 @@ from botmemory.config import Settings
 from botmemory.items import observation_values
 from botmemory.recall import PASSAGE_HEADING, respond
 from botmemory.recall_search import SearchStatus, query_snippet
-from botmemory.records import Episode, Fact, FactKind, FactSource, Observation
+from botmemory.records import Episode, Fact, Observation
 from botmemory.runtime import MemoryServices, build_services
 from botmemory.search.keywords import tokens
 from botmemory.search.port import Passage, SearchHit, SearchIndex, SearchQuery
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from tests.conftest import START_MS, CountingModel
+from tests.facts import a_fact
 from tests.storage import put_episode, put_facts, put_items
 
 GUILD = "1100000000000000001"
@@ -234,18 +235,7 @@ def test_passages_stay_within_their_own_budget(
 
 
 def fact(user: str, text: str, updated_ms: int, hits: int = 1) -> Fact:
-    return Fact(
-        fact_id=f"f{abs(hash((user, text))) % 10**7:07d}",
-        scope=GUILD,
-        user_id=user,
-        text=text,
-        kind=FactKind.FACT,
-        source=FactSource.SELF,
-        created_ms=updated_ms,
-        updated_ms=updated_ms,
-        hits=hits,
-        expires_at=epoch_seconds(updated_ms + 180 * DAY_MS),
-    )
+    return a_fact(user, text, scope=GUILD, at_ms=updated_ms, learned_in=(CHANNEL,), hits=hits)
 
 
 def test_the_relevant_fact_comes_first_even_when_old_and_little_used(
@@ -352,17 +342,20 @@ def test_another_guild_and_another_channel_are_never_searched_by_default(
     assert "tangerine" not in body["memory"] and body["passages"] == []
 
 
-def test_guild_wide_search_crosses_channels_of_one_server_only(
+def test_guild_wide_search_crosses_public_channels_of_one_server_only(
     dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
 ) -> None:
     wide = settings.model_copy(update={"search_scope": "guild"})
     services = build_services(
         wide, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
     )
+    public = "1200000000000000055"
+    services.repository.put_channel_visibility(GUILD, public, True)
     consolidated(
         services,
         [
-            said(BOB, "The vault code is tangerine-42", START_MS, channel=PRIVATE),
+            said(BOB, "The vault code is tangerine-42", START_MS, channel=public),
+            said(BOB, "The staff vault code is tangerine-77", START_MS, channel=PRIVATE),
             said(
                 BOB,
                 "Our vault code is tangerine-99",
@@ -376,6 +369,8 @@ def test_guild_wide_search_crosses_channels_of_one_server_only(
     body = ask(services, "what is the vault code tangerine")
 
     assert "tangerine-42" in body["memory"] and "tangerine-99" not in body["memory"]
+    # A channel @everyone cannot view (here: never seen, so unknown) keeps its words.
+    assert "tangerine-77" not in body["memory"]
 
 
 def test_direct_messages_never_search_beyond_their_own_channel_even_guild_wide(
@@ -652,7 +647,7 @@ def test_a_query_naming_fifty_people_reads_the_facts_of_three(
 
     body = ask(searching, f"what do these people like {mentions}", participants=[BOB])
 
-    fact_queries = counter.count("Query") - 4  # pins x2, episodes, the name registry
+    fact_queries = counter.count("Query") - 5  # pins x2, episodes, names, public channels
     assert fact_queries == 2 + 3  # Alice and Bob, then three of those named
     assert body["search"] == SearchStatus.OK
 

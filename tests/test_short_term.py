@@ -196,9 +196,11 @@ def test_the_section_keeps_its_budget_and_reads_in_bounded_requests(
     section = next(s for s in result.memory.split("\n\n") if s.startswith(ELSEWHERE_HEADING))
     assert 0 < len(section) <= 400
     assert result.elsewhere[0].time_ms >= result.elsewhere[-1].time_ms  # newest first
-    # One read of both people's entries, one of every message they point at.
-    assert counter.count("BatchGetItem") == 2
-    assert counter.count("Query") == 2 + 1 + 2  # pins x2, episodes, Alice's and Bob's facts
+    # One read of both people's entries, one of every message they point at, one of their
+    # profiles (their names).
+    assert counter.count("BatchGetItem") == 3
+    # Pins x2, episodes, Alice's and Bob's facts, the server's public channels.
+    assert counter.count("Query") == 2 + 1 + 2 + 1
 
 
 def test_another_servers_entries_are_never_shown(dynamodb: Any, clock: ManualClock) -> None:

@@ -24,6 +24,7 @@ from botmemory.recall import NAME_CHARS, Recaller, RecallRequest, RecallResult
 from botmemory.records import Fact, Observation, ObservationKind, Persona, scope_of
 from botmemory.repository import MemoryRepository
 from botmemory.text import quote_for_prompt
+from botmemory.visibility import Visibility
 
 HISTORY_HEADING = "Recent messages in this channel, oldest first:"
 SPEAKER_HEADING = "The person you are answering:"
@@ -134,7 +135,10 @@ class PromptBuilder:
             # What the persona knows of the speaker first: its own notes are what it
             # most often needs to correct.
             read = [f.result() for f in reversed(facts)]
-            speaker_facts = [fact for scope_facts in read for fact in scope_facts][:per_scope]
+            # Only what may be shown in this channel (botmemory.visibility), as in the block.
+            here = Visibility(question.channel_id, recalled.public_channels)
+            speaker_facts = here.facts(fact for scope_facts in read for fact in scope_facts)
+            speaker_facts = speaker_facts[:per_scope]
         system = "\n\n".join(
             part
             for part in (

@@ -37,6 +37,7 @@ from botmemory.hot_tier import record_hits, shown_facts
 from botmemory.records import scope_of
 from botmemory.runtime import MemoryServices
 from botmemory.text import scrub, split_message
+from botmemory.visibility import learned_where
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,9 @@ class Answerer:
                 bot_user_id=self._services.settings.bot_user_id,
                 actor_id=question.author_id,
                 lineage_id=prompt.recall.persona.lineage if prompt.recall.persona else None,
+                learned=learned_where(
+                    question.channel_id, question.channel_id in prompt.recall.public_channels
+                ),
             )
             if isinstance(outcome, Correction):
                 report.corrections += 1

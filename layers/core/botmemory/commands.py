@@ -82,6 +82,7 @@ from botmemory.text import (
     scrub,
     short_id,
 )
+from botmemory.visibility import Where, learned_where
 
 log = logging.getLogger(__name__)
 
@@ -593,8 +594,11 @@ class Commands:
                 "You are opted out, so I keep nothing about you. Use `/memory optin` first."
             )
         now = self._services.clock.now_ms()
+        repository = self._services.repository
+        fact_id = short_id(content_hash(invocation.scope, invocation.user_id, normalized(text)))
+        previous = repository.fact(invocation.scope, invocation.user_id, fact_id)
         fact = Fact(
-            fact_id=short_id(content_hash(invocation.scope, invocation.user_id, normalized(text))),
+            fact_id=fact_id,
             scope=invocation.scope,
             user_id=invocation.user_id,
             text=text,
@@ -603,9 +607,7 @@ class Commands:
             created_ms=now,
             updated_ms=now,
             expires_at=epoch_seconds(now + self._services.settings.fact_retention_days * DAY_MS),
-        )
-        repository = self._services.repository
-        previous = repository.fact(fact.scope, fact.user_id, fact.fact_id)
+        ).model_copy(update=self._learned_here(invocation, previous).fields())
         entry = fact_history.written(
             previous,
             fact,
@@ -616,6 +618,16 @@ class Commands:
         )
         repository.put_fact(fact, entry)
         return ephemeral_reply(f"Remembered as `{fact.fact_id}`: {_shown(text)}")
+
+    def _learned_here(self, invocation: Invocation, previous: Fact | None = None) -> Where:
+        """Where a fact written by a command is shown (botmemory.visibility): the channel
+        the command was used in, public when @everyone can view it, added to where the same
+        fact was learned before."""
+        channel = invocation.channel_id
+        public = invocation.guild_id is not None and self._services.repository.channel_is_public(
+            invocation.guild_id, channel
+        )
+        return learned_where(channel, public).added_to(previous)
 
     def _forget(self, invocation: Invocation) -> dict[str, Any]:
         what = scrub(invocation.text(spec.OPTION_WHAT))
@@ -1063,7 +1075,7 @@ class Commands:
             expires_at=epoch_seconds(now + retention * DAY_MS),
             memory_scope=MemoryScope.PERSONA,
             lineage_id=persona.lineage_id,
-        )
+        ).model_copy(update=self._learned_here(invocation, previous).fields())
         entry = fact_history.written(
             previous,
             fact,

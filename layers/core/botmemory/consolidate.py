@@ -81,6 +81,7 @@ from botmemory.repository import MemoryRepository
 from botmemory.search.port import Passage
 from botmemory.table import ttl_alive
 from botmemory.text import clean, content_hash, has_pings, normalized, short_id
+from botmemory.visibility import Where, learned_where
 
 log = logging.getLogger(__name__)
 
@@ -1201,6 +1202,7 @@ class Consolidator:
         cited: dict[str, list[Observation]] = {}  # fact id -> the observations it rests on
         superseded: dict[str, Fact] = {}
         superseded_by: dict[str, Fact] = {}
+        where = self._learned_where(batch)
         for candidate in proposed:
             text = clean(candidate.text, self._settings.fact_chars)
             reason = _rejection(candidate, text, batch)
@@ -1232,6 +1234,8 @@ class Consolidator:
                     if candidate.scope == MemoryScope.PERSONA
                     else []
                 ),
+                learned_in=where.learned_in,
+                learned_in_public=where.learned_in_public,
             )
             for old_id in candidate.supersedes:
                 old = known.get(old_id)
@@ -1246,6 +1250,15 @@ class Consolidator:
         for fact_id in accepted:  # restating a fact keeps it active
             superseded.pop(fact_id, None)
         return list(accepted.values()), list(superseded.values()), superseded_by
+
+    def _learned_where(self, batch: _Batch) -> Where:
+        """The channel fields of the facts this round learns (botmemory.visibility): its
+        channel, public when @everyone can view it now (never a direct message)."""
+        channel_id = batch.observations[0].channel_id if batch.observations else ""
+        public = batch.scope != scope_of(None) and self._repository.channel_is_public(
+            batch.scope, channel_id
+        )
+        return learned_where(channel_id, public)
 
     def _discard(self, outcome: Outcome, user_id: str, text: str, reason: str) -> None:
         log.info(

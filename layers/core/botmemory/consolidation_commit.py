@@ -25,6 +25,7 @@ from typing import Any
 from botmemory import keys
 from botmemory.attempts import Attempts
 from botmemory.items import (
+    FACT_CHANNEL_SETS,
     attempts_update,
     attribute,
     episode_values,
@@ -438,7 +439,7 @@ def _supersede(fact: Fact, now_ms: int) -> dict[str, Any]:
 
 def _fact_upsert(fact: Fact) -> dict[str, Any]:
     """Create a fact, or refresh the same fact restated: one more hit, newer timestamps."""
-    values = {
+    values: dict[str, Any] = {
         ":user": fact.user_id,
         ":scope": fact.scope,
         ":id": fact.fact_id,
@@ -461,6 +462,13 @@ def _fact_upsert(fact: Fact) -> dict[str, Any]:
         # What this statement rests on, like its provenance: rewritten by each restatement.
         values[":evidence_users"] = list(fact.evidence_user_ids)
         persona += ", evidence_user_ids = :evidence_users"
+    # Where it was said, added to where it was said before (botmemory.visibility).
+    added = []
+    for name in FACT_CHANNEL_SETS:
+        if channels := set(getattr(fact, name)):
+            values[f":{name}"] = channels
+            added.append(f"{name} :{name}")
+    channels_added = " ADD " + ", ".join(added) if added else ""
     return {
         "Key": fact_key(fact),
         "UpdateExpression": (
@@ -468,7 +476,7 @@ def _fact_upsert(fact: Fact) -> dict[str, Any]:
             "#kind = :kind, #source = if_not_exists(#source, :source), #status = :active, "
             "provenance = :provenance, created_ms = if_not_exists(created_ms, :created), "
             "updated_ms = :updated, hits = if_not_exists(hits, :zero) + :one, "
-            "fact_rank = :rank, expires_at = :expires" + persona
+            "fact_rank = :rank, expires_at = :expires" + persona + channels_added
         ),
         "ExpressionAttributeNames": {
             "#scope": "scope",

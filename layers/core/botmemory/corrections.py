@@ -37,6 +37,7 @@ from botmemory.records import (
 )
 from botmemory.table import ttl_alive
 from botmemory.text import as_discord_text, clip, has_pings, markup_in, normalized, scrub
+from botmemory.visibility import Where
 
 if TYPE_CHECKING:  # runtime builds the answerer, which imports this module
     from botmemory.runtime import MemoryServices
@@ -133,12 +134,15 @@ def apply_update_memory(
     bot_user_id: str | None,
     actor_id: str | None,
     lineage_id: str | None = None,
+    learned: Where | None = None,
 ) -> Correction | Refusal:
     """Apply one `update_memory` call of the chat model, or refuse it (module docstring).
 
     `shown`: the facts that were in that prompt, by id; `actor_id`: the person the bot was
     answering, kept in the history entry; `lineage_id`: the answering persona's (None: no
-    persona), the only persona whose facts the call may change."""
+    persona), the only persona whose facts the call may change; `learned`: where the
+    conversation is (visibility.learned_where), which a corrected text is then shown by: its
+    words come from this conversation, not from where the old text was learned."""
     parsed = _arguments(arguments)
     if isinstance(parsed, Refusal):
         return parsed
@@ -170,6 +174,7 @@ def apply_update_memory(
                 "source": FactSource.MODEL,
                 "updated_ms": now,
                 "expires_at": expires,
+                **(learned.fields() if learned else {}),
             }
         )
         entry = fact_history.history_entry(

@@ -190,6 +190,10 @@ def observation_values(observation: Observation, *, pending: bool = True) -> dic
     return values
 
 
+# The Fact fields stored as string sets (botmemory.visibility).
+FACT_CHANNEL_SETS = ("learned_in", "learned_in_public")
+
+
 def fact_values(fact: Fact) -> dict[str, Any]:
     """A fact as stored; only an active fact is in the active_facts index."""
     values = fact.model_dump(mode="json")
@@ -200,6 +204,9 @@ def fact_values(fact: Fact) -> dict[str, Any]:
     )
     if fact.status == FactStatus.ACTIVE:
         values["fact_rank"] = keys.fact_rank(fact.updated_ms, fact.fact_id)
+    # String sets, so that a restatement elsewhere adds its channel (ADD) to the same item.
+    for name in FACT_CHANNEL_SETS:
+        values[name] = set(values[name]) or None
     return values
 
 

@@ -40,6 +40,7 @@ from botmemory.recall_search import (
     rank_episodes,
     rank_facts,
     said_by_first,
+    shown_here,
 )
 from botmemory.records import (
     ChannelSummary,
@@ -58,6 +59,7 @@ from botmemory.short_term import RecentElsewhere, recent_elsewhere
 from botmemory.snowflake import Snowflake
 from botmemory.table import ttl_alive
 from botmemory.text import quote_for_prompt, scrub
+from botmemory.visibility import Visibility
 
 MEMORY_PLACEHOLDER = "{memory}"
 # A template is the bot developer's text around the block; with `{memory}` exactly once, the
@@ -240,6 +242,9 @@ class RecallResult(BaseModel):
     query_note: str | None = None  # why the query was clipped or ignored
     persona: RecalledPersona | None = None  # the persona whose memories the block holds
     persona_note: str | None = None  # why a persona asked for is not there
+    # The server's channels that were public when recalled (botmemory.visibility), for the
+    # answer path's own reads; not part of the JSON callers get.
+    public_channels: frozenset[str] = Field(default=frozenset(), exclude=True)
 
 
 class Recaller:
@@ -296,6 +301,10 @@ class Recaller:
             else None
         )
         persona_future = self._start_persona(request, persona)
+        # Which of the server's channels are public now: what may cross into this one.
+        public_future = (
+            pool.submit(repository.public_channels, request.guild_id) if request.guild_id else None
+        )
         names: dict[str, str] = {}
         participants = self._participants(request, names)
         named_people = _named_in(query, registry_future)
@@ -314,15 +323,22 @@ class Recaller:
             user_id: pool.submit(repository.active_facts, scope, user_id, window)
             for user_id in participants + named
         }
+        # The names people go by here, whatever the caller passed: their profiles.
+        names_future = pool.submit(repository.display_names, scope, participants + named)
         persona, persona_note = self._finish_persona(request, persona_future)
         persona_futures = self._start_persona_facts(persona, scope, participants + named, window)
         short_term_future = self._start_short_term(request, scope, participants)
+        visibility = Visibility(
+            request.channel_id, public_future.result() if public_future else frozenset()
+        )
+        names.update(names_future.result())
         pins = [p for f in pin_futures for p in f.result() if ttl_alive(p.expires_at, now)]
         summary = summary_future.result() if summary_future else None
         if summary is not None and not ttl_alive(summary.expires_at, now):
             summary = None
-        elsewhere = self._finish_short_term(request, short_term_future, names, now)
+        elsewhere = self._finish_short_term(request, short_term_future, names, now, visibility)
         found, status = self._finish_search(search, started)
+        found = shown_here(found, visibility)
         found.messages = said_by_first(found.messages, named_people)
         episodes = rank_episodes(episodes_future.result(), query, found.episodes, now)
         episodes = episodes[: settings.recall_episodes]
@@ -335,7 +351,10 @@ class Recaller:
             if message.message.author_id and message.message.author_name:
                 names.setdefault(message.message.author_id, message.message.author_name)
         facts = rank_facts(
-            {user_id: future.result() for user_id, future in fact_futures.items()},
+            {
+                user_id: visibility.facts(future.result())
+                for user_id, future in fact_futures.items()
+            },
             query,
             found.facts,
             now,
@@ -343,12 +362,14 @@ class Recaller:
             only_relevant=set(named),
             names={**_registered_names(registry_future), **names},
         )
-        tiers = self._persona_tiers(persona_futures, query, now, set(named), names) + [facts]
+        tiers = self._persona_tiers(persona_futures, query, now, set(named), names, visibility)
+        tiers.append(facts)
         result = self._assemble(
             request, pins, summary, tiers, elsewhere, found.messages, episodes, names, persona
         )
         result.search, result.query_note = status, query_note
         result.persona_note = persona_note
+        result.public_channels = visibility.public_now
         return result
 
     # Personas -------------------------------------------------------------------------
@@ -398,12 +419,14 @@ class Recaller:
         now_ms: int,
         named: set[str],
         names: dict[str, str],
+        visibility: Visibility,
     ) -> list[dict[str, list[Fact]]]:
         """The persona's facts, by priority: what it knows of each person, then its own
-        knowledge (the people's own facts come after, in the block's facts budget)."""
+        knowledge (the people's own facts come after, in the block's facts budget); only
+        those that may be shown here."""
         if not futures:
             return []
-        read = {subject: future.result() for subject, future in futures.items()}
+        read = {subject: visibility.facts(future.result()) for subject, future in futures.items()}
         knowledge = read.pop(keys.PERSONA_SUBJECT, [])
         per_person = self._settings.recall_facts_per_person
         of_people = rank_facts(read, query, [], now_ms, per_person, named, names)
@@ -426,13 +449,18 @@ class Recaller:
         entries: Future[dict[str, list[ShortTermEntry]]] | None,
         names: dict[str, str],
         now_ms: int,
+        visibility: Visibility,
     ) -> list[RecentElsewhere]:
-        """Then the messages those entries point at, as the table holds them: one read."""
+        """Then the messages those entries point at, as the table holds them: one read;
+        only entries of channels that are public now."""
         if entries is None:
             return []
         elsewhere = recent_elsewhere(
             self._repository,
-            entries.result(),
+            {
+                person: [e for e in person_entries if e.channel_id in visibility.public_now]
+                for person, person_entries in entries.result().items()
+            },
             channel_id=request.channel_id,
             now_ms=now_ms,
             per_person=self._settings.short_term_per_person,

@@ -25,6 +25,7 @@ from botmemory.search.fusion import reciprocal_rank_fusion
 from botmemory.search.keywords import Bm25, tokens
 from botmemory.search.port import PassageKind, SearchHit, SearchIndex, SearchQuery
 from botmemory.table import ttl_alive
+from botmemory.visibility import Visibility
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +219,25 @@ def checked(
         elif isinstance(last, Episode):
             found.episodes.append(last)
     return found
+
+
+def shown_here(found: Found, visibility: Visibility) -> Found:
+    """What search found that may be shown where recall is asked (botmemory.visibility):
+    words said here or in a channel public now, facts learned here or in one; the rest is
+    counted as dropped. The index's channel filter is not enough: with the guild search
+    scope it spans every channel, and a channel made private keeps its passages."""
+    messages = [m for m in found.messages if visibility.shows_words_of(m.channel_id)]
+    episodes = [e for e in found.episodes if visibility.shows_words_of(e.channel_id)]
+    facts = visibility.facts(found.facts)
+    hidden = (
+        len(found.messages)
+        - len(messages)
+        + len(found.episodes)
+        - len(episodes)
+        + len(found.facts)
+        - len(facts)
+    )
+    return Found(messages, facts, episodes, found.dropped + hidden)
 
 
 # Relevance-first order ---------------------------------------------------------------

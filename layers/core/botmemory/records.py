@@ -107,6 +107,11 @@ class Fact(Record):
     memory_scope: MemoryScope = MemoryScope.USER
     lineage_id: str | None = None
     evidence_user_ids: list[str] = []
+    # Where it may be shown (botmemory.visibility): the channels its evidence was said in,
+    # and those of them that were public then. Stored as string sets, added to by each
+    # restatement; empty for a fact stored before facts kept their channels.
+    learned_in: list[str] = []
+    learned_in_public: list[str] = []
 
 
 class HistoryActor(StrEnum):

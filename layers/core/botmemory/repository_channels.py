@@ -19,6 +19,25 @@ class ChannelRepository(Table):
         item = self._get(ItemRef(keys.guild_pk(guild_id), keys.channel_visibility_sk(channel_id)))
         return bool(item and item.get("public") is True)
 
+    def public_channels(self, guild_id: str) -> frozenset[str]:
+        """The guild's channels @everyone can view now (botmemory.visibility): one Query of
+        its visibility items, paged for a server with many channels."""
+        request = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
+            "ExpressionAttributeValues": {
+                ":pk": {"S": keys.guild_pk(guild_id)},
+                ":prefix": {"S": keys.CHANNEL_VISIBILITY_PREFIX},
+            },
+            "ProjectionExpression": "channel_id, #public",
+            "ExpressionAttributeNames": {"#public": "public"},
+        }
+        return frozenset(
+            item["channel_id"]["S"]
+            for item in self._query_all(request)
+            if item.get("public", {}).get("BOOL") is True and "channel_id" in item
+        )
+
     def guild_staff(self, guild_id: str) -> GuildStaff:
         """The guild's staff as its last GUILD_CREATE said (nobody when unseen)."""
         item = self._get(ItemRef(keys.guild_pk(guild_id), keys.EVERYONE_SK))

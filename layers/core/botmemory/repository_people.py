@@ -185,6 +185,17 @@ class PeopleRepository(Table):
         }
         return [ItemRef(i["pk"]["S"], i["sk"]["S"]) for i in self._query_all(request)]
 
+    def display_names(self, scope: str, user_ids: Iterable[str]) -> dict[str, str]:
+        """The names these people go by in the scope, from their profiles (one BatchGetItem
+        per 100; people never seen are left out)."""
+        wanted = [key(keys.user_pk(scope, u), keys.PROFILE_SK) for u in dict.fromkeys(user_ids)]
+        names: dict[str, str] = {}
+        for item in self._items_at(wanted, "user_id, display_name"):
+            plain = from_item(item)
+            if plain.get("user_id") and plain.get("display_name"):
+                names[str(plain["user_id"])] = str(plain["display_name"])
+        return names
+
     def profile_at(self, ref: ItemRef) -> Profile | None:
         item = self._get(ref)
         return Profile.model_validate(item) if item else None
