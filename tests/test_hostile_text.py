@@ -359,7 +359,7 @@ def test_an_episode_and_a_fact_past_the_year_9999_do_not_crash_show(discord: Dis
 
     text = discord.text("memory", "show")
 
-    assert f"`{fact.fact_id}` Likes green tea (preference, self, unknown date)" in text
+    assert f"`{fact.fact_id}` Likes green tea (preference, self, unknown date;" in text
     assert "summary of unknown date: Alice planned the spring planting." in text
 
 

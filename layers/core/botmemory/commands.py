@@ -82,7 +82,7 @@ from botmemory.text import (
     scrub,
     short_id,
 )
-from botmemory.visibility import Where, learned_where
+from botmemory.visibility import Where, learned_where, place_label
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +275,10 @@ def _shown(text: str) -> str:
 
 
 def _fact_line(fact: Fact) -> str:
-    return f"`{fact.fact_id}` {_shown(fact.text)} ({fact.kind.value}, {fact.source.value}, {day(fact.updated_ms)})"
+    return (
+        f"`{fact.fact_id}` {_shown(fact.text)} ({fact.kind.value}, {fact.source.value}, "
+        f"{day(fact.updated_ms)}; {place_label(fact)})"
+    )
 
 
 def _quarantine_line(record: Quarantine) -> str:

@@ -104,6 +104,14 @@ def user_pk(scope: str, user_id: str) -> str:
     return f"{SCOPE_PREFIX}{scope}#U#{user_id}"
 
 
+def scope_of_user_pk(pk: str, user_id: str) -> str | None:
+    """The scope of a person's partition key (`user_pk` read back); None for another key."""
+    suffix = f"#U#{user_id}"
+    if not pk.startswith(SCOPE_PREFIX) or not pk.endswith(suffix):
+        return None
+    return pk.removeprefix(SCOPE_PREFIX).removesuffix(suffix) or None
+
+
 def kind_of(sk: str) -> ItemKind:
     if sk == STATE_SK:
         return ItemKind.STATE

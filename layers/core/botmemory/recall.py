@@ -100,6 +100,8 @@ FACT_WINDOW_FACTOR = 2
 # With a query, facts are ranked by relevance: each person's newest this many are read.
 FACT_WINDOW_WITH_QUERY = 50
 MAX_PINS_READ = 20
+# In a direct message, its member's own facts from at most this many servers.
+MAX_SERVERS_IN_DM = 5
 # People named in a query (not in the conversation) whose relevant facts may be shown.
 MAX_NAMED_IN_QUERY = 3
 # The name registry read to find them (one Query of the scope's NAME# items).
@@ -305,6 +307,12 @@ class Recaller:
         public_future = (
             pool.submit(repository.public_channels, request.guild_id) if request.guild_id else None
         )
+        # In a direct message, the servers its member's own facts are kept in.
+        servers_future = (
+            None
+            if request.guild_id
+            else pool.submit(repository.servers_of, request.user_id, MAX_SERVERS_IN_DM)
+        )
         names: dict[str, str] = {}
         participants = self._participants(request, names)
         named_people = _named_in(query, registry_future)
@@ -323,13 +331,19 @@ class Recaller:
             user_id: pool.submit(repository.active_facts, scope, user_id, window)
             for user_id in participants + named
         }
+        server_futures = [
+            pool.submit(repository.active_facts, server, request.user_id, window)
+            for server in (servers_future.result() if servers_future else [])
+        ]
         # The names people go by here, whatever the caller passed: their profiles.
         names_future = pool.submit(repository.display_names, scope, participants + named)
         persona, persona_note = self._finish_persona(request, persona_future)
         persona_futures = self._start_persona_facts(persona, scope, participants + named, window)
         short_term_future = self._start_short_term(request, scope, participants)
         visibility = Visibility(
-            request.channel_id, public_future.result() if public_future else frozenset()
+            request.channel_id,
+            public_future.result() if public_future else frozenset(),
+            reader=None if request.guild_id else request.user_id,
         )
         names.update(names_future.result())
         pins = [p for f in pin_futures for p in f.result() if ttl_alive(p.expires_at, now)]
@@ -350,11 +364,10 @@ class Recaller:
         for message in found.messages:
             if message.message.author_id and message.message.author_name:
                 names.setdefault(message.message.author_id, message.message.author_name)
+        read = {user_id: future.result() for user_id, future in fact_futures.items()}
+        read[request.user_id] += [fact for future in server_futures for fact in future.result()]
         facts = rank_facts(
-            {
-                user_id: visibility.facts(future.result())
-                for user_id, future in fact_futures.items()
-            },
+            {user_id: visibility.facts(user_facts) for user_id, user_facts in read.items()},
             query,
             found.facts,
             now,

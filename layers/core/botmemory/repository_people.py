@@ -33,6 +33,7 @@ from botmemory.records import (
     Named,
     Observation,
     Profile,
+    scope_of,
 )
 from botmemory.schema import (
     BY_USER_INDEX,
@@ -184,6 +185,26 @@ class PeopleRepository(Table):
             "ExpressionAttributeValues": {":user": {"S": user_id}},
         }
         return [ItemRef(i["pk"]["S"], i["sk"]["S"]) for i in self._query_all(request)]
+
+    def servers_of(self, user_id: str, limit: int) -> list[str]:
+        """The servers' scopes a person has a profile in (spoke in, consolidated), at most
+        `limit`: one Query of the by_user index for their PROFILE items."""
+        response = self._client.query(
+            TableName=self.table_name,
+            IndexName=BY_USER_INDEX,
+            KeyConditionExpression="user_id = :user AND sk = :profile",
+            ExpressionAttributeValues={
+                ":user": {"S": user_id},
+                ":profile": {"S": keys.PROFILE_SK},
+            },
+            Limit=limit * 2,
+        )
+        scopes = []
+        for item in response["Items"]:
+            scope = keys.scope_of_user_pk(item["pk"]["S"], user_id)
+            if scope and scope != scope_of(None) and keys.lineage_of(scope) is None:
+                scopes.append(scope)
+        return scopes[:limit]
 
     def display_names(self, scope: str, user_ids: Iterable[str]) -> dict[str, str]:
         """The names these people go by in the scope, from their profiles (one BatchGetItem

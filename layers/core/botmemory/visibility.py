@@ -13,8 +13,9 @@ the channel, botmemory.channels). It is shown in a channel only when
 Words said in a channel (a message search found, a short-term entry, an episode) follow the
 same rule with the channel they were said in. A fact without channel information (stored
 before facts kept their channels, its evidence gone from the table) is shown nowhere but in
-the person's own `/memory show` and staff listings. In a direct message the person sees what
-they said in that direct message (the `dm` scope holds only direct messages).
+the person's own `/memory show` and staff listings. In a direct message, which only its one
+member reads, that member sees their own facts: what they said there, and what they said in
+the servers they share with the bot (recall reads those for the direct message).
 
 This module is the rule's one owner: recall, the answer prompt (memory block, speaker note,
 correctable facts), correction notices and the listings all ask it.
@@ -25,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from botmemory.records import Fact
+from botmemory.records import Fact, MemoryScope
 
 
 @dataclass(frozen=True)
@@ -36,13 +37,19 @@ class Visibility:
 
     channel_id: str
     public_now: frozenset[str] = frozenset()
+    # In a direct message, the one person who reads it: their own facts are shown there
+    # from wherever they were learned (they said them; nobody else reads the channel).
+    reader: str | None = None
 
     def shows_words_of(self, channel_id: str) -> bool:
         """Whether words said in `channel_id` may be shown here."""
         return channel_id == self.channel_id or channel_id in self.public_now
 
     def shows(self, fact: Fact) -> bool:
-        """Whether `fact` may be shown here: learned here, or in a channel still public."""
+        """Whether `fact` may be shown here: learned here, or in a channel still public;
+        in a direct message, any of its reader's own."""
+        if self.reader is not None and fact.user_id == self.reader:
+            return fact.memory_scope == MemoryScope.USER
         if self.channel_id in fact.learned_in:
             return True
         return any(channel in self.public_now for channel in fact.learned_in_public)
@@ -76,12 +83,13 @@ def learned_where(channel_id: str, public: bool) -> Where:
     return Where([channel_id], [channel_id] if public else [])
 
 
-def place_label(fact: Fact, public_now: frozenset[str] | None = None) -> str:
-    """Where a fact was learned, for listings: `<#id>` each, private ones marked."""
+def place_label(fact: Fact) -> str:
+    """Where a fact was learned, for the listings (`/memory show`, staff): each channel as
+    Discord links it, those that were not public then marked."""
     if not fact.learned_in:
-        return "where: not known (shown nowhere until said again)"
-    parts = []
-    for channel in fact.learned_in:
-        public = channel in fact.learned_in_public and (public_now is None or channel in public_now)
-        parts.append(f"<#{channel}>" if public else f"<#{channel}> (private)")
-    return "learned in " + ", ".join(parts)
+        return "learned where: not known, so shown nowhere until said again"
+    places = [
+        f"<#{channel}>" if channel in fact.learned_in_public else f"<#{channel}> (private)"
+        for channel in fact.learned_in
+    ]
+    return "learned in " + ", ".join(places)
