@@ -1,0 +1,136 @@
+"""An OpenAI-compatible memory model on 127.0.0.1 that writes facts, as a hosted model would:
+it reads the batch the project renders (`memory_model.contract.render_batch`) and, for each
+observation whose words hold one of its phrases, proposes a fact about that observation's
+author citing it. ConsolidateFunction reaches it through the project's own `openai:` client."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+# One observation line of the rendered batch: `#3 [msg] "Carol" (user_id 42): "words"`.
+_OBSERVATION = re.compile(r'^#(\d+) \[(\w+)\] "(.*?)" \(user_id (\d+)\): "(.*)"$')
+
+
+@dataclass(frozen=True)
+class Teaching:
+    """When an observation holds `phrase`, the fact `text` (with `{name}`) about its author."""
+
+    phrase: str
+    text: str
+    kind: str = "fact"
+    scope: str = "user"
+
+
+@dataclass
+class FactWriter:
+    teachings: list[Teaching] = field(default_factory=list)
+    batches: list[str] = field(default_factory=list)  # the user messages it was sent
+
+    def answer(self, batch: str) -> dict[str, Any]:
+        facts = []
+        for line in batch.splitlines():
+            found = _OBSERVATION.match(line)
+            if not found:
+                continue
+            number, _, name, user_id, words = found.groups()
+            for teaching in self.teachings:
+                if teaching.phrase.lower() in words.lower():
+                    facts.append(
+                        {
+                            "user_id": user_id,
+                            "text": teaching.text.format(name=name),
+                            "kind": teaching.kind,
+                            "evidence": [int(number)],
+                            "supersedes": [],
+                            "scope": teaching.scope,
+                        }
+                    )
+        return {
+            "facts": facts,
+            "episode": {"summary": "Members talked.", "participants": []},
+            "channel_summary": "",
+        }
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, writer: FactWriter) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.writer = writer
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}/v1/"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        batch = body["messages"][-1]["content"]
+        self.server.writer.batches.append(batch)
+        content = json.dumps(self.server.writer.answer(batch))
+        payload = json.dumps(
+            {
+                "id": "chatcmpl-memory",
+                "object": "chat.completion",
+                "model": "memory-test",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": "stop",
+                    }
+                ],
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@dataclass
+class RunningWriter:
+    writer: FactWriter
+    base_url: str
+
+    def environment(self) -> dict[str, str]:
+        """What a function is given to consolidate with it."""
+        return {
+            "MEMORY_MODEL": "openai:memory-test",
+            "MEMORY_MODEL_BASE_URL": self.base_url,
+            "MEMORY_MODEL_API_KEY": "sk-test-memory",
+            "MEMORY_MODEL_API_KEY_SECRET": "",
+        }
+
+
+@pytest.fixture
+def fact_writer() -> Iterator[RunningWriter]:
+    writer = FactWriter()
+    server = _Server(writer)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    )
+    thread.start()
+    try:
+        yield RunningWriter(writer, server.base_url)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
