@@ -71,12 +71,15 @@ from botmemory.repository_channels import ChannelRepository
 from botmemory.repository_people import PeopleRepository
 from botmemory.repository_personas import PersonaRepository
 from botmemory.repository_short_term import ShortTermRepository
+from botmemory.repository_summaries import SummaryRepository
 from botmemory.table import error_code
 
 log = logging.getLogger(__name__)
 
 
-class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository, PersonaRepository):
+class MemoryRepository(
+    PeopleRepository, ChannelRepository, ShortTermRepository, PersonaRepository, SummaryRepository
+):
     # Observations -----------------------------------------------------------------
 
     def put_observation(self, observation: Observation) -> bool:
