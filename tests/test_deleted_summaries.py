@@ -16,11 +16,13 @@ import pytest
 
 from botmemory import keys
 from botmemory.clock import ManualClock
+from botmemory.config import Settings
 from botmemory.consolidation_commit import CommitRejected
 from botmemory.consolidation_outcome import Status
+from botmemory.erasure import Eraser
 from botmemory.memory_model.contract import ModelInput
 from botmemory.records import ChannelSummary
-from botmemory.runtime import MemoryServices
+from botmemory.runtime import MemoryServices, build_services
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from localrun.samtemplate import passes_filters
 from scripts import make_events as events
@@ -72,16 +74,30 @@ def deliver(local: LocalLambda, dynamodb: Any, function: str, seen: set[str]) ->
         assert answer == {"batchItemFailures": []}
 
 
+def functions(monkeypatch: pytest.MonkeyPatch, index_path: Path) -> LocalLambda:
+    """The functions as template.yaml declares them, sharing one search index file (as they
+    share the S3 Vectors index on AWS), a round every 4 observations."""
+    env = sample_env()
+    for variables in env.values():
+        if "MEMORY_SEARCH_INDEX" in variables:
+            variables["MEMORY_SEARCH_INDEX"] = f"sqlite:{index_path}"
+    env["Parameters"]["MEMORY_CONSOLIDATE_EVERY"] = "4"
+    return LocalLambda(monkeypatch, env)
+
+
+def archived_passages(index_path: Path) -> list[str]:
+    index = SqliteSearchIndex(str(index_path))
+    try:
+        return [p.text for p in index.passages() if p.id.startswith("S#")]
+    finally:
+        index.close()
+
+
 def test_a_message_deleted_in_discord_leaves_every_summary_and_their_passages(
     dynamodb: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    env = sample_env()
     index_path = tmp_path / "search.sqlite3"
-    for variables in env.values():
-        if "MEMORY_SEARCH_INDEX" in variables:  # one index, shared as S3 Vectors would be
-            variables["MEMORY_SEARCH_INDEX"] = f"sqlite:{index_path}"
-    env["Parameters"]["MEMORY_CONSOLIDATE_EVERY"] = "4"
-    local = LocalLambda(monkeypatch, env)
+    local = functions(monkeypatch, index_path)
     seen: set[str] = set()
     start = int(time.time() * 1000) - 3_600_000
     people = [events.ALICE, events.BOB]
@@ -103,8 +119,7 @@ def test_a_message_deleted_in_discord_leaves_every_summary_and_their_passages(
     # Both summaries took the catamaran in; the replaced one is archived and searchable.
     assert len(summaries(dynamodb)) == 2
     assert all("catamaran" in text for text in summary_texts(dynamodb))
-    index = SqliteSearchIndex(str(index_path))
-    assert [p for p in index.passages() if p.id.startswith("S#") and "catamaran" in p.text]
+    assert [text for text in archived_passages(index_path) if "catamaran" in text]
 
     talk(
         [f"Kites on the beach, take {i}" for i in range(4)], start + 1_200_000, [gw.delete(secret)]
@@ -114,8 +129,45 @@ def test_a_message_deleted_in_discord_leaves_every_summary_and_their_passages(
     assert not [t for t in summary_texts(dynamodb) if "catamaran" in t]
     (current,) = summaries(dynamodb)  # rebuilt from what is left; nothing archived
     assert current["sk"]["S"] == keys.SUMMARY_SK and "beach" in current["summary"]["S"]
-    assert not [p for p in index.passages() if p.id.startswith("S#")]
-    index.close()
+    assert archived_passages(index_path) == []
+
+
+@pytest.mark.parametrize("leaves", ["forgetme", "expiry"])
+def test_an_archived_summary_erased_or_expired_leaves_the_index(
+    dynamodb: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, leaves: str
+) -> None:
+    index_path = tmp_path / "search.sqlite3"
+    local = functions(monkeypatch, index_path)
+    seen: set[str] = set()
+    start = int(time.time() * 1000) - 3_600_000
+    for round_ in range(2):
+        said = [
+            gw.message(
+                [events.ALICE, events.BOB][i % 2],
+                f"Greenhouse tomatoes, week {round_}{i}",
+                start + round_ * 600_000 + i * 1000,
+                channel=events.CHANNEL,
+                guild=events.GUILD,
+            )
+            for i in range(4)
+        ]
+        local.invoke("IngestFunction", {"events": said})
+        deliver(local, dynamodb, "ConsolidateFunction", seen)
+    assert len(archived_passages(index_path)) == 1
+
+    if leaves == "forgetme":
+        services = build_services(
+            Settings(table_name=TABLE, memory_model="rules"), dynamodb=dynamodb
+        )
+        Eraser(services.repository, services.clock, services.opt_outs.hash_of).erase(events.ALICE)
+    else:  # what DynamoDB's TTL does at expiry: a REMOVE with the old image
+        (archive,) = [
+            i for i in summaries(dynamodb) if i["sk"]["S"].startswith(keys.SUMMARY_ARCHIVE_PREFIX)
+        ]
+        dynamodb.delete_item(TableName=TABLE, Key={"pk": archive["pk"], "sk": archive["sk"]})
+    deliver(local, dynamodb, "SearchIndexFunction", seen)
+
+    assert archived_passages(index_path) == []
 
 
 # The rules, in process --------------------------------------------------------------------
