@@ -1,6 +1,7 @@
 """The consolidation commit: everything one consolidation round writes, in one transaction.
 
-Facts, supersessions, their history entries, the episode, episodes beyond the cap, consumption of the batch,
+Facts, supersessions, their history entries, the episode, episodes beyond the cap, the channel
+summary (rolled, archived, or dropped for a deleted message), consumption of the batch,
 deletion of opted-out words, the profiles of the people seen, the member markers of the persona
 that learned something of a person, the quarantine record of a batch that kept failing, and the
 release of the channel lock (with the channel's failure record) go into one
