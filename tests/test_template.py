@@ -196,6 +196,67 @@ def test_consolidation_stream_trigger(template: dict[str, Any], resources: dict[
     }
 
 
+def test_every_stream_record_that_stales_a_passage_passes_the_search_index_filter(
+    dynamodb: Any,
+) -> None:
+    """The template's FilterCriteria, applied to the records moto's stream produced for a
+    channel's whole life (rounds that index messages, facts, episodes and an archived
+    summary; a delete in Discord; staff forgetting a fact; expiry; /forgetme): every record
+    that names a passage to remove reaches SearchIndexFunction."""
+    from botmemory.clock import DAY_MS, ManualClock
+    from botmemory.erasure import Eraser
+    from botmemory.index_sync import passages_to_remove
+    from botmemory.items import key
+    from botmemory.keys import ItemKind, channel_pk, kind_of
+    from botmemory.runtime import build_services
+    from localrun.samtemplate import Template, passes_filters
+    from tests import gateway as gw
+    from tests.conftest import CountingModel
+    from tests.storage import StreamTail
+    from tests.test_channel_summary import T0, chat
+
+    stream = StreamTail(dynamodb)
+    clock = ManualClock(T0)
+    model = CountingModel()  # the rules model: facts, episodes and a rolling summary
+    settings = Settings(
+        table_name="MemoryTable",
+        memory_model="rules",
+        consolidate_every=4,
+        bot_user_id=gw.BOT,
+        search_index="sqlite::memory:",
+    )
+    services = build_services(settings, dynamodb=dynamodb, clock=clock, model=model)
+    first = [gw.message(gw.ALICE, "I love hiking in the Alps.", T0 - 10_000), *chat(3, T0)]
+    for batch in (first, chat(4, T0 + 60_000), [gw.delete(first[0]), *chat(4, T0 + 120_000)]):
+        clock.advance(ms=60_000)
+        services.recorder.record(batch)
+        services.consolidator.consolidate(gw.CHANNEL, force=True)
+    clock.advance(ms=60_000)
+    services.recorder.record(chat(4, T0 + 240_000, "I use Neovim, note {i}."))
+    services.consolidator.consolidate(gw.CHANNEL, force=True)
+    for fact in services.repository.all_facts(gw.GUILD, gw.BOB):  # staff forget-fact
+        services.repository.delete_facts([fact])
+    (episode, *_) = services.repository.recent_episodes(gw.CHANNEL, 1)
+    dynamodb.delete_item(  # what TTL expiry does: a REMOVE with the old image
+        TableName="MemoryTable", Key=key(channel_pk(gw.CHANNEL), episode.sk)
+    )
+    Eraser(services.repository, clock, services.opt_outs.hash_of).erase(gw.ALICE, ["Alice"])
+    Eraser(services.repository, clock, services.opt_outs.hash_of).erase(gw.BOB, ["Bob"])
+    clock.advance(ms=DAY_MS)
+
+    filters = Template.load().stream_filters("SearchIndexFunction")
+    stale = [r for r in stream.new_records() if passages_to_remove(r)]
+    kinds = {kind_of(r["dynamodb"]["Keys"]["sk"]["S"]) for r in stale}
+
+    assert kinds >= {
+        ItemKind.OBSERVATION,
+        ItemKind.FACT,
+        ItemKind.EPISODE,
+        ItemKind.SUMMARY_ARCHIVE,
+    }
+    assert [r["dynamodb"]["Keys"] for r in stale if not passes_filters(filters, r)] == []
+
+
 @pytest.mark.parametrize("logical_id", ["ConsolidateFunction", "SweepFunction"])
 def test_consolidating_functions_time_out_before_the_lock_lease(
     template: dict[str, Any], resources: dict[str, Any], logical_id: str

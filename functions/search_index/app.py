@@ -1,8 +1,8 @@
 """SearchIndexFunction: the search index follows the table.
 
-The stream's FilterCriteria deliver REMOVE and MODIFY records of observations, facts and
-episodes; each one whose item left the table (TTL expiry, erasure, a deleted message,
-/memory forget) or whose words changed (a redacted name, a corrected or superseded fact)
+The stream's FilterCriteria deliver REMOVE and MODIFY records of observations, facts,
+episodes and archived channel summaries; each one whose item left the table (TTL expiry,
+erasure, a deleted message, /memory forget) or whose words changed (a redacted name, a corrected or superseded fact)
 names the passages to remove. A record that cannot be read is logged and counted; a failure
 of the index fails the batch, which the stream retries (removal is idempotent).
 """

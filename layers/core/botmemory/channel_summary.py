@@ -10,18 +10,27 @@ fails or gives nothing shorter. What is stored is cut to MEMORY_SUMMARY_MAX_CHAR
 The summary it replaces is archived (botmemory.keys.SUMMARY_ARCHIVE_PREFIX), searchable until
 it expires like an episode. Both carry who spoke in the stretch they cover, so `/forgetme`
 deletes every summary a person's words went into.
+
+A summary's stretch (`start_ms`..`end_ms`) spans the times of the messages whose words it
+took in (a message's time is its id's: an edit counts at its message's time), and only
+grows as it rolls. A message deleted in Discord inside that stretch may live on in the
+paraphrase, which no one can reliably take one message out of: the round that sees the delete
+drops every summary covering it (the current one in its transaction, the archives just before
+it), and the channel's next summary is built from what is left.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from botmemory import keys
 from botmemory.clock import DAY_MS, epoch_seconds
 from botmemory.config import Settings
 from botmemory.memory_model.contract import MemoryModel
-from botmemory.records import ChannelSummary
+from botmemory.records import ChannelSummary, Episode, Observation
+from botmemory.snowflake import snowflake_ms
 from botmemory.text import clean, content_hash, short_id
 
 log = logging.getLogger(__name__)
@@ -35,6 +44,27 @@ MAX_PROPOSED_CHARS = 40_000
 
 def estimated_tokens(text: str) -> int:
     return len(text) // CHARS_PER_TOKEN
+
+
+def message_times(message_ids: Iterable[str]) -> list[int]:
+    """When these messages were said (their ids' time), sorted, each once; an id that is
+    not a Discord id (digits, at most 20) names no time and is skipped."""
+    return sorted({snowflake_ms(m) for m in message_ids if m.isdigit() and len(m) <= 20})
+
+
+def stretch(observations: Iterable[Observation]) -> tuple[int, int] | None:
+    """The stretch of conversation these observations (the ones the model was shown) hold
+    words of: the times of their messages; None when there are none."""
+    times = [
+        snowflake_ms(o.message_id) if o.message_id and o.message_id.isdigit() else o.at_ms
+        for o in observations
+    ]
+    return (min(times), max(times)) if times else None
+
+
+def covers(summary: Episode, times: Iterable[int]) -> bool:
+    """Whether a summary's stretch holds any of these times (may hold those words)."""
+    return any(summary.start_ms <= t <= summary.end_ms for t in times)
 
 
 @dataclass
@@ -89,8 +119,9 @@ def roll(
         participant_names=[names_of.get(p, p) for p in ids[:MAX_SUMMARY_PARTICIPANTS]],
         more_participants=len(ids) > MAX_SUMMARY_PARTICIPANTS
         or (current is not None and current.more_participants),
-        start_ms=current.start_ms if current else start_ms,
-        end_ms=end_ms,
+        # It holds everything it held: its stretch only grows (late words included).
+        start_ms=min(current.start_ms, start_ms) if current else start_ms,
+        end_ms=max(current.end_ms, end_ms) if current else end_ms,
         created_ms=now_ms,
         expires_at=epoch_seconds(now_ms + settings.episode_retention_days * DAY_MS),
     )

@@ -62,6 +62,7 @@ from botmemory.records import (
     FactKind,
     FactSource,
     FactStatus,
+    Forgotten,
     HistoryActor,
     MemoryScope,
     Persona,
@@ -818,16 +819,31 @@ class Commands:
         )
 
     def _delete_recorded(self, facts: list[Fact], actor: HistoryActor, actor_id: str) -> None:
-        """Delete facts, each with its history entry, in one write per few facts."""
+        """Forget facts: each deleted with its history entry and its forget tombstone, in
+        one write per few facts. The tombstone keeps a consolidation round from bringing
+        one back from words said before now (one thinking meanwhile included: its commit is
+        conditioned on it); it lasts as long as those words can (observation retention)."""
         now = self._services.clock.now_ms()
-        retention = self._services.settings.fact_retention_days
+        settings = self._services.settings
+        retention = settings.fact_retention_days
         entries = [
             fact_history.deleted(
                 f, actor=actor, at_ms=now, retention_days=retention, actor_id=actor_id
             )
             for f in facts
         ]
-        self._services.repository.delete_facts(facts, entries)
+        until = epoch_seconds(now + settings.observation_retention_days * DAY_MS)
+        tombstones = [
+            Forgotten(
+                scope=f.scope,
+                user_id=f.user_id,
+                fact_id=f.fact_id,
+                forgotten_ms=now,
+                expires_at=until,
+            )
+            for f in facts
+        ]
+        self._services.repository.delete_facts(facts, entries, tombstones)
 
     def _staff_history(self, invocation: Invocation) -> dict[str, Any]:
         """Every change to one fact of this server, oldest first: when, who, the texts."""

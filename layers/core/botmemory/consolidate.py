@@ -142,6 +142,7 @@ class _Judgement:
     episode: Episode | None = None
     summary: channel_summary.RolledSummary = field(default_factory=channel_summary.RolledSummary)
     summary_replaces: str | None = None  # id of the stored summary the new one rewrites
+    summary_dropped: bool = False  # the stored one covers a message deleted since: it goes
 
 
 def _fit_one_transaction(
@@ -461,18 +462,21 @@ class Consolidator:
                 for o in batch.observations
                 if o.author_id and staff.includes(o.author_id, o.author_roles)
             }
+        stored, dropped = self._stored_summary(channel_id, batch)
+        summary = None if dropped else stored  # a dropped summary is never shown to the model
         if batch.numbered:  # a batch of reactions and deletions alone needs no model
             known = self._known_facts(batch)
-            summary = self._repository.channel_summary(channel_id, consistent=True)
             try:
                 answer = self._ask_model(batch, known, summary, outcome)
             except Exception as exc:  # counted, retried later, split, at worst quarantined
                 return self._failed(lock, batch, outcome, str(exc)[:300])
             judgement = self._judge(answer, batch, known, outcome)
             judgement.summary = self._rolled_summary(summary, answer, batch, outcome)
-            judgement.summary_replaces = summary.episode_id if summary else None
+        judgement.summary_replaces = stored.episode_id if stored else None
+        judgement.summary_dropped = dropped
         # Before the commit, so that a failed commit leaves the deletes pending to retry.
         outcome.retired = self._retire_deleted(batch)
+        outcome.summaries_dropped = int(dropped) + self._drop_covering_archives(channel_id, batch)
         commit = self._build_commit(lock, batch, judgement, outcome)
         passages = self._message_passages(batch)
         commit.holders = holders(passages)
@@ -585,6 +589,11 @@ class Consolidator:
         outcome: Outcome,
     ) -> channel_summary.RolledSummary:
         assert self._model is not None
+        # The stretch of what the model was shown: a message hidden as deleted is not in it.
+        start_ms, end_ms = channel_summary.stretch(batch.by_number.values()) or (
+            min(o.at_ms for o in batch.observations),
+            max(o.at_ms for o in batch.observations),
+        )
         rolled = channel_summary.roll(
             current,
             answer.channel_summary,
@@ -592,8 +601,8 @@ class Consolidator:
             settings=self._settings,
             channel_id=outcome.channel_id,
             speakers=batch.authors,
-            start_ms=min(o.at_ms for o in batch.observations),
-            end_ms=max(o.at_ms for o in batch.observations),
+            start_ms=start_ms,
+            end_ms=end_ms,
             now_ms=self._clock.now_ms(),
         )
         outcome.model_calls += rolled.recompressed
@@ -746,6 +755,7 @@ class Consolidator:
             summary=judgement.summary.summary,
             summary_replaces=judgement.summary_replaces,
             archived_summary=judgement.summary.archived,
+            summary_dropped=judgement.summary_dropped,
             more_pending_since_ms=now if batch.waiting else None,
             now_ms=now,
             attempts=self._retry.after_success(
@@ -1158,6 +1168,31 @@ class Consolidator:
         if retired:
             log.info("retired facts of deleted messages", extra={"retired": retired})
         return retired
+
+    def _stored_summary(self, channel_id: str, batch: _Batch) -> tuple[ChannelSummary | None, bool]:
+        """The channel's summary as stored (read strongly consistent when the round needs
+        it), and whether it covers a message this batch deletes: then the round drops it (a
+        paraphrase cannot reliably lose one message) and builds the next from the batch."""
+        deleted = channel_summary.message_times(_deleted_in(batch.observations))
+        if not batch.numbered and not deleted:
+            return None, False
+        stored = self._repository.channel_summary(channel_id, consistent=True)
+        return stored, stored is not None and channel_summary.covers(stored, deleted)
+
+    def _drop_covering_archives(self, channel_id: str, batch: _Batch) -> int:
+        """Delete the archived summaries covering a message this batch deletes (their
+        passages leave the search index through the stream). Before the commit, like the
+        facts the delete retires: a refused commit leaves the delete pending, and the retry
+        finds nothing more to delete."""
+        deleted = channel_summary.message_times(_deleted_in(batch.observations))
+        covering = self._repository.summary_archives_covering(channel_id, deleted)
+        if covering:
+            self._repository.delete_summary_archives(channel_id, covering)
+            log.info(
+                "dropped archived summaries covering deleted messages",
+                extra={"channel_id": channel_id, "dropped": len(covering)},
+            )
+        return len(covering)
 
     def _known_facts(self, batch: _Batch) -> dict[str, Fact]:
         """The speakers' current facts and, with a persona, what it knows of each of them

@@ -1,6 +1,7 @@
 """The consolidation commit: everything one consolidation round writes, in one transaction.
 
-Facts, supersessions, their history entries, the episode, episodes beyond the cap, consumption of the batch,
+Facts, supersessions, their history entries, the episode, episodes beyond the cap, the channel
+summary (rolled, archived, or dropped for a deleted message), consumption of the batch,
 deletion of opted-out words, the profiles of the people seen, the member markers of the persona
 that learned something of a person, the quarantine record of a batch that kept failing, and the
 release of the channel lock (with the channel's failure record) go into one
@@ -148,6 +149,10 @@ class ConsolidationCommit:
     summary: ChannelSummary | None = None
     summary_replaces: str | None = None
     archived_summary: ChannelSummary | None = None
+    # The stored summary (`summary_replaces`) covers a message deleted since: it goes, never
+    # archived, replaced by `summary` (built without it) or, with none, deleted, on the same
+    # condition that it is still the one read.
+    summary_dropped: bool = False
     more_pending_since_ms: int | None = None  # oldest observation left pending, if any
     # People seen in the batch: (scope, user id, display name); each profile, in the scope
     # of that person's observations, learns the channel.
@@ -194,7 +199,7 @@ class ConsolidationCommit:
             + len(self.facts)
             + len(self.superseded)
             + (1 if self.episode else 0)
-            + (1 if self.summary else 0)
+            + (1 if self.summary or self._drops_summary else 0)
             + (1 if self.archived_summary else 0)
             + len(self.dropped_episodes)
             + (1 if self.quarantine else 0)
@@ -235,6 +240,8 @@ class ConsolidationCommit:
         ]
         if self.summary:
             actions.append({"Put": self._summary_put(self.summary)})
+        elif self._drops_summary:
+            actions.append({"Delete": self._summary_delete()})
         if self.archived_summary:
             actions.append(
                 {
@@ -287,6 +294,18 @@ class ConsolidationCommit:
             put["ConditionExpression"] = "episode_id = :replaces"
             put["ExpressionAttributeValues"] = {":replaces": {"S": self.summary_replaces}}
         return put
+
+    @property
+    def _drops_summary(self) -> bool:
+        return self.summary_dropped and self.summary_replaces is not None
+
+    def _summary_delete(self) -> dict[str, Any]:
+        """The dropped summary, deleted only while it is the one read (gone already: fine)."""
+        return {
+            "Key": key(keys.channel_pk(self.lock.channel_id), keys.SUMMARY_SK),
+            "ConditionExpression": "attribute_not_exists(pk) OR episode_id = :replaces",
+            "ExpressionAttributeValues": {":replaces": {"S": str(self.summary_replaces)}},
+        }
 
     def _guards(self) -> list[dict[str, Any]]:
         """The checks that make erasure, opt-out and forget win a race with this commit."""

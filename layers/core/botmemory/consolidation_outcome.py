@@ -51,6 +51,7 @@ class Outcome:
     index_failed: bool = False  # the search index refused the round's passages (counted)
     shadow_superseded: int = 0  # MEMORY_SUPERSESSION=shadow: what would have been superseded
     summary_recompressed: bool = False  # the channel summary needed a second model pass
+    summaries_dropped: int = 0  # channel summaries (current, archived) a deleted message took
     short_term_written: int = 0  # cross-channel entries written (botmemory.short_term)
 
 
@@ -69,6 +70,7 @@ def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
                 ("FactsDiscarded", len(outcome.discarded)),
                 ("SearchIndexWrites", outcome.index_writes),
                 ("SummaryRecompressions", int(outcome.summary_recompressed)),
+                ("SummariesDropped", outcome.summaries_dropped),
                 ("ShortTermEntriesWritten", outcome.short_term_written),
             ]
             if outcome.index_failed:

@@ -7,10 +7,12 @@ removed again. With erasure marking a person before deleting their items, and th
 removing a passage whenever one of its items is deleted or rewritten, a deletion racing the
 write is caught by one side or the other.
 
-Following: the table's stream (REMOVE and MODIFY records of observations, facts,
-episodes and archived channel summaries) names the passages to remove. One path for every way an item leaves the table:
-TTL expiry, /forgetme and opt-out, a message deleted in Discord, /memory forget, staff
-corrections, supersession and the episode cap.
+Following: the table's stream (REMOVE and MODIFY records of observations, facts, episodes
+and archived channel summaries: SearchIndexFunction's filter in template.yaml must let
+each of these kinds through) names the passages to remove. One path for every way an item
+leaves the table: TTL expiry, /forgetme and opt-out, a message deleted in Discord (the
+archived summaries covering it included), /memory forget, staff corrections, supersession
+and the episode cap. The current channel summary is never indexed (recall reads it).
 """
 
 from __future__ import annotations

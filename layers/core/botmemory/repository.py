@@ -71,12 +71,15 @@ from botmemory.repository_channels import ChannelRepository
 from botmemory.repository_people import PeopleRepository
 from botmemory.repository_personas import PersonaRepository
 from botmemory.repository_short_term import ShortTermRepository
+from botmemory.repository_summaries import SummaryRepository
 from botmemory.table import error_code
 
 log = logging.getLogger(__name__)
 
 
-class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository, PersonaRepository):
+class MemoryRepository(
+    PeopleRepository, ChannelRepository, ShortTermRepository, PersonaRepository, SummaryRepository
+):
     # Observations -----------------------------------------------------------------
 
     def put_observation(self, observation: Observation) -> bool:
@@ -492,20 +495,31 @@ class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository,
         item = self._item_by_id(fact_id, keys.ItemKind.FACT)
         return Fact.model_validate(item) if item else None
 
-    def delete_facts(self, facts: Iterable[Fact], history: Sequence[FactHistory] = ()) -> int:
-        """Delete these facts; with `history`, each fact's deletion and its entries go in
-        one transaction (a few facts per transaction)."""
+    def delete_facts(
+        self,
+        facts: Iterable[Fact],
+        history: Sequence[FactHistory] = (),
+        tombstones: Sequence[Forgotten] = (),
+    ) -> int:
+        """Delete these facts; with `history` (and forget `tombstones`), each fact's
+        deletion, its entries and its tombstone go in one transaction (a few facts per
+        transaction): a forgotten fact is never gone without the tombstone that keeps
+        consolidation from bringing it back."""
         facts = list(facts)
-        if not history:
+        if not history and not tombstones:
             return self._delete_keys([fact_key(f) for f in facts])
         entries: dict[tuple[str, str, str], list[FactHistory]] = {}
         for entry in history:
             entries.setdefault((entry.scope, entry.user_id, entry.fact_id), []).append(entry)
+        forgotten = {(t.scope, t.user_id, t.fact_id): t for t in tombstones}
         actions: list[dict[str, Any]] = []
         for fact in facts:
-            change = [{"Delete": {"Key": fact_key(fact)}}]
-            for entry in entries.get((fact.scope, fact.user_id, fact.fact_id), []):
+            address = (fact.scope, fact.user_id, fact.fact_id)
+            change: list[dict[str, Any]] = [{"Delete": {"Key": fact_key(fact)}}]
+            for entry in entries.get(address, []):
                 change += history_puts(entry)
+            if address in forgotten:
+                change.append({"Put": {"Item": to_item(forgotten_values(forgotten[address]))}})
             if len(actions) + len(change) > MAX_TRANSACTION_ACTIONS:
                 self._transact(self._in_table(actions))
                 actions = []
