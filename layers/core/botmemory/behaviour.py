@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 
 from botmemory.text import scrub
 
@@ -161,7 +162,7 @@ _ANYWHERE: list[tuple[re.Pattern[str], str]] = [
         _re(
             rf"\b(?:end|ends|ending|start|starts|starting|begin|begins|beginning|finish|finishes|"
             rf"close|closes|sign|signs|prefix|prefixes|suffix|append|appends)\s+"
-            rf"{_EVERY}\s+(?:\w+\s+)?{_ANSWERS}\s+(?:with|by|in)\b"
+            rf"(?:{_EVERY}\s+(?:\w+\s+)?{_ANSWERS}|replies|responses|answers)\s+(?:with|by|in)\b"
         ),
         STYLE,
     ),
@@ -339,12 +340,15 @@ _ELSEWHERE: list[tuple[re.Pattern[str], str]] = [
 ]
 
 
-def behaviour_request(text: str) -> str | None:
+def behaviour_request(text: str, names: Iterable[str] = ()) -> str | None:
     """Why `text` is a request to change the bot's behaviour (None: it may be a fact).
 
-    The reason starts with "behaviour request" (REASON): consolidation logs and counts it
-    as a discarded fact's reason, the commands show it."""
+    `names`: other names the bot answers by (the active persona's, say): "wants the Tutor
+    to ..." is read as "wants the bot to ...". The reason starts with "behaviour request"
+    (REASON): consolidation logs and counts it as a discarded fact's reason."""
     plain = _plain(text)
+    for name in {_plain(n) for n in names} - {""}:
+        plain = re.sub(rf"(?<!\w)(?:the\s+)?{re.escape(name)}(?!\w)", "the bot", plain)
     if not plain:
         return None
     for pattern, reason in _ANYWHERE:
@@ -354,6 +358,11 @@ def behaviour_request(text: str) -> str | None:
     for pattern, reason in _ELSEWHERE:
         if pattern.search(plain):
             return reason
+    return _said_to_the_bot(plain)
+
+
+def _said_to_the_bot(plain: str) -> str | None:
+    """Why a clause of the text is an instruction said to the bot (None: none is)."""
     for sentence in _SENTENCES.split(plain):
         led = False
         for part in _CLAUSES.split(sentence):

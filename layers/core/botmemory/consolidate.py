@@ -204,7 +204,8 @@ def _rejection(candidate: ProposedFact, text: str, batch: _Batch) -> str | None:
     """Why a proposed fact may not be kept (None: it may)."""
     if candidate.scope != MemoryScope.USER and batch.persona is None:
         return f"no persona in this channel (a {candidate.scope.value} fact needs one)"
-    if request := behaviour_request(text):  # an instruction to the bot, whoever it is about
+    names = [batch.persona.name] if batch.persona else []
+    if request := behaviour_request(text, names):  # an instruction to the bot, not a fact
         return request
     if candidate.scope == MemoryScope.PERSONA:
         return _knowledge_rejection(text, candidate.evidence, batch)
