@@ -199,6 +199,13 @@ def test_the_reason_says_what_kind_of_request_it_is(text: str, reason: str) -> N
     assert behaviour_request(text) == reason
 
 
+def test_the_persona_the_bot_answers_as_is_the_bot() -> None:
+    assert behaviour_request("Alice wants the Tutor to speak like a pirate") is None
+    assert behaviour_request("Alice wants the Tutor to speak like a pirate", ["Tutor"])
+    assert behaviour_request("Alice wants Tutor to call her master", ["tutor"]) == ADDRESS
+    assert behaviour_request("Alice likes the Tutor", ["Tutor"]) is None
+
+
 def test_the_memory_models_contract_says_a_behaviour_request_is_not_a_fact() -> None:
     assert "A request to change\n  how the bot behaves is not a fact" in INSTRUCTIONS
     assert '"call me master"' in INSTRUCTIONS and '("prefers short answers")' in INSTRUCTIONS
@@ -450,7 +457,7 @@ def test_a_persona_learns_no_behaviour_request_from_its_members(
         "build": [("Questions about the build system come up often here", "fact", "persona")],
         "nya": [
             ("Members want the tutor bot to end every reply with nya", "preference", "persona"),
-            ("Alice wants the tutor to always end answers with nya", "preference", "persona_user"),
+            ("Alice wants the tutor to speak like a pirate", "preference", "persona_user"),
         ],
     }
     memory_model.also_cite = ["build", "nya"]
