@@ -2,11 +2,12 @@
 memory (DESIGN.md section 10).
 
 One answer is: the rate limit (one conditional write), the typing indicator, the prompt
-(recall with the message as query, the channel's history, the speaker's facts), one chat
-model call, the model's corrections applied and announced (a refused one as refused), the reply posted (split at
-sentence ends, pinging nobody), and each posted message recorded as an observation of kind
-answer, under the same key the relay's copy of it gets, so it is stored once. Then, after
-the reply, the facts the memory block showed count one recall hit each (botmemory.hot_tier).
+(recall with the message as query, the channel's history, the speaker's facts, whether they
+are staff), one chat model call, the model's corrections applied and announced (a refused
+one as refused), the reply posted (split at sentence ends, pinging nobody), and each posted
+message recorded as an observation of kind answer, under the same key the relay's copy of it
+gets, so it is stored once. Then, after the reply, the facts the memory block showed count
+one recall hit each (botmemory.hot_tier).
 
 Failures answer, never go silent: a model failure posts a short apology. Discord refusing
 the post (403: no access to the channel) is one log line and a count, never retried.
