@@ -1475,8 +1475,9 @@ def bench_answer(lab: Lab) -> None:
         [
             f"requests: {operations(requests)}.",
             f"longest chain: {' -> '.join(describe(r) for r in chain)}.",
-            "The chain: the mention's PutItem (ingest); the rate limit's two counters and the",
-            "channel's persona side by side; recall's first wave (the channel summary among",
+            "The chain: the mention's PutItem (ingest); the rate limit's two counters, the",
+            "channel's persona, the guild's staff record and the mention's stored roles side by",
+            "side; recall's first wave (the channel summary among",
             "it), the channel's history and the speaker's facts side by side; then the facts",
             "and short-term entries of the people recall found. The search runs in process",
             "here (SQLite FTS5); its read-back is one more BatchGetItem when it finds something.",

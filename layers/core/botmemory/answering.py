@@ -2,11 +2,12 @@
 memory (DESIGN.md section 10).
 
 One answer is: the rate limit (one conditional write), the typing indicator, the prompt
-(recall with the message as query, the channel's history, the speaker's facts), one chat
-model call, the model's corrections applied and announced, the reply posted (split at
-sentence ends, pinging nobody), and each posted message recorded as an observation of kind
-answer, under the same key the relay's copy of it gets, so it is stored once. Then, after
-the reply, the facts the memory block showed count one recall hit each (botmemory.hot_tier).
+(recall with the message as query, the channel's history, the speaker's facts, whether they
+are staff), one chat model call, the model's corrections applied and announced (a refused
+one as refused), the reply posted (split at sentence ends, pinging nobody), and each posted
+message recorded as an observation of kind answer, under the same key the relay's copy of it
+gets, so it is stored once. Then, after the reply, the facts the memory block showed count
+one recall hit each (botmemory.hot_tier).
 
 Failures answer, never go silent: a model failure posts a short apology. Discord refusing
 the post (403: no access to the channel) is one log line and a count, never retried.
@@ -16,12 +17,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
-from botmemory.answer_prompt import AnswerPrompt, PromptBuilder, Question
+from botmemory.answer_prompt import AnswerPrompt, PromptBuilder, Question, asker_is_staff
 from botmemory.answer_rate import AnswerRateLimiter, RateDecision
 from botmemory.chat_model import ChatModel
 from botmemory.chat_model.contract import (
@@ -31,10 +32,15 @@ from botmemory.chat_model.contract import (
     ChatRequest,
     ChatTurn,
 )
-from botmemory.corrections import Correction, apply_update_memory, correction_notice
+from botmemory.corrections import (
+    Correction,
+    apply_update_memory,
+    correction_notice,
+    refusal_notice,
+)
 from botmemory.discord_api import DiscordApiError
 from botmemory.hot_tier import record_hits, shown_facts
-from botmemory.records import scope_of
+from botmemory.records import GuildStaff, Observation, scope_of
 from botmemory.runtime import MemoryServices
 from botmemory.text import scrub, split_message
 from botmemory.visibility import learned_where
@@ -119,15 +125,18 @@ class Answerer:
         reply = reply or Reply()
         if self._model is None:
             return AnswerReport(AnswerStatus.OFF)
-        # The channel's persona (botmemory.personas) is read beside the rate limit's counters.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="persona") as pool:
+        # The channel's persona (botmemory.personas) and whether the asker is staff are read
+        # beside the rate limit's counters.
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="answer-read") as pool:
             persona_read = pool.submit(
                 self._services.personas.for_channel, question.guild_id, question.channel_id
             )
+            staff_read = self._staff_reads(pool, question)
             decision = self._limiter.check(
                 scope_of(question.guild_id), question.channel_id, question.author_id
             )
             persona = persona_read.result()
+            question = replace(question, staff=staff_read())
         if decision == RateDecision.SILENT:
             return AnswerReport(AnswerStatus.RATE_SILENT)
         if decision == RateDecision.REFUSE_ONCE:
@@ -163,6 +172,33 @@ class Answerer:
 
     # Steps ------------------------------------------------------------------------
 
+    def _staff_reads(
+        self, pool: ThreadPoolExecutor, question: Question
+    ) -> Callable[[], bool | None]:
+        """Start reading what says whether the asker is staff (the guild's staff record, the
+        roles stored with the question's message: botmemory.answer_prompt.asker_is_staff);
+        returns what waits for them. A failed read leaves it not known, and the answer goes on."""
+        repository = self._services.repository
+        guild_id, message_id = question.guild_id, question.message_id
+        if question.staff is not None or guild_id is None:
+            return lambda: asker_is_staff(question, None, None)
+        record: Future[GuildStaff] = pool.submit(repository.guild_staff, guild_id)
+        message: Future[list[Observation]] | None = None
+        if message_id:
+            message = pool.submit(
+                repository.message_observations, question.channel_id, [message_id]
+            )
+
+        def staff() -> bool | None:
+            try:
+                found = message.result() if message is not None else []
+                return asker_is_staff(question, record.result(), found[0] if found else None)
+            except Exception as error:  # a note in the prompt: never a reason not to answer
+                log.warning("staff status not read", extra={"error": repr(error)[:300]})
+                return None
+
+        return staff
+
     def _typing(self, channel_id: str) -> None:
         try:
             self._poster.trigger_typing(channel_id)
@@ -191,9 +227,11 @@ class Answerer:
             if isinstance(outcome, Correction):
                 report.corrections += 1
                 notices.append(correction_notice(outcome, question.author_name or "you"))
-            else:
+            else:  # said as refused: the answer must not read as if it were done
                 report.refused_corrections += 1
                 report.notes.append(f"correction refused: {outcome.reason}")
+                shown = prompt.correctable.get(outcome.fact_id)
+                notices.append(refusal_notice(outcome, shown, question.author_name or "you"))
                 log.info(
                     "correction refused",
                     extra={"fact_id": outcome.fact_id[:80], "reason": outcome.reason},

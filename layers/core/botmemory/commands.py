@@ -29,6 +29,7 @@ from typing import Any
 
 from botmemory import command_specs as spec
 from botmemory import fact_history, keys
+from botmemory.behaviour import behaviour_request
 from botmemory.clock import DAY_MS, day, epoch_seconds, moment
 from botmemory.erasure import Eraser, ErasureReport
 from botmemory.hot_tier import HotTier
@@ -94,6 +95,13 @@ CONFIRM_ERASE = "forgetme:confirm"
 CANCEL_ERASE = "forgetme:cancel"
 CONFIRM_OPTOUT = "optout:confirm"
 CANCEL_OPTOUT = "optout:cancel"
+# `/memory remember` of an instruction to the bot (botmemory.behaviour): nothing is stored.
+BEHAVIOUR_REFUSAL = (
+    "That reads as an instruction for how I should behave (how to answer or address you, "
+    "rules to ignore, a role to play), not a fact about you, so I did not remember it. "
+    "State a fact about yourself instead, such as `I prefer short answers` or "
+    "`My nickname is Ally`."
+)
 # A purge's confirm button names the persona and the lineage the staff member saw:
 # `persona-purge:confirm:{persona id}:{lineage id}` (at most 22 + 32 + 1 + 40 characters,
 # inside Discord's 100 for a custom id).
@@ -593,6 +601,8 @@ class Commands:
         if re.search(r"<@!?\d+>", raw) and not re.fullmatch(rf".*<@!?{invocation.user_id}>.*", raw):
             raise CommandError("You can only ask me to remember things about yourself.")
         text = self._checked_text(raw)
+        if behaviour_request(text):
+            raise CommandError(BEHAVIOUR_REFUSAL)
         if self._services.opt_outs.is_opted_out(invocation.user_id):
             raise CommandError(
                 "You are opted out, so I keep nothing about you. Use `/memory optin` first."

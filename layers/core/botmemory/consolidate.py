@@ -25,6 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from botmemory import channel_summary, fact_history, keys, short_term
 from botmemory.attempts import MINUTE_MS, Attempts, RetryPolicy
+from botmemory.behaviour import behaviour_request
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.config import Settings
 from botmemory.consolidation_commit import (
@@ -205,6 +206,9 @@ def _rejection(candidate: ProposedFact, text: str, batch: _Batch) -> str | None:
     """Why a proposed fact may not be kept (None: it may)."""
     if candidate.scope != MemoryScope.USER and batch.persona is None:
         return f"no persona in this channel (a {candidate.scope.value} fact needs one)"
+    names = [batch.persona.name] if batch.persona else []
+    if request := behaviour_request(text, names):  # an instruction to the bot, not a fact
+        return request
     if candidate.scope == MemoryScope.PERSONA:
         return _knowledge_rejection(text, candidate.evidence, batch)
     reason = _self_rejection(candidate, text, batch)

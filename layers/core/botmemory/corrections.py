@@ -14,7 +14,10 @@ An applied correction keeps the fact's id and evidence; its source becomes `mode
 entry (actor `model`, with the id of the person the bot was answering) in the same
 transaction, which also checks that the fact is still exactly what was read. A deletion
 leaves a forget tombstone, so consolidation does not bring the fact back from words said
-before it. Every applied correction is announced in the channel (`correction_notice`).
+before it. Every applied correction is announced in the channel (`correction_notice`),
+and every refused one too (`refusal_notice`), so that an answer never reads as if a
+change was made that the table refused (the fact changed or went meanwhile, its subject
+is being erased).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from botmemory import fact_history
+from botmemory.behaviour import behaviour_request
 from botmemory.clock import DAY_MS, epoch_seconds
 from botmemory.personas import may_change
 from botmemory.recall import SECTION_HEADINGS
@@ -98,6 +102,9 @@ def _new_text(raw: str, limit: int) -> str | Refusal:
     markup = markup_in(text, SECTION_HEADINGS)
     if markup is not None:
         return Refusal(fact_id="", reason=f"text holds {markup}")
+    request = behaviour_request(text)
+    if request:  # a fact rewritten into an instruction to the bot is no fact
+        return Refusal(fact_id="", reason=f"text is a {request}")
     return text
 
 
@@ -233,3 +240,12 @@ def correction_notice(correction: Correction, owner_name: str) -> str:
         f"I corrected what I remember about {name}: "
         f"{_quoted(correction.old)} → {_quoted(correction.new)}"
     )
+
+
+def refusal_notice(refusal: Refusal, fact: Fact | None, owner_name: str) -> str:
+    """The short message posted when a correction changed nothing: which fact (when the
+    prompt showed it) and why, so the answer never reads as if it were done."""
+    name = as_discord_text(clip(scrub(owner_name), 80)) or "someone"
+    which = f" {_quoted(fact.text)}" if fact is not None else ""
+    reason = as_discord_text(clip(scrub(refusal.reason), NOTICE_TEXT_CHARS))
+    return f"I did not change what I remember about {name}{which}: {reason}."

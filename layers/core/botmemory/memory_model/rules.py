@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from botmemory.behaviour import behaviour_request
 from botmemory.memory_model.contract import (
     ConsolidationAnswer,
     ModelInput,
@@ -469,7 +470,9 @@ def _statements(text: str, name: str) -> list[_Statement]:
     found: list[_Statement] = []
     for clause, quotes in _clauses(text):
         statement = _statement(clause, quotes, name)
-        if statement and all(s.text.casefold() != statement.text.casefold() for s in found):
+        if statement is None or behaviour_request(statement.text):
+            continue  # "I prefer to be called master" asks the bot something: not a fact
+        if all(s.text.casefold() != statement.text.casefold() for s in found):
             found.append(statement)
             if len(found) == FACTS_PER_OBSERVATION:
                 break
