@@ -29,6 +29,7 @@ from tests.test_localrun import EVENTS, ROOT, clean_environment, moto_pid, pid_a
 
 TABLE = "MemoryTable"
 CONSOLIDATED_WITHIN_SECONDS = 60  # the batching window is 10 s; the rest is slack under load
+READER_ATTACHED_SECONDS = 3.0  # make dev reads the stream every second
 
 
 @dataclass
@@ -116,10 +117,10 @@ def ingest(dev: Dev, body: dict[str, Any]) -> dict[str, Any]:
 
 def test_dev_keeps_consolidating_after_a_refused_transaction() -> None:
     """The issue's case: after one refused transaction (a forget racing a consolidation),
-    make dev read a dead copy of the stream, and every later message stayed pending."""
+    make dev read a dead copy of the stream, and no later message was ever consolidated."""
     with running_dev() as dev:
-        first = ingest(dev, messages(10, 1456074443980900000, "I like tea"))
-        # Refused at once, before the stream's reader has necessarily read those 10.
+        # The stream's reader polls every second: by now it reads the table's stream.
+        time.sleep(READER_ATTACHED_SECONDS)
         with pytest.raises(ClientError) as refused:
             dev.dynamodb.transact_write_items(
                 TransactItems=[
@@ -139,7 +140,8 @@ def test_dev_keeps_consolidating_after_a_refused_transaction() -> None:
                 ]
             )
         assert refused.value.response["Error"]["Code"] == "TransactionCanceledException"
-        # Another 10: the 20 the template's MEMORY_CONSOLIDATE_EVERY waits for.
+        # The 20 messages the template's MEMORY_CONSOLIDATE_EVERY waits for, in two batches.
+        first = ingest(dev, messages(10, 1456074443980900000, "I like tea"))
         second = ingest(dev, messages(10, 1456074443981000000, "I like coffee"))
         assert first["stored"] == second["stored"] == 10
 
