@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from moto.core.common_types import TYPE_RESPONSE
-from moto.core.responses import ActionContext, ActionResult
+from moto.core.responses import ActionContext, ActionResult, BaseResponse
 from moto.dynamodb import models as moto_dynamodb
 from moto.dynamodb.models.table import StreamShard
 from moto.dynamodb.models.table import Table as MotoTable
@@ -133,7 +133,7 @@ def fast_dynamodb() -> Iterator[None]:
 @contextmanager
 def one_request_at_a_time() -> Iterator[None]:
     """Every DynamoDB and DynamoDB Streams request under REQUESTS."""
-    handlers = (DynamoHandler, DynamoDBStreamsHandler)
+    handlers: tuple[type[BaseResponse], ...] = (DynamoHandler, DynamoDBStreamsHandler)
     originals = [handler.__dict__.get("call_action") for handler in handlers]
 
     def alone(call_action: Any) -> Any:
