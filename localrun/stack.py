@@ -4,7 +4,8 @@ The table is created from the template's own MemoryTable definition on a local D
 each function's handler is loaded from its CodeUri with the layer on the path and the
 template's environment; the table's stream feeds ConsolidateFunction and
 SearchIndexFunction, each through its FilterCriteria, batch size, batching window and retry
-count; the schedule invokes SweepFunction.
+count; the schedule invokes SweepFunction. Given the caller's shell (make dev), a setting the
+template declares takes the shell's value, except what the stack wires itself (STACK_WIRED).
 """
 
 from __future__ import annotations
