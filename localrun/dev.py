@@ -7,6 +7,9 @@
 
 The table's stream feeds ConsolidateFunction (the template's filter, batch size and
 window) and SweepFunction runs on the template's schedule. Ctrl-C stops everything.
+A setting the template declares, given in the shell, wins over the template's value
+(`MEMORY_CONSOLIDATE_EVERY=3 make dev`), except what the stack wires itself
+(localrun.stack.STACK_WIRED: the table, its DynamoDB, the two secrets given directly).
 
 The local DynamoDB listens on a fixed port (8000) so that `sam local invoke --env-vars
 events/env.json` finds it at http://host.docker.internal:8000, with the same table and the
@@ -231,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"make dev: {problem}", file=sys.stderr)
         return 2
+    shell = dict(os.environ)  # before the stack sets the functions' environment
     public_key = os.environ.get("DISCORD_PUBLIC_KEY") or TEST_PUBLIC_KEY
     server: MotoServer | None = None
     stack: LocalStack | None = None
@@ -256,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                 # Deployed, the key is a secret; locally it is given directly.
                 "MEMORY_MODEL_API_KEY": os.environ.get("MEMORY_MODEL_API_KEY", ""),
             },
+            shell=shell,
             echo=True,
         ).start()
         Endpoints.stack = stack
@@ -283,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{base}/ingest: the reply it would post is printed; "
             f"sam local invoke AnswerFunction posts to {base}{API_PREFIX})"
         )
+        honoured, ignored = stack.shell_settings(), stack.shell_ignored()
+        if honoured:
+            print(f"From your shell, over template.yaml: {', '.join(honoured)}")
+        if ignored:
+            print(f"Ignored from your shell (make dev wires them itself): {', '.join(ignored)}")
         if public_key == TEST_PUBLIC_KEY:
             print(
                 "DISCORD_PUBLIC_KEY is not set: interactions are checked against the TEST key of events/README.md"

@@ -4,7 +4,8 @@ The table is created from the template's own MemoryTable definition on a local D
 each function's handler is loaded from its CodeUri with the layer on the path and the
 template's environment; the table's stream feeds ConsolidateFunction and
 SearchIndexFunction, each through its FilterCriteria, batch size, batching window and retry
-count; the schedule invokes SweepFunction.
+count; the schedule invokes SweepFunction. Given the caller's shell (make dev), a setting the
+template declares takes the shell's value, except what the stack wires itself (STACK_WIRED).
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ from localrun.samtemplate import Template, load_handler, passes_filters
 TABLE_ID = "MemoryTable"
 CONSOLIDATE_ID = "ConsolidateFunction"
 SWEEP_ID = "SweepFunction"
+# Settings the template declares that the local stack wires itself, whatever the shell
+# says: the table it created, on its own DynamoDB, and the two secrets whose values it
+# gives directly (MEMORY_HASH_KEY and DISCORD_BOT_TOKEN, which the shell may set).
+STACK_WIRED = frozenset(
+    {
+        "TABLE_NAME",
+        "AWS_ENDPOINT_URL_DYNAMODB",
+        "MEMORY_HASH_KEY_SECRET",
+        "DISCORD_BOT_TOKEN_SECRET",
+    }
+)
 
 
 @dataclass
@@ -106,6 +118,7 @@ class LocalStack:
         table_name: str = "MemoryTable",
         parameters: Mapping[str, str] | None = None,
         environment: Mapping[str, str] | None = None,
+        shell: Mapping[str, str] | None = None,
         echo: bool = False,
     ) -> None:
         self.template = Template.load({TABLE_ID: table_name})
@@ -114,6 +127,10 @@ class LocalStack:
         # A local stack always has an application key to check signatures against.
         self._parameters = {"DiscordPublicKey": TEST_PUBLIC_KEY, **(parameters or {})}
         self._extra_environment = dict(environment or {})
+        # make dev: the caller's shell, whose values win for the settings the template
+        # declares. None (make demo): the template's and the run's own values, the same
+        # on every machine.
+        self._shell = dict(shell) if shell is not None else None
         self._echo = echo  # also show what functions print (make dev), not only collect it
         self._handlers: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -156,7 +173,33 @@ class LocalStack:
             POWERTOOLS_TRACE_DISABLED="true",
         )
         merged.update(self._extra_environment)
+        merged.update(self.shell_settings())
         return merged
+
+    def declared_settings(self) -> set[str]:
+        """Every variable the template gives any function (Globals included)."""
+        return {
+            name
+            for logical_id in self.template.function_ids()
+            for name in self.template.function(logical_id, self._parameters).environment
+        }
+
+    def shell_settings(self) -> dict[str, str]:
+        """The declared settings the shell gives (not blank: as deployed, blank is unset),
+        except those the stack wires itself (STACK_WIRED)."""
+        if self._shell is None:
+            return {}
+        return {
+            name: self._shell[name]
+            for name in sorted(self.declared_settings() - STACK_WIRED)
+            if self._shell.get(name, "").strip()
+        }
+
+    def shell_ignored(self) -> list[str]:
+        """Declared settings the shell gives that the stack wires itself."""
+        if self._shell is None:
+            return []
+        return sorted(n for n in STACK_WIRED if self._shell.get(n, "").strip())
 
     def start(self) -> LocalStack:
         environment = self.environment()
