@@ -158,7 +158,15 @@ def guild(
 
 def guild_update(everyone: int = VIEW | SEND, owner: str = gw.CAROL) -> dict[str, Any]:
     d = {k: v for k, v in guild(everyone, owner=owner)["d"].items()}
-    for field in ("channels", "threads", "members", "presences", "voice_states", "joined_at"):
+    for field in (
+        "channels",
+        "threads",
+        "members",
+        "presences",
+        "voice_states",
+        "joined_at",
+        "unavailable",
+    ):
         d.pop(field)
     return {"t": "GUILD_UPDATE", "d": d}
 
