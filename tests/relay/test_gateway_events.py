@@ -52,8 +52,12 @@ def through_the_gateway(
     async def scenario() -> int:
         task = asyncio.create_task(session.runner().run(session.stop))
         await asyncio.wait_for(fake.done.wait(), 10)
-        stats = lambda: session.forwarder.stats  # noqa: E731
-        await until(lambda: stats().received + stats().ignored == len(fake.dispatched))
+
+        def all_counted() -> bool:
+            stats = session.forwarder.stats
+            return stats.received + stats.ignored == len(fake.dispatched)
+
+        await until(all_counted)
         session.stop.set()
         return await task
 
