@@ -238,3 +238,30 @@ def test_thread_and_channel_events_without_a_guild_are_ignored(services: MemoryS
     result = services.recorder.record([thread, {"t": "CHANNEL_UPDATE", "d": ge.channel(ge.DEV)}])
     assert [s.reason for s in result.ignored] == ["not a guild thread", "not a guild channel"]
     assert result.channels == 0
+
+
+def test_a_role_change_to_a_guild_item_of_the_older_format_is_a_reasoned_skip(
+    services: MemoryServices, dynamodb: Any
+) -> None:
+    # The guild's item as it was written before staff roles were a set: a list.
+    dynamodb.put_item(
+        TableName="MemoryTable",
+        Item={
+            "pk": {"S": f"GUILD#{gw.GUILD}"},
+            "sk": {"S": "EVERYONE"},
+            "permissions": {"N": str(ge.VIEW)},
+            "role_ids": {"L": [{"S": ge.MODS}]},
+        },
+    )
+    result = services.recorder.record(
+        [
+            ge.role_event("GUILD_ROLE_UPDATE", ge.MODS, ge.VIEW),
+            ge.thread_event("THREAD_CREATE", NEW_THREAD, ge.DEV),
+        ]
+    )
+    assert [(s.index, s.reason) for s in result.rejected] == [
+        (0, "the guild's item is in an older format; its next GUILD_CREATE rewrites it")
+    ]
+    assert result.channels == 1
+    record(services, a_guild(), ge.role_event("GUILD_ROLE_UPDATE", ge.MODS, ge.VIEW))
+    assert services.repository.guild_staff(gw.GUILD).role_ids == []

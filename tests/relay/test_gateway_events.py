@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from botmemory.channels import GUILD_EVENTS as INGESTED_GUILD_EVENTS
 from botmemory.runtime import MemoryServices
-from relay.events import FORWARDED_EVENTS
+from relay.events import FORWARDED_EVENTS, GUILD_EVENTS
 from tests import gateway as gw
 from tests.relay import guild_events as ge
 from tests.relay.fake_discord import FakeGateway
@@ -69,6 +70,8 @@ def through_the_gateway(
 def test_the_readme_lists_exactly_the_types_the_relay_forwards() -> None:
     assert documented_types() == FORWARDED_EVENTS
     assert len(FORWARDED_EVENTS) == 20
+    # Every guild event forwarded is one IngestFunction keeps something of, and no other.
+    assert GUILD_EVENTS == INGESTED_GUILD_EVENTS
 
 
 def test_every_documented_type_goes_through_the_gateway_and_every_dispatch_is_counted(

@@ -142,7 +142,7 @@ class Skip(BaseModel):
 
 class IngestResult(BaseModel):
     stored: int = 0
-    # Channel visibility items written or deleted (guild and channel events, botmemory.channels).
+    # Visibility and staff items written or deleted (guild events, botmemory.channels).
     channels: int = 0
     duplicates: int = 0
     ignored: list[Skip] = []

@@ -238,6 +238,12 @@ class ChannelRepository(Table):
         except ClientError as error:
             if error_code(error) == "ConditionalCheckFailedException":
                 raise GuildUnseen(guild_id) from None
+            if error_code(error) == "ValidationException":
+                # role_ids written as a list, before it was a set: the event is skipped
+                # with this reason, and the guild's next GUILD_CREATE rewrites the item.
+                raise ValueError(
+                    "the guild's item is in an older format; its next GUILD_CREATE rewrites it"
+                ) from None
             raise
         old = from_item(response.get("Attributes", {}))
         return int(old["permissions"]) if "permissions" in old else None
