@@ -153,6 +153,25 @@ def channel_events() -> list[dict[str, Any]]:
             },
         },
         {"t": "CHANNEL_DELETE", "d": {"id": other, "type": 0, "guild_id": gw.GUILD}},
+        # A thread, a role made staff, and @everyone losing View Channel (its channels
+        # recomputed).
+        {
+            "t": "THREAD_CREATE",
+            "d": {
+                "id": "200000000000000078",
+                "type": 11,
+                "guild_id": gw.GUILD,
+                "parent_id": gw.CHANNEL,
+            },
+        },
+        {
+            "t": "GUILD_ROLE_UPDATE",
+            "d": {"guild_id": gw.GUILD, "role": {"id": "500000000000000001", "permissions": "32"}},
+        },
+        {
+            "t": "GUILD_ROLE_UPDATE",
+            "d": {"guild_id": gw.GUILD, "role": {"id": gw.GUILD, "permissions": "0"}},
+        },
     ]
 
 
@@ -307,16 +326,22 @@ def test_recall_reads_and_the_search_index_never_touches_the_table() -> None:
 
 
 def test_ingest_writes_observations_and_reads_only_the_opt_out_list(day: CallLog) -> None:
-    visibility = {"dynamodb:GetItem", "dynamodb:BatchWriteItem", "dynamodb:DeleteItem"}
+    visibility = {
+        "dynamodb:GetItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:BatchWriteItem",
+        "dynamodb:DeleteItem",
+    }
     assert table_actions("IngestFunction") == {"dynamodb:PutItem", "dynamodb:Query"} | visibility
     assert day.actions("IngestFunction") == table_actions("IngestFunction")
     queries = [p for a, p in day.calls["IngestFunction"] if a == "dynamodb:Query"]
     assert queries
-    for params in queries:
-        assert params["ExpressionAttributeValues"][":pk"] == {"S": OPT_OUT_PK}
+    for params in queries:  # the opt-out list, or a guild's channels (as the conditions)
+        pk = params["ExpressionAttributeValues"][":pk"]["S"]
+        assert pk == OPT_OUT_PK or pk.startswith(GUILD_PREFIX)
     # Channel visibility reads and deletes only guild partitions (as the role's condition).
     for action, params in day.calls["IngestFunction"]:
-        if action in {"dynamodb:GetItem", "dynamodb:DeleteItem"}:
+        if action in {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}:
             assert params["Key"]["pk"]["S"].startswith(GUILD_PREFIX)
         if action == "dynamodb:BatchWriteItem":
             for (requests,) in [params["RequestItems"].values()]:

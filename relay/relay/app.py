@@ -93,8 +93,15 @@ def build_forwarder(config: RelayConfig, sink: Sink | None = None) -> Forwarder:
 
 def run_gateway(config: RelayConfig, forwarder: Forwarder, token: str) -> int:
     # Imported here so the replay mode and the tests of the core never load discord.py.
-    from relay.gateway import IDENTIFY_SPACING_SECONDS, GatewayRunner, RelayClient
+    from relay.gateway import (
+        IDENTIFY_SPACING_SECONDS,
+        GatewayRunner,
+        RelayClient,
+        use_discord_endpoints,
+    )
     from relay.identify import IdentifyLedger
+
+    use_discord_endpoints(config.discord_api_base, config.discord_gateway_url)
 
     ledger = IdentifyLedger(config.state_dir / LEDGER_FILE, config.identify_max_per_day)
     shard = config.shard

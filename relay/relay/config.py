@@ -59,6 +59,10 @@ class RelayConfig:
     log_level: str = "INFO"
     log_format: str = "text"
     shard: Shard | None = None
+    # Discord's own endpoints unless set: a local fake Discord (tests, development). The
+    # token is sent there, so only ever an address the operator controls.
+    discord_api_base: str | None = None
+    discord_gateway_url: str | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -103,11 +107,21 @@ class RelayConfig:
             log_level=(values.text("RELAY_LOG_LEVEL") or "INFO").upper(),
             log_format=(values.text("RELAY_LOG_FORMAT") or "text").lower(),
             shard=shard,
+            discord_api_base=values.text("DISCORD_API_BASE"),
+            discord_gateway_url=values.text("DISCORD_GATEWAY_URL"),
         )
         if bool(config.ingest_function_name) == bool(config.ingest_url):
             raise ConfigError("set exactly one of INGEST_FUNCTION_NAME or INGEST_URL")
         if config.ingest_url and not config.ingest_url.startswith(("http://", "https://")):
             raise ConfigError("INGEST_URL must be an http:// or https:// URL")
+        if config.discord_api_base and not config.discord_api_base.startswith(
+            ("http://", "https://")
+        ):
+            raise ConfigError("DISCORD_API_BASE must be an http:// or https:// URL")
+        if config.discord_gateway_url and not config.discord_gateway_url.startswith(
+            ("ws://", "wss://")
+        ):
+            raise ConfigError("DISCORD_GATEWAY_URL must be a ws:// or wss:// URL")
         if config.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError("RELAY_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR")
         if config.log_format not in LOG_FORMATS:

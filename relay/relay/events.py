@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 MESSAGE_EVENTS: frozenset[str] = frozenset(
@@ -16,19 +18,37 @@ MESSAGE_EVENTS: frozenset[str] = frozenset(
         "MESSAGE_REACTION_REMOVE_EMOJI",
     }
 )
-# The events that carry permission overwrites: IngestFunction keeps, per channel, whether
-# @everyone can view it. They are trimmed to what that needs (`trimmed`).
-CHANNEL_EVENTS: frozenset[str] = frozenset(
-    {"GUILD_CREATE", "CHANNEL_CREATE", "CHANNEL_UPDATE", "CHANNEL_DELETE"}
+# The events IngestFunction keeps channel visibility and staff from: per channel, whether
+# @everyone can view it (a thread: its parent's); per guild, its owner and staff roles.
+# They are trimmed to what that needs (`parts`).
+GUILD_EVENTS: frozenset[str] = frozenset(
+    {
+        "GUILD_CREATE",
+        "GUILD_UPDATE",
+        "GUILD_ROLE_CREATE",
+        "GUILD_ROLE_UPDATE",
+        "GUILD_ROLE_DELETE",
+        "CHANNEL_CREATE",
+        "CHANNEL_UPDATE",
+        "CHANNEL_DELETE",
+        "THREAD_CREATE",
+        "THREAD_UPDATE",
+        "THREAD_DELETE",
+        "THREAD_LIST_SYNC",
+    }
 )
 # The dispatch types IngestFunction records; every other dispatch is counted and dropped.
-FORWARDED_EVENTS: frozenset[str] = MESSAGE_EVENTS | CHANNEL_EVENTS
+FORWARDED_EVENTS: frozenset[str] = MESSAGE_EVENTS | GUILD_EVENTS
 
 _CHANNEL_FIELDS = ("id", "type", "guild_id", "permission_overwrites")
+_THREAD_FIELDS = ("id", "type", "guild_id", "parent_id")
+_OVERWRITE_FIELDS = ("id", "type", "allow", "deny")
+_ROLE_FIELDS = ("id", "permissions")
 # Discord's permission bits for staff: Administrator and Manage Server (the permission the
-# bot's staff commands require). A role holding either is forwarded with GUILD_CREATE, so
-# IngestFunction knows whose words are a staff member's.
+# bot's staff commands require). Only these roles and @everyone go with a guild's payload.
 _STAFF_PERMISSIONS = (1 << 3) | (1 << 5)
+# The lists a big guild's payload is split along, when one event would not fit a batch.
+_SPLIT_LISTS = ("channels", "threads")
 
 
 def _staff_role(role: dict[str, Any]) -> bool:
@@ -36,9 +56,6 @@ def _staff_role(role: dict[str, Any]) -> bool:
         return bool(int(role.get("permissions", "0")) & _STAFF_PERMISSIONS)
     except (TypeError, ValueError):
         return False
-
-
-_OVERWRITE_FIELDS = ("id", "type", "allow", "deny")
 
 
 def _only(value: Any, fields: tuple[str, ...]) -> Any:
@@ -56,27 +73,114 @@ def _channel(channel: Any) -> Any:
     return slim
 
 
+def _guild(payload: dict[str, Any]) -> dict[str, Any]:
+    """A guild's id, owner and availability, and only @everyone (the role whose id is the
+    guild's) and the staff roles: what visibility and staff need of GUILD_CREATE/UPDATE."""
+    guild_id = payload.get("id")
+    slim: dict[str, Any] = _only(payload, ("id", "owner_id", "unavailable"))
+    roles = payload.get("roles")
+    if isinstance(roles, list):
+        slim["roles"] = [
+            _only(role, _ROLE_FIELDS)
+            for role in roles
+            if isinstance(role, dict) and (role.get("id") == guild_id or _staff_role(role))
+        ]
+    return slim
+
+
+def _listed(payload: dict[str, Any], field: str, trim: Any) -> list[Any] | None:
+    values = payload.get(field)
+    return [trim(value) for value in values] if isinstance(values, list) else None
+
+
+def _thread(thread: Any) -> Any:
+    return _only(thread, _THREAD_FIELDS)
+
+
+def _guild_create(payload: dict[str, Any]) -> dict[str, Any]:
+    slim = _guild(payload)
+    for field, trim in (("channels", _channel), ("threads", _thread)):
+        values = _listed(payload, field, trim)
+        if values is not None:
+            slim[field] = values
+    return slim
+
+
+def _role_change(payload: dict[str, Any]) -> dict[str, Any]:
+    slim: dict[str, Any] = _only(payload, ("guild_id",))
+    if "role" in payload:
+        slim["role"] = _only(payload["role"], _ROLE_FIELDS)
+    return slim
+
+
+def _thread_list_sync(payload: dict[str, Any]) -> dict[str, Any]:
+    slim: dict[str, Any] = _only(payload, ("guild_id", "channel_ids"))
+    threads = _listed(payload, "threads", _thread)
+    if threads is not None:
+        slim["threads"] = threads  # without `members`: who is in a thread is not kept
+    return slim
+
+
+_TRIMMERS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "GUILD_CREATE": _guild_create,
+    "GUILD_UPDATE": _guild,
+    "GUILD_ROLE_CREATE": _role_change,
+    "GUILD_ROLE_UPDATE": _role_change,
+    "GUILD_ROLE_DELETE": lambda payload: _only(payload, ("guild_id", "role_id")),
+    "CHANNEL_CREATE": _channel,
+    "CHANNEL_UPDATE": _channel,
+    "CHANNEL_DELETE": _channel,
+    "THREAD_CREATE": _thread,
+    "THREAD_UPDATE": _thread,
+    "THREAD_DELETE": _thread,
+    "THREAD_LIST_SYNC": _thread_list_sync,
+}
+assert set(_TRIMMERS) == GUILD_EVENTS  # one trimmer for every guild event
+
+
 def trimmed(name: str, payload: dict[str, Any]) -> dict[str, Any]:
-    """What of an event is forwarded: a message event whole; a channel event only its id,
-    type, guild and overwrites; GUILD_CREATE only the guild's id, owner and availability,
-    the @everyone role (the role whose id is the guild's) and the staff roles (Administrator
-    or Manage Server), and its channels so trimmed, so that a big guild (members,
-    presences, emojis, threads) stays far below the batch bound."""
-    if name == "GUILD_CREATE":
-        guild_id = payload.get("id")
-        slim: dict[str, Any] = _only(payload, ("id", "owner_id", "unavailable"))
-        roles = payload.get("roles")
-        if isinstance(roles, list):
-            slim["roles"] = [
-                _only(role, ("id", "permissions"))
-                for role in roles
-                if isinstance(role, dict) and (role.get("id") == guild_id or _staff_role(role))
-            ]
-        channels = payload.get("channels")
-        if isinstance(channels, list):
-            slim["channels"] = [_channel(channel) for channel in channels]
-        return slim
-    if name in CHANNEL_EVENTS:
-        trimmed_channel: dict[str, Any] = _channel(payload)
-        return trimmed_channel
-    return payload
+    """What of an event is forwarded: a message event whole; a guild event only what
+    ingest keeps (no members, presences, emojis, names or topics): a channel its id, type,
+    guild and overwrites; a thread its id, type, guild and parent; a role its id and
+    permissions; a guild its id, owner, @everyone and staff roles, and its channels and
+    threads so trimmed."""
+    trim = _TRIMMERS.get(name)
+    slim: dict[str, Any] = payload if trim is None else trim(payload)
+    return slim
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def split(slim: dict[str, Any], max_bytes: int) -> list[dict[str, Any]]:
+    """A trimmed guild payload whose JSON exceeds `max_bytes`, as several payloads that each
+    fit: every part keeps the rest of the payload (id, owner, roles) and takes a share of
+    its channels and threads. Ingest reads each part as a whole event of its own (a part's
+    channels are written, none is removed). One that fits, or has no list to split, is
+    returned as it is."""
+    if _size(slim) <= max_bytes:
+        return [slim]
+    items = [
+        (field, value)
+        for field in _SPLIT_LISTS
+        if isinstance(slim.get(field), list)
+        for value in slim[field]
+    ]
+    if not items:
+        return [slim]
+    head = {k: v for k, v in slim.items() if k not in _SPLIT_LISTS}
+    # Each part is at most the head, the empty lists' brackets and its share of items.
+    budget = max_bytes - _size({**head, **{field: [] for field in _SPLIT_LISTS}})
+    parts: list[dict[str, Any]] = []
+    current: dict[str, list[Any]] = {}
+    used = 0
+    for field, value in items:
+        size = _size(value) + 1  # its comma
+        if current and used + size > budget:
+            parts.append({**head, **current})
+            current, used = {}, 0
+        current.setdefault(field, []).append(value)
+        used += size
+    parts.append({**head, **current})
+    return parts

@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from relay.backoff import Backoff
-from relay.batch import Batch, Batcher, BatchLimits, encode_event
-from relay.events import FORWARDED_EVENTS, trimmed
+from relay.batch import ENVELOPE_BYTES, Batch, Batcher, BatchLimits, encode_event
+from relay.events import FORWARDED_EVENTS, MESSAGE_EVENTS, split, trimmed
 from relay.logs import HEALTH_EVENT, fields
 from relay.sinks import Outcome, SendResult, Sink
 from relay.spool import Spool
@@ -120,7 +120,10 @@ class Forwarder:
     # Called from the gateway's thread.
 
     def submit(self, name: str, payload: Any) -> bool:
-        """Queue one dispatch event; False when it is not forwarded (and counted why)."""
+        """Queue one dispatch event; False when it is not forwarded (and counted why).
+
+        A guild event too large for one batch goes as several parts (`events.split`), each
+        counted as one event received."""
         if name not in FORWARDED_EVENTS:
             with self._lock:
                 self._count(ignored=1)
@@ -128,26 +131,37 @@ class Forwarder:
             return False
         encoded = self._encode(name, payload)
         with self._lock:
-            if encoded is None:
+            if not encoded:
                 self._count(dropped=1)
                 return False
             if self._closed:
                 log.warning("%s arrived after shutdown; dropped", name)
-                self._count(dropped=1)
+                self._count(dropped=len(encoded))
                 return False
-            self._count(received=1)
+            self._count(received=len(encoded))
             opens = len(self._batcher) == 0
-            sealed = self._batcher.add(encoded)
+            sealed = [batch for event in encoded for batch in self._batcher.add(event)]
             self._ready.extend(sealed)
             if sealed or opens:
                 self._wake.notify()
         return True
 
-    def _encode(self, name: str, payload: Any) -> bytes | None:
+    def _encode(self, name: str, payload: Any) -> list[bytes]:
         if not isinstance(payload, dict):
             log.warning("%s without a payload object; dropped", name)
-            return None
-        payload = trimmed(name, payload)
+            return []
+        if name in MESSAGE_EVENTS:  # the common case: one event, as Discord sent it
+            one = self._encode_one(name, payload)
+            return [] if one is None else [one]
+        # What of `{"t":NAME,"d":...}` and the batch envelope is not the payload itself.
+        overhead = ENVELOPE_BYTES + len(encode_event(name, {})) - 2
+        parts = split(trimmed(name, payload), self._limits.max_bytes - overhead)
+        if len(parts) > 1:
+            log.info("%s %s split into %d parts", name, payload.get("id", ""), len(parts))
+        encoded = [self._encode_one(name, part) for part in parts]
+        return [] if None in encoded else [e for e in encoded if e is not None]
+
+    def _encode_one(self, name: str, payload: dict[str, Any]) -> bytes | None:
         try:
             encoded = encode_event(name, payload)
             if not self._limits.fits_alone(encoded):

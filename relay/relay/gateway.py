@@ -2,9 +2,10 @@
 
 Raw frames: with `enable_debug_events=True` discord.py dispatches `on_socket_raw_receive`
 with every decompressed gateway frame as text, before its own parsing. The relay forwards
-the `d` of the eight message dispatch types exactly as Discord sent it, not a re-serialised
-model. Handlers are scheduled as tasks in arrival order and this one never awaits, so
-events reach the forwarder in gateway order.
+the `d` of the message dispatch types exactly as Discord sent it, not a re-serialised
+model, and the guild, channel, role and thread events trimmed (relay.events). Handlers
+are scheduled as tasks in arrival order and this one never awaits, so events reach the
+forwarder in gateway order.
 
 Sessions: the library RESUMEs by itself (op 7 RECONNECT, dropped connections, missed
 heartbeat ACKs, INVALID_SESSION with d=true) using the READY's session_id, the last
@@ -25,12 +26,12 @@ import time
 from collections.abc import Callable
 
 import discord
-from discord.gateway import KeepAliveHandler
+import yarl
+from discord.gateway import DiscordWebSocket, KeepAliveHandler
 from discord.http import Route
 
 from relay.backoff import Backoff
 from relay.config import GUILDS_PER_SHARD_LIMIT, Shard
-from relay.events import FORWARDED_EVENTS
 from relay.forwarder import Forwarder
 from relay.identify import IdentifyLedger
 from relay.logs import REFUSED_EVENT, fields
@@ -78,6 +79,16 @@ SESSION_START_RESERVE = 100
 # Discord takes one IDENTIFY per 5 seconds per bucket (max_concurrency 1 for all but the
 # largest bots): between IDENTIFYs of one client, and between shards starting together.
 IDENTIFY_SPACING_SECONDS = 5.0
+
+
+def use_discord_endpoints(api_base: str | None, gateway_url: str | None) -> None:
+    """Point discord.py at other endpoints than Discord's (DISCORD_API_BASE,
+    DISCORD_GATEWAY_URL): an unsharded client connects straight to the class attribute
+    `DiscordWebSocket.DEFAULT_GATEWAY` and sends REST to `Route.BASE`."""
+    if api_base:
+        Route.BASE = api_base.rstrip("/")
+    if gateway_url:
+        DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
 
 
 def relay_intents() -> discord.Intents:
@@ -129,21 +140,18 @@ class RelayClient(discord.Client):
         self.resumes = 0
 
     async def on_socket_raw_receive(self, frame: str) -> None:
-        # Cheap substring test first: only frames that can be one of ours are parsed again.
-        if "MESSAGE_" not in frame:
-            return
+        # Every frame is parsed, and the dispatch's name decides, never a substring of the
+        # text: a message frame costs one parse, as before; the few others (guild,
+        # channel, role and thread events, READY, heartbeat ACKs) cost one parse each.
         try:
             message = json.loads(frame)
         except ValueError:
             return
         if isinstance(message, dict) and message.get("op") == 0:
             name = message.get("t")
-            if name in FORWARDED_EVENTS:
+            if isinstance(name, str):
+                # Forwarded or counted as ignored, by name (Forwarder.submit).
                 self._forwarder.submit(name, message.get("d"))
-
-    async def on_socket_event_type(self, name: str) -> None:
-        if name not in FORWARDED_EVENTS:
-            self._forwarder.submit(name, None)  # counted as ignored
 
     async def on_ready(self) -> None:
         log.info("gateway session ready as %s (%s)", self.user, getattr(self.user, "id", "?"))

@@ -4,7 +4,8 @@ The gateway speaks the real protocol in plain JSON text frames: HELLO, heartbeat
 READY after IDENTIFY, dispatches with sequence numbers, and then, depending on `script`,
 a RECONNECT (op 7) that the client must answer with a RESUME (op 6) on the READY's
 resume_gateway_url, an INVALID_SESSION (op 9, not resumable) that forces a new IDENTIFY, or
-close code 4011 right after IDENTIFY, as Discord answers an unsharded bot in 2,500 guilds.
+close code 4011 right after IDENTIFY, as Discord answers an unsharded bot in 2,500 guilds;
+or ("events") only the dispatches given, one after another, on one session.
 """
 
 from __future__ import annotations
@@ -39,11 +40,17 @@ def complete(event: dict[str, Any]) -> dict[str, Any]:
         if user is not None:
             user.setdefault("discriminator", "0")
             user.setdefault("avatar", None)
+    member = d.get("member")
+    if isinstance(member, dict):  # read by discord.py once the guild is in its cache
+        member.setdefault("flags", 0)
+        member.setdefault("joined_at", "2026-01-01T00:00:00+00:00")
+        member.setdefault("deaf", False)
+        member.setdefault("mute", False)
     if event["t"] == "MESSAGE_CREATE":
         d.setdefault("pinned", False)
         d.setdefault("mention_roles", [])
         d.setdefault("flags", 0)
-    if event["t"].startswith("MESSAGE_REACTION_ADD"):
+    if event["t"] in ("MESSAGE_REACTION_ADD", "MESSAGE_REACTION_REMOVE"):
         d.setdefault("type", 0)
         d.setdefault("burst", False)
     return event
@@ -57,7 +64,13 @@ def _json(data: dict[str, Any]) -> web.Response:
 class FakeGateway:
     """Discord's gateway (and the few REST routes discord.py calls before connecting to it)."""
 
-    def __init__(self, *, script: str = "reconnect", session_starts_remaining: int = 999) -> None:
+    def __init__(
+        self,
+        *,
+        script: str = "reconnect",
+        session_starts_remaining: int = 999,
+        events: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.script = script
         self.remaining = session_starts_remaining
         self.frames: list[tuple[str, dict[str, Any]]] = []  # (connection, what the client sent)
@@ -82,6 +95,10 @@ class FakeGateway:
             complete(gw.message(gw.BOT, "Glad to hear it!", T0 + 1000)),
             complete(gw.delete(first)),
         ]
+        if events is not None:
+            self.before, self.after = events, []
+        # Set by the test when it wants more dispatches sent on the open session (`send`).
+        self._socket_now: web.WebSocketResponse | None = None
 
     @property
     def forwardable(self) -> list[dict[str, Any]]:
@@ -207,10 +224,19 @@ class FakeGateway:
             return
         for event in self.before:
             await self._dispatch(ws, event)
-        if self.script == "reconnect":
+        self._socket_now = ws
+        if self.script == "events":
+            self.done.set()
+        elif self.script == "reconnect":
             await ws.send_json({"op": 7, "d": None, "s": None, "t": None})
         elif self.script == "invalidate":
             await ws.send_json({"op": 9, "d": False, "s": None, "t": None})
+
+    async def send(self, events: list[dict[str, Any]]) -> None:
+        """More dispatches on the session open now (script "events")."""
+        assert self._socket_now is not None, "no session is open"
+        for event in events:
+            await self._dispatch(self._socket_now, event)
 
     async def _resumed(self, ws: web.WebSocketResponse, resume: dict[str, Any]) -> None:
         if resume.get("session_id") != "session-1":

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from botmemory.channels import CHANNEL_EVENTS, ChannelVisibility
+from botmemory.channels import GUILD_EVENTS, ChannelVisibility
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.config import Settings
 from botmemory.keys import observation_sk
@@ -142,7 +142,7 @@ class Skip(BaseModel):
 
 class IngestResult(BaseModel):
     stored: int = 0
-    # Channel visibility items written or deleted (guild and channel events, botmemory.channels).
+    # Visibility and staff items written or deleted (guild events, botmemory.channels).
     channels: int = 0
     duplicates: int = 0
     ignored: list[Skip] = []
@@ -210,7 +210,7 @@ class ObservationRecorder:
             if not self._settings.memory_enabled:
                 result.ignored.append(Skip(index=index, event=label, reason="memory is off"))
                 continue
-            if label in CHANNEL_EVENTS:
+            if label in GUILD_EVENTS:
                 self._record_channel_event(index, label, event, result)
                 continue
             try:
@@ -236,7 +236,7 @@ class ObservationRecorder:
     def _record_channel_event(
         self, index: int, label: str, event: dict[str, Any], result: IngestResult
     ) -> None:
-        """A guild or channel event updates channel visibility; it is no observation."""
+        """A guild, role, channel or thread event updates visibility or staff; no observation."""
         try:
             change = self._channels.apply(label, _payload_of(event))
         except (ValueError, TypeError) as why:
