@@ -25,7 +25,13 @@ def record(services: MemoryServices, *events: dict[str, Any]) -> Any:
 
 
 def public(services: MemoryServices, *channels: str) -> set[str]:
-    return {c for c in channels if services.repository.channel_is_public(gw.GUILD, c)}
+    """The public ones of `channels`, as each of the three readers says: one at a time, in a
+    batch, and the server's whole list (what recall reads); they must agree."""
+    repository = services.repository
+    one_by_one = {c for c in channels if repository.channel_is_public(gw.GUILD, c)}
+    assert repository.channels_public(gw.GUILD, channels) == one_by_one
+    assert repository.public_channels(gw.GUILD) & set(channels) == one_by_one
+    return one_by_one
 
 
 def a_guild() -> dict[str, Any]:

@@ -89,8 +89,9 @@ class ChannelRepository(Table):
         return {str(item["channel_id"]): item for item in map(from_item, items)}
 
     def public_channels(self, guild_id: str) -> frozenset[str]:
-        """The guild's channels @everyone can view now (botmemory.visibility): one Query of
-        its visibility items, paged for a server with many channels."""
+        """The guild's channels @everyone can view now (botmemory.visibility), threads
+        resolved to their parents as `channel_is_public` does: one Query of its visibility
+        items, paged for a server with many channels and threads."""
         request = {
             "TableName": self.table_name,
             "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
@@ -98,14 +99,19 @@ class ChannelRepository(Table):
                 ":pk": {"S": keys.guild_pk(guild_id)},
                 ":prefix": {"S": keys.CHANNEL_VISIBILITY_PREFIX},
             },
-            "ProjectionExpression": "channel_id, #public",
+            "ProjectionExpression": "channel_id, #public, parent_id, private_thread",
             "ExpressionAttributeNames": {"#public": "public"},
         }
-        return frozenset(
-            item["channel_id"]["S"]
-            for item in self._query_all(request)
-            if item.get("public", {}).get("BOOL") is True and "channel_id" in item
-        )
+        items = [from_item(item) for item in self._query_all(request)]
+        public = {str(i["channel_id"]) for i in items if "parent_id" not in i and _public(i)}
+        threads = {
+            str(i["channel_id"])
+            for i in items
+            if "parent_id" in i
+            and i.get("private_thread") is not True
+            and str(i["parent_id"]) in public
+        }
+        return frozenset(public | threads)
 
     def guild_staff(self, guild_id: str) -> GuildStaff:
         """The guild's staff as its GUILD_CREATE said and role and guild updates since
