@@ -98,7 +98,7 @@ class RateLimits:
         self._wall = wall
         self._per_second = per_second
         self._lock = threading.Lock()
-        self._bucket_of: dict[RouteKey, str] = {}  # route -> Discord's bucket hash
+        self._bucket_of: dict[str, str] = {}  # route template -> Discord's bucket hash
         self._buckets: dict[tuple[str, str], _Bucket] = {}  # (bucket, resource) -> state
         self._global_until = 0.0
         self._sent: deque[float] = deque()  # when the last requests went, oldest first
@@ -151,7 +151,7 @@ class RateLimits:
         with self._lock:
             now = self._clock()
             if _BUCKET.match(bucket_hash):
-                self._bucket_of[key] = bucket_hash
+                self._bucket_of[key[0]] = bucket_hash
             state_key = self._state_key(key)
             if refused_for is not None and is_global(response):
                 self._global_until = max(self._global_until, now + refused_for)
@@ -164,8 +164,9 @@ class RateLimits:
                 self._buckets[state_key] = _Bucket(remaining, now + reset_after)
 
     def _state_key(self, key: RouteKey) -> tuple[str, str]:
-        # Routes sharing a bucket hash share its state, per top-level resource.
-        return self._bucket_of.get(key, key[0]), key[1]
+        # Routes sharing a bucket hash share its state, per top-level resource (the hash
+        # itself does not depend on the resource).
+        return self._bucket_of.get(key[0], key[0]), key[1]
 
 
 def is_global(response: httpx.Response) -> bool:
