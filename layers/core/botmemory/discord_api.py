@@ -343,18 +343,19 @@ class DiscordApi:
     def _await_turn(self, key: RouteKey, route: str) -> None:
         """Hold the request back while a limit the client knows of would refuse it; raise
         `DiscordRateLimited` rather than wait longer than it may."""
-        for _ in range(_MAX_TURN_WAITS):
+        for turn in range(_MAX_TURN_WAITS + 1):
             wait = self._limits.reserve(key)
             if wait is None:
                 return
             bound, why = self._wait_bound()
+            if turn == _MAX_TURN_WAITS:  # limits that keep moving: give up, unsent
+                bound, why = 0.0, f"{_MAX_TURN_WAITS} waits in a row"
             if wait.seconds > bound:
                 raise DiscordRateLimited(route, wait.seconds, wait.limit, why)
             logger.info(
                 "Discord %s waits %.2f s for the %s rate limit", route, wait.seconds, wait.limit
             )
             self._pause(wait.seconds)
-        raise DiscordRateLimited(route, 0.0, "moving", f"{_MAX_TURN_WAITS} waits in a row")
 
     def _wait_bound(self) -> tuple[float, str]:
         """The longest wait allowed now, and what sets it."""
