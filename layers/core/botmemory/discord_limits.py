@@ -174,11 +174,9 @@ def is_global(response: httpx.Response) -> bool:
     payload = _json(response)
     if isinstance(payload, dict) and payload.get("global") is True:
         return True
-    headers = response.headers
-    return (
-        headers.get("X-RateLimit-Global", "").strip().lower() == "true"
-        or headers.get("X-RateLimit-Scope", "").strip().lower() == "global"
-    )
+    flag: str = response.headers.get("X-RateLimit-Global", "")
+    scope: str = response.headers.get("X-RateLimit-Scope", "")
+    return flag.strip().lower() == "true" or scope.strip().lower() == "global"
 
 
 def retry_after(response: httpx.Response, wall: Callable[[], float] = time.time) -> float | None:
