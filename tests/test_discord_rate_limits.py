@@ -99,7 +99,7 @@ def test_a_wait_past_the_invocation_s_end_fails_the_answer_unsent(
     )
     chat_server.script.append(completion(LONG_REPLY))
 
-    # The error Lambda retries the asynchronous invoke for (the nonces keep the five once).
+    # The answer fails as any Discord failure does (parked in AnswerFailureQueue): unsent.
     with pytest.raises(DiscordRateLimited) as caught:
         bot.say(mention(gw.ALICE, "tell me the whole story", START_MS))
 
