@@ -329,3 +329,20 @@ def test_route_keys_name_the_top_level_resource_and_hold_no_token() -> None:
     assert template == "PATCH /webhooks/{webhook_id}/{webhook_token}/messages/@original"
     assert major.startswith("webhooks/5/") and "secret-token" not in major
     assert route_key("PATCH", "/webhooks/5/other-token/messages/@original")[1] != major
+
+
+def test_buckets_already_reset_are_forgotten_past_a_thousand(clock: Clock) -> None:
+    limits = RateLimits(clock=clock.now)
+    for n in range(1_001):
+        answer = httpx.Response(
+            200, headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset-After": "1"}
+        )
+        limits.learn(route_key("POST", f"/channels/{n + 1}/messages"), answer, None)
+    clock.sleep(2)
+    fresh = httpx.Response(
+        200, headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset-After": "1"}
+    )
+    limits.learn(route_key("POST", "/channels/999999/messages"), fresh, None)
+
+    assert len(limits._buckets) == 1
+    assert limits.reserve(route_key("POST", "/channels/999999/messages")) is not None

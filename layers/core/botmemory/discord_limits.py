@@ -36,6 +36,9 @@ GLOBAL_PER_SECOND = 50  # Discord's global limit for a bot, requests a second
 _WINDOW_SECONDS = 1.0
 # A reset further away than a day is not a rate limit this process can wait for.
 _MAX_RESET_SECONDS = 86_400.0
+# Past this many buckets known, the ones already reset are forgotten (a warm sandbox may
+# post in many channels).
+_PRUNE_ABOVE = 1_000
 _BUCKET = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 _COUNT = re.compile(r"^[0-9]{1,6}$")
 _ID = re.compile(r"^[0-9]{1,21}$")
@@ -162,6 +165,8 @@ class RateLimits:
                 remaining, reset_after = 0, max(refused_for, reset_after or 0.0)
             if remaining is not None and reset_after is not None:
                 self._buckets[state_key] = _Bucket(remaining, now + reset_after)
+            if len(self._buckets) > _PRUNE_ABOVE:
+                self._buckets = {k: b for k, b in self._buckets.items() if b.reset_at > now}
 
     def _state_key(self, key: RouteKey) -> tuple[str, str]:
         # Routes sharing a bucket hash share its state, per top-level resource (the hash
