@@ -18,6 +18,11 @@ the message it created, and creates none). Every request is recorded; a test can
 the next answers (`rate_limit_once`, `fail_once`, `script`), refuse every post to a channel
 (`forbid`), and wait for a request that a background thread makes (`wait_for`).
 
+Off by default, `enforce_buckets(limit, window)` makes channel posts obey a rate limit as
+Discord's do: each channel's `POST /channels/{id}/messages` allows `limit` posts a
+`window`, answers carry `X-RateLimit-*` headers, and a post over the limit gets a 429
+(counted in `rate_limited`).
+
 Use the `fake_discord` fixture and point the code at `fake_discord.url` (for instance
 through `DISCORD_API_BASE`). To make the fixture visible in a test module, import it under
 its function name, which keeps ruff from reading the test parameter as a redefinition:
@@ -33,6 +38,7 @@ its function name, which keeps ruff from reading the test parameter as a redefin
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 import time
@@ -60,6 +66,8 @@ _FOLLOWUP = re.compile(r"^/webhooks/(\d+)/([^/]+)$")
 _CHANNEL_MESSAGES = re.compile(r"^/channels/(\d+)/messages$")
 _TYPING = re.compile(r"^/channels/(\d+)/typing$")
 _NAME = re.compile(r"^[-_\w]{1,32}$")
+# The bucket hash the channel messages route answers with (any opaque string, as Discord's).
+MESSAGES_BUCKET = "80c17d2f203122d936070c88c8d10f33"
 
 
 @dataclass
@@ -97,6 +105,9 @@ class FakeDiscordRest:
         # channel id -> the JSON error code every post there is refused with (403)
         self.forbidden: dict[str, int] = {}
         self._script: list[ScriptedReply] = []
+        self._buckets: _Buckets | None = None
+        # the channel posts refused with a 429 by `enforce_buckets`
+        self.rate_limited: list[RecordedRequest] = []
         self._ids = count(900000000000000001)
         self._changed = threading.Condition()
         self._server = _Server(self)
@@ -162,6 +173,11 @@ class FakeDiscordRest:
     def fail_once(self, status: int = 500, *, method: str | None = None) -> None:
         self.script(status, {"message": "500: Internal Server Error", "code": 0}, method=method)
 
+    def enforce_buckets(self, limit: int = 5, window: float = 0.2) -> None:
+        """From now on each channel's message posts obey `limit` a `window` seconds."""
+        with self._changed:
+            self._buckets = _Buckets(limit, window)
+
     def forbid(self, channel_id: str, code: int = 50013) -> None:
         """Every post to the channel (messages, typing) gets 403, as when the bot lacks
         access (50001) or permission (50013) there."""
@@ -209,7 +225,20 @@ class FakeDiscordRest:
                 ):
                     del self._script[i]
                     return reply.status, reply.body, reply.headers
-            return self._route(request)
+            posting = _CHANNEL_MESSAGES.match(request.path) and request.method == "POST"
+            if self._buckets is None or not posting:
+                return self._route(request)
+            channel_id = request.path.split("/")[2]
+            left = self._buckets.take(channel_id)
+            headers = self._buckets.headers(channel_id)
+            if left is None:
+                self.rate_limited.append(request)
+                refusal = self._buckets.refusal(channel_id)
+                retry = str(math.ceil(refusal["retry_after"]))
+                headers.update({"Retry-After": retry, "X-RateLimit-Scope": "user"})
+                return 429, refusal, headers
+            status, body, own = self._route(request)
+            return status, body, {**own, **headers}
 
     def _route(self, request: RecordedRequest) -> tuple[int, Any, dict[str, str]]:
         if match := _COMMANDS.match(request.path):
@@ -351,6 +380,47 @@ class FakeDiscordRest:
             stored.append(item)
         self.commands[key] = stored
         return 200, stored, {}
+
+
+class _Buckets:
+    """Per channel, a fixed window of `limit` posts, as Discord's per-route buckets count."""
+
+    def __init__(self, limit: int, window: float) -> None:
+        self.limit = limit
+        self.window = window
+        self._windows: dict[str, tuple[float, int]] = {}  # channel -> (start, posts taken)
+
+    def take(self, channel_id: str) -> int | None:
+        """The posts left after this one, or None when this one is over the limit."""
+        now = time.monotonic()
+        start, taken = self._windows.get(channel_id, (now, 0))
+        if now >= start + self.window:
+            start, taken = now, 0
+        if taken >= self.limit:
+            self._windows[channel_id] = (start, taken)
+            return None
+        self._windows[channel_id] = (start, taken + 1)
+        return self.limit - taken - 1
+
+    def reset_after(self, channel_id: str) -> float:
+        start, _ = self._windows[channel_id]
+        # Rounded up to the millisecond: a client waiting this long is never early.
+        return math.ceil(max(start + self.window - time.monotonic(), 0.0) * 1000) / 1000
+
+    def headers(self, channel_id: str) -> dict[str, str]:
+        _, taken = self._windows[channel_id]
+        reset_after = self.reset_after(channel_id)
+        return {
+            "X-RateLimit-Limit": str(self.limit),
+            "X-RateLimit-Remaining": str(max(self.limit - taken, 0)),
+            "X-RateLimit-Reset": f"{time.time() + reset_after:.3f}",
+            "X-RateLimit-Reset-After": f"{reset_after:.3f}",
+            "X-RateLimit-Bucket": MESSAGES_BUCKET,
+        }
+
+    def refusal(self, channel_id: str) -> dict[str, Any]:
+        retry = self.reset_after(channel_id)
+        return {"message": "You are being rate limited.", "retry_after": retry, "global": False}
 
 
 def _stored_option(option: dict[str, Any]) -> dict[str, Any]:

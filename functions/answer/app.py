@@ -13,6 +13,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from botmemory import invocation
 from botmemory.answer_requests import BadAnswerEvent, question_of
 from botmemory.answering import AnswerReport
 from botmemory.config import get_settings
@@ -45,6 +46,7 @@ def record_metrics(report: AnswerReport) -> None:
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    invocation.begin(context)  # Discord rate-limit waits end before the invocation does
     try:
         question, reply = question_of(event)
     except BadAnswerEvent as error:

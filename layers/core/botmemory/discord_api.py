@@ -5,19 +5,26 @@ typing indicator) authenticate with the bot token; editing an interaction's orig
 response goes through the interaction webhook, whose token in the path is the credential,
 so no bot token is sent there.
 
+Rate limits are kept ahead (botmemory.discord_limits): the client reads every answer's
+`X-RateLimit-*` headers and holds a request back while its bucket has none left, the
+global limit is in force or the bot's 50 a second are spent, so it never sends a request
+it knows Discord will refuse (each 429 counts toward Discord's invalid-request ban).
+
 Every request is retried a bounded number of times: on 429 the client waits as long as
-Discord asks (`retry_after` in the JSON body, else the `Retry-After` header), on 5xx and
-on transport failures it backs off exponentially. A wait longer than `max_retry_wait`
-is not shortened and retried early (that only earns another 429): the call fails at
-once with a `DiscordApiError`. Any other 4xx fails at once too, carrying Discord's
-message and code (a 403, `forbidden`: the bot may not see or post in that channel). Error text never contains the bot token or an interaction token.
+Discord asks (`retry_after` in the JSON body, else the `Retry-After` header, in seconds or
+as an HTTP-date), on 5xx and on transport failures it backs off exponentially. A wait
+longer than `max_retry_wait`, or than the invocation has left (`time_left_ms`), is not
+shortened and retried early (that only earns another 429): the call fails at once with a
+`DiscordApiError` of status 429 (`DiscordRateLimited` when nothing was sent). Any other
+4xx fails at once too, carrying Discord's message and code (a 403, `forbidden`: the bot
+may not see or post in that channel). Error text never contains the bot token or an
+interaction token.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import random
 import re
@@ -30,6 +37,8 @@ from urllib.parse import quote
 
 import httpx
 
+from botmemory.discord_limits import RateLimits, RouteKey, route_key
+from botmemory.discord_limits import retry_after as retry_after_of
 from botmemory.secrets import value_or_secret
 from botmemory.text import DISCORD_MESSAGE_CHARS
 from botmemory.text import split_message as split_message
@@ -51,6 +60,10 @@ _EXCERPT_CHARS = 200
 # Discord's limits on a message: the users one may ping, the length of its nonce.
 _MAX_ALLOWED_USERS = 100
 _NONCE_CHARS = 25
+# A wait must leave this much of the invocation for the request itself and the answer.
+_BUDGET_MARGIN_SECONDS = 2.0
+# Waits in a row for one request's turn before it gives up (limits that keep moving).
+_MAX_TURN_WAITS = 8
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +126,26 @@ class DiscordApiError(RuntimeError):
         return text
 
 
+class DiscordRateLimited(DiscordApiError):
+    """Not sent: a rate limit the client knows of resets later than it may wait (past
+    `max_retry_wait`, or past the invocation's remaining time). Status 429, as Discord
+    would have answered; `retry_after` is the wait it would have taken."""
+
+    def __init__(self, route: str, wait: float, limit: str, bound: str) -> None:
+        super().__init__(
+            429,
+            f"not sent: the {limit} rate limit resets in {wait:.2f} s, later than {bound}",
+            route=route,
+            retry_after=wait,
+        )
+
+
 class DiscordApi:
-    """Synchronous Discord REST client; the HTTP connection pool is created on first use."""
+    """Synchronous Discord REST client; the HTTP connection pool is created on first use.
+
+    `time_left_ms` (the invocation's remaining milliseconds, None when unbounded) bounds
+    every wait; `rate_limits` may be shared by the clients of one process.
+    """
 
     def __init__(
         self,
@@ -126,6 +157,8 @@ class DiscordApi:
         max_retry_wait: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
         transport: httpx.BaseTransport | None = None,
+        time_left_ms: Callable[[], int | None] | None = None,
+        rate_limits: RateLimits | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -136,6 +169,8 @@ class DiscordApi:
         self._max_retry_wait = max_retry_wait
         self._sleep = sleep
         self._transport = transport
+        self._time_left_ms = time_left_ms
+        self._limits = rate_limits or RateLimits()
         self._client: httpx.Client | None = None
 
     def __repr__(self) -> str:
@@ -267,10 +302,12 @@ class DiscordApi:
                 raise DiscordConfigError(f"{route} needs the bot token, and none was given")
             headers["Authorization"] = f"Bot {self._token}"
         secrets = [s for s in (self._token, secret) if s]
+        key = route_key(method, path)
 
         last_problem = "no attempt made"
         for attempt in range(self._max_attempts):
             is_last = attempt == self._max_attempts - 1
+            self._await_turn(key, route)
             try:
                 response = self._http().request(method, path, json=json_body, headers=headers)
             except httpx.TransportError as exc:
@@ -284,20 +321,61 @@ class DiscordApi:
                 logger.warning(
                     "Discord %s failed (%s); retrying in %.2f s", route, last_problem, wait
                 )
-                self._sleep(wait)
+                self._pause(wait)
                 continue
 
             status = response.status_code
+            refused_for = self._refused_for(response, attempt) if status == 429 else None
+            self._limits.learn(key, response, refused_for)
             if status < 300:
                 return _json_or_none(response)
             if status >= 500:
                 last_problem = f"HTTP {status}"
-            self._sleep(self._retry_wait(response, route, secrets, attempt, is_last=is_last))
+            self._pause(
+                self._retry_wait(response, route, secrets, attempt, refused_for, is_last=is_last)
+            )
         raise DiscordApiError(
             None,
             f"no answer after {self._max_attempts} attempts ({last_problem})",
             route=route,
         )
+
+    def _await_turn(self, key: RouteKey, route: str) -> None:
+        """Hold the request back while a limit the client knows of would refuse it; raise
+        `DiscordRateLimited` rather than wait longer than it may."""
+        for turn in range(_MAX_TURN_WAITS + 1):
+            wait = self._limits.reserve(key)
+            if wait is None:
+                return
+            bound, why = self._wait_bound()
+            if turn == _MAX_TURN_WAITS:  # limits that keep moving: give up, unsent
+                bound, why = 0.0, f"{_MAX_TURN_WAITS} waits in a row"
+            if wait.seconds > bound:
+                raise DiscordRateLimited(route, wait.seconds, wait.limit, why)
+            logger.info(
+                "Discord %s waits %.2f s for the %s rate limit", route, wait.seconds, wait.limit
+            )
+            self._pause(wait.seconds)
+
+    def _wait_bound(self) -> tuple[float, str]:
+        """The longest wait allowed now, and what sets it."""
+        left_ms = self._time_left_ms() if self._time_left_ms is not None else None
+        if left_ms is not None:
+            left = left_ms / 1000 - _BUDGET_MARGIN_SECONDS
+            if left < self._max_retry_wait:
+                return left, f"the invocation's remaining {left_ms / 1000:.2f} s allow"
+        return self._max_retry_wait, f"the longest wait allowed ({self._max_retry_wait:g} s)"
+
+    def _pause(self, wait: float) -> None:
+        until = self._limits.now() + wait
+        self._sleep(wait)
+        self._limits.waited(until)
+
+    @staticmethod
+    def _refused_for(response: httpx.Response, attempt: int) -> float:
+        """How long a 429 asks to wait (backing off when it does not say)."""
+        asked = retry_after_of(response)
+        return _backoff(attempt) if asked is None else asked
 
     def _retry_wait(
         self,
@@ -305,19 +383,18 @@ class DiscordApi:
         route: str,
         secrets: list[str],
         attempt: int,
+        refused_for: float | None,
         *,
         is_last: bool,
     ) -> float:
         """Seconds to wait before retrying an unsuccessful answer; raises the answer's error
         when it is not worth retrying."""
         status = response.status_code
-        if status == 429:
-            wait_or_none = _retry_after(response)
-            wait = _backoff(attempt) if wait_or_none is None else wait_or_none
-            if is_last or wait > self._max_retry_wait:
-                raise _api_error(response, route, secrets, retry_after=wait)
-            logger.warning("Discord rate-limited %s; retrying in %.2f s", route, wait)
-            return wait
+        if refused_for is not None:
+            if is_last or refused_for > self._wait_bound()[0]:
+                raise _api_error(response, route, secrets, retry_after=refused_for)
+            logger.warning("Discord rate-limited %s; retrying in %.2f s", route, refused_for)
+            return refused_for
         if status >= 500:
             if is_last:
                 raise _api_error(response, route, secrets)
@@ -449,29 +526,6 @@ def _backoff(attempt: int) -> float:
     # An int power is typed Any (a negative exponent makes it a float).
     backoff: float = min(_BACKOFF_BASE_SECONDS * 2**attempt, _BACKOFF_CAP_SECONDS)
     return backoff + random.uniform(0, _JITTER_SECONDS)
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """Seconds Discord asks to wait: the body's `retry_after` (precise), else the headers."""
-    candidates: list[Any] = []
-    try:
-        payload = response.json()
-    except ValueError:
-        payload = None
-    if isinstance(payload, dict):
-        candidates.append(payload.get("retry_after"))
-    candidates.append(response.headers.get("Retry-After"))
-    candidates.append(response.headers.get("X-RateLimit-Reset-After"))
-    for raw in candidates:
-        if raw is None or isinstance(raw, bool):
-            continue
-        try:
-            seconds = float(raw)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(seconds) and seconds >= 0:
-            return seconds
-    return None
 
 
 def _api_error(

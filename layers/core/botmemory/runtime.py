@@ -102,13 +102,20 @@ def answerer_from_environment() -> Answerer:
         api_base_from_environment,
         bot_token_from_environment,
     )
+    from botmemory.invocation import time_left_ms
 
     services = services_from_environment()
     settings = services.settings
+    # Rate-limit waits stop short of the invocation's end (the handler calls begin()).
+    discord = DiscordApi(
+        bot_token_from_environment(),
+        base_url=api_base_from_environment(),
+        time_left_ms=time_left_ms,
+    )
     return Answerer(
         services,
         build_chat_model(settings),
-        DiscordApi(bot_token_from_environment(), base_url=api_base_from_environment()),
+        discord,
         AnswerRateLimiter(
             services.repository.client, settings.table_name, settings, services.clock
         ),
