@@ -38,7 +38,7 @@ from botmemory.corrections import (
     correction_notice,
     refusal_notice,
 )
-from botmemory.discord_api import DiscordApiError
+from botmemory.discord_api import DiscordApiError, DiscordRateLimited
 from botmemory.hot_tier import record_hits, shown_facts
 from botmemory.records import GuildStaff, Observation, scope_of
 from botmemory.runtime import MemoryServices
@@ -82,6 +82,9 @@ class AnswerStatus(StrEnum):
     RATE_REFUSED = "rate_refused"  # told once
     RATE_SILENT = "rate_silent"
     POST_REFUSED = "post_refused"  # Discord refused the post (403/404)
+    # A rate limit would have outlasted the invocation: the parts posted stand (recorded),
+    # the rest were not sent into a certain 429 (discord_limits).
+    POST_CUT_SHORT = "post_cut_short"
     OFF = "off"  # no chat model configured
 
 
@@ -260,6 +263,17 @@ class Answerer:
         try:
             for index, chunk in enumerate(chunks):
                 posted.append(self._send(question, reply, chunk, index))
+        except DiscordRateLimited as error:
+            log.warning(
+                "answer cut short: a Discord rate limit outlasts the invocation",
+                extra={
+                    "channel_id": question.channel_id,
+                    "posted": len(posted),
+                    "unsent": len(chunks) - len(posted),
+                    "retry_after": error.retry_after,
+                },
+            )
+            report.status = AnswerStatus.POST_CUT_SHORT
         except DiscordApiError as error:
             if error.status not in REFUSED_STATUSES:
                 raise
