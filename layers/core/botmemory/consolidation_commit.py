@@ -27,6 +27,7 @@ from botmemory.attempts import Attempts
 from botmemory.items import (
     attempts_update,
     attribute,
+    candidate_values,
     episode_values,
     fact_key,
     forgotten_key,
@@ -41,6 +42,7 @@ from botmemory.items import (
     to_item,
 )
 from botmemory.records import (
+    Candidate,
     ChannelSummary,
     Episode,
     Fact,
@@ -184,6 +186,12 @@ class ConsolidationCommit:
     # the Named pointers beyond it are.
     history: Sequence[FactHistory] = ()
     history_later: Sequence[FactHistory] = ()
+    # Deferred candidates (botmemory.candidates): written (those in `candidates_rewritten`,
+    # sort keys, only while they still exist: an erasure meanwhile is not undone) and
+    # deleted (sort keys, under the channel), one action each.
+    candidate_puts: Sequence[Candidate] = ()
+    candidates_rewritten: frozenset[str] = frozenset()
+    candidate_deletes: Sequence[str] = ()
 
     def action_count(self) -> int:
         return (
@@ -204,6 +212,8 @@ class ConsolidationCommit:
             + len(self.names)
             + len(self.named)
             + sum(len(history_puts(entry)) for entry in self.history)
+            + len(self.candidate_puts)
+            + len(self.candidate_deletes)
         )
 
     def room_left(self) -> int:
@@ -271,12 +281,23 @@ class ConsolidationCommit:
         ]
         actions += [{"Update": _name_seen(name)} for name in self.names]
         actions += [{"Put": {"Item": to_item(named_values(named))}} for named in self.named]
+        actions += [{"Put": self._candidate_put(c)} for c in self.candidate_puts]
+        actions += [
+            {"Delete": {"Key": key(keys.channel_pk(channel_id), sk)}}
+            for sk in self.candidate_deletes
+        ]
         actions += self._guards()
         actions.append({"Update": self._release_and_record()})
         for action in actions:
             for request in action.values():
                 request["TableName"] = table
         return actions
+
+    def _candidate_put(self, candidate: Candidate) -> dict[str, Any]:
+        put: dict[str, Any] = {"Item": to_item(candidate_values(candidate))}
+        if keys.candidate_sk(candidate.fact.fact_id) in self.candidates_rewritten:
+            put["ConditionExpression"] = "attribute_exists(pk)"
+        return put
 
     def _summary_put(self, summary: ChannelSummary) -> dict[str, Any]:
         put: dict[str, Any] = {"Item": to_item(episode_values(summary, self.scope))}

@@ -67,6 +67,7 @@ from botmemory.snowflake import snowflake_ms
 if TYPE_CHECKING:
     pass
 
+from botmemory.repository_candidates import CandidateRepository
 from botmemory.repository_channels import ChannelRepository
 from botmemory.repository_people import PeopleRepository
 from botmemory.repository_personas import PersonaRepository
@@ -76,7 +77,13 @@ from botmemory.table import error_code
 log = logging.getLogger(__name__)
 
 
-class MemoryRepository(PeopleRepository, ChannelRepository, ShortTermRepository, PersonaRepository):
+class MemoryRepository(
+    PeopleRepository,
+    ChannelRepository,
+    ShortTermRepository,
+    PersonaRepository,
+    CandidateRepository,
+):
     # Observations -----------------------------------------------------------------
 
     def put_observation(self, observation: Observation) -> bool:
