@@ -888,7 +888,9 @@ class Consolidator:
                 + [f.user_id for f in judgement.facts if f.user_id != keys.PERSONA_SUBJECT]
                 + [user_id for f in judgement.facts for user_id in f.evidence_user_ids]
                 + (episode.participant_ids if episode else [])
-                + [person for c in batch.candidates for person in c.people]
+                # What waits on as a candidate holds its people's words too.
+                + [f.user_id for f in judgement.deferred if f.user_id != keys.PERSONA_SUBJECT]
+                + [user_id for f in judgement.deferred for user_id in f.evidence_user_ids]
             ),
             names=self._names_seen(batch),
             redacted=batch.redacted,
