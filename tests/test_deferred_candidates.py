@@ -35,7 +35,7 @@ from botmemory.memory_model.contract import (
     parse_answer,
 )
 from botmemory.memory_model.rules import RulesModel
-from botmemory.records import Fact, FactKind, FactPriority, FactSource
+from botmemory.records import Fact, FactKind, FactPriority, FactSource, MemoryScope, Persona
 from botmemory.runtime import MemoryServices, build_services
 from tests import gateway as gw
 from tests.conftest import ScriptedModel, scan_all
@@ -120,8 +120,8 @@ class _FactWriterHandler(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def memory_model() -> Iterator[FactWriterServer]:
+@pytest.fixture(name="memory_model")
+def memory_model_fixture() -> Iterator[FactWriterServer]:
     server = FactWriterServer()
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
@@ -506,3 +506,54 @@ def test_a_candidate_whose_message_was_deleted_is_dropped(
     assert candidates_in(dynamodb) == []
     assert "a message it rests on was deleted" in [d.reason for d in outcome.discarded]
 
+
+def test_erasing_someone_who_taught_a_waiting_candidate_deletes_it(
+    dynamodb: Any, clock: ManualClock
+) -> None:
+    """Persona knowledge waiting as a candidate is no one's fact, yet it rests on its
+    teachers' words: the erasure of either finds it in the channels they spoke in."""
+    tutor = Persona(
+        persona_id="tutor",
+        lineage_id="d-tutor",
+        name="Tutor",
+        prompt="You are a tutor.\n{memory}",
+        channels=[gw.CHANNEL],
+    )
+    knowledge = [
+        ProposedFact(
+            user_id=keys.PERSONA_SUBJECT,
+            text=f"Homework {i} is due on Fridays",
+            kind=FactKind.FACT,
+            evidence=[1, 2],
+            scope=MemoryScope.PERSONA,
+        )
+        for i in range(2)
+    ]
+    settings = Settings(
+        table_name=TABLE,
+        memory_model="scripted",
+        bot_user_id=gw.BOT,
+        consolidate_every=1,
+        new_facts_per_person=1,
+    )
+    services = build_services(
+        settings,
+        dynamodb=dynamodb,
+        clock=clock,
+        model=ScriptedModel(answer(*knowledge)),
+        deployment_personas=lambda: [tutor],
+    )
+    services.recorder.record(
+        [
+            gw.message(gw.ALICE, "Homework is due Friday.", T0),
+            gw.message(gw.BOB, "Homework: every Friday.", T0 + 1000),
+        ]
+    )
+    services.consolidator.consolidate(gw.CHANNEL, force=True)
+    (waiting,) = services.repository.candidates(gw.CHANNEL)
+    assert waiting.fact.evidence_user_ids == [gw.ALICE, gw.BOB]
+
+    Eraser(services.repository, clock=clock, lineages=lambda scope: ["d-tutor"]).erase(gw.BOB)
+
+    assert candidates_in(dynamodb) == []
+    assert [i for i in scan_all(dynamodb) if gw.BOB in json.dumps(i)] == []

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from botmemory.candidates import MAX_QUEUED_PER_PERSON
 from botmemory.clock import DAY_MS, ManualClock
 from botmemory.config import Settings
 from botmemory.consolidate import ROUND_RESERVE_MS
-from botmemory.candidates import MAX_QUEUED_PER_PERSON
 from botmemory.consolidation_outcome import Outcome, Status, outcome_metrics
 from botmemory.erasure import Eraser
 from botmemory.items import quarantine_values
