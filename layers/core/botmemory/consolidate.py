@@ -478,7 +478,8 @@ class Consolidator:
         settings = self._settings
         waiting = self._repository.count_pending(channel_id, settings.consolidate_every)
         # Candidates alone (botmemory.candidates) get the sweep's round, without a model call.
-        if waiting == 0 and not (force and self._repository.has_candidates(channel_id)):
+        alone = waiting == 0 and force and self._repository.has_candidates(channel_id)
+        if waiting == 0 and not alone:
             if force:
                 self._repository.clear_pending_since(channel_id)
             return Outcome(channel_id, Status.NOTHING_PENDING)
@@ -497,16 +498,18 @@ class Consolidator:
                 return Outcome(channel_id, Status.BUSY)
             return Outcome(channel_id, Status.DEFERRED, retry_at_ms=lock.retry_at_ms)
         try:
-            return self._locked_round(lock)
+            return self._locked_round(lock, candidates=alone)
         except BaseException:
             # Whatever went wrong, nothing was committed: give the lock back for the retry.
             self._repository.release_lock(lock)
             raise
 
-    def _locked_round(self, lock: Lock) -> Outcome:
-        """Read the batch, ask the model, judge its answer, and commit: one round."""
+    def _locked_round(self, lock: Lock, *, candidates: bool = False) -> Outcome:
+        """Read the batch (and the candidates waiting, when the channel's state or the
+        caller says some do), ask the model, judge its answer, and commit: one round."""
         channel_id = lock.channel_id
-        waiting = self._repository.candidates(channel_id)
+        # Read only when the last round left some (its commit says so on the channel's state).
+        waiting = self._repository.candidates(channel_id) if lock.candidates or candidates else []
         batch = self._read_batch(lock, waiting)
         if batch is None and waiting:  # candidates alone: judged already, no model call
             batch = self._prepare([], [], scope=waiting[0].server_scope, more=False, waiting=False)
@@ -951,6 +954,7 @@ class Consolidator:
         )
         commit.candidate_puts, commit.candidate_deletes = settled.puts, settled.deletes
         commit.candidates_rewritten = frozenset(settled.rewritten)
+        commit.candidates_left = bool(settled.puts)
         for fact, reason in settled.dropped:
             self._discard(outcome, fact.user_id, fact.text, reason, fact.fact_id)
         outcome.deferred, outcome.candidates_kept = len(settled.queued), settled.kept

@@ -68,6 +68,9 @@ class Lock:
     fence: int
     # The channel's failed attempts as the lock found them (None: the last round went well).
     attempts: Attempts | None = None
+    # Whether the channel's last round left candidates waiting (botmemory.candidates): a
+    # round reads them only then.
+    candidates: bool = False
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,9 @@ class ConsolidationCommit:
     candidate_puts: Sequence[Candidate] = ()
     candidates_rewritten: frozenset[str] = frozenset()
     candidate_deletes: Sequence[str] = ()
+    # Whether candidates wait after this commit, as the channel's state records it for the
+    # next round's lock (None: this commit did not look at them, the record stays).
+    candidates_left: bool | None = None
 
     def action_count(self) -> int:
         return (
@@ -387,6 +393,10 @@ class ConsolidationCommit:
             *sets,
         ]
         removes = ["lock_owner", "lease_until", *removes]
+        if self.candidates_left is True:
+            sets.append("candidates_waiting = :one")
+        elif self.candidates_left is False:
+            removes.append("candidates_waiting")
         if self.more_pending_since_ms is None:
             removes += ["sweep_bucket", "pending_since"]
         else:

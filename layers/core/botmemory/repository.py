@@ -242,7 +242,13 @@ class MemoryRepository(
                 return LockRefused(retry_at if retry_at and retry_at > now_ms else None)
             raise
         state = from_item(response["Attributes"])
-        return Lock(channel_id, owner, int(state["fence"]), attempts_of(state))
+        return Lock(
+            channel_id,
+            owner,
+            int(state["fence"]),
+            attempts_of(state),
+            candidates=bool(state.get("candidates_waiting")),
+        )
 
     def release_lock(self, lock: Lock) -> bool:
         """Give the lock back if still ours; False when it was already taken over."""
