@@ -557,3 +557,27 @@ def test_erasing_someone_who_taught_a_waiting_candidate_deletes_it(
 
     assert candidates_in(dynamodb) == []
     assert [i for i in scan_all(dynamodb) if gw.BOB in json.dumps(i)] == []
+
+
+def test_an_unreadable_candidate_is_deleted_logged_and_counted_and_the_rest_kept(
+    dynamodb: Any, clock: ManualClock
+) -> None:
+    model = ScriptedModel(answer(*(fact(f"Alice likes topic {i}", 1) for i in range(3))))
+    services = services_with(dynamodb, clock, model, new_facts_per_person=2)
+    services.recorder.record([gw.message(gw.ALICE, "I like many topics.", T0)])
+    services.consolidator.consolidate(gw.CHANNEL)
+    dynamodb.put_item(
+        TableName=TABLE,
+        Item={
+            "pk": {"S": keys.channel_pk(gw.CHANNEL)},
+            "sk": {"S": keys.candidate_sk("0bad0bad")},
+            "fact": {"S": "<not a fact>"},
+        },
+    )
+    clock.advance(seconds=60)
+
+    (outcome,) = services.consolidator.sweep()
+
+    assert ("CandidatesUnreadable", 1) in outcome_metrics([outcome])
+    assert outcome.candidates_kept == 1 and candidates_in(dynamodb) == []
+    assert len(services.repository.all_facts(gw.GUILD, gw.ALICE)) == 3

@@ -509,7 +509,10 @@ class Consolidator:
         caller says some do), ask the model, judge its answer, and commit: one round."""
         channel_id = lock.channel_id
         # Read only when the last round left some (its commit says so on the channel's state).
-        waiting = self._repository.candidates(channel_id) if lock.candidates or candidates else []
+        read = (
+            self._repository.read_candidates(channel_id) if lock.candidates or candidates else None
+        )
+        waiting = read.found if read else []
         batch = self._read_batch(lock, waiting)
         if batch is None and waiting:  # candidates alone: judged already, no model call
             batch = self._prepare([], [], scope=waiting[0].server_scope, more=False, waiting=False)
@@ -518,6 +521,7 @@ class Consolidator:
             return Outcome(channel_id, Status.NOTHING_PENDING)
         batch.candidates = waiting
         outcome = Outcome(channel_id, Status.CONSOLIDATED)
+        outcome.candidates_unreadable = read.unreadable if read else 0
         judgement = _Judgement()
         batch.persona = self._persona_of(batch)
         if batch.persona is not None:  # staff may teach it on their own

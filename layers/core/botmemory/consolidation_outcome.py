@@ -61,6 +61,7 @@ class Outcome:
     deferred: int = 0
     candidates_kept: int = 0
     candidates_waiting: int = 0
+    candidates_unreadable: int = 0  # stored candidates that did not read as one: deleted
 
 
 def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
@@ -82,6 +83,7 @@ def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
                 ("FactsDeferred", outcome.deferred),
                 ("CandidatesKept", outcome.candidates_kept),
                 ("CandidatesWaiting", outcome.candidates_waiting),
+                ("CandidatesUnreadable", outcome.candidates_unreadable),
             ]
             if outcome.index_failed:
                 figures.append(("SearchIndexFailed", 1))

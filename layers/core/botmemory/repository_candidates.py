@@ -6,6 +6,7 @@ repository.py), which callers use.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,10 +20,22 @@ from botmemory.table import Table
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class CandidatesRead:
+    """A channel's waiting candidates, and how many stored items were unreadable."""
+
+    found: list[Candidate]
+    unreadable: int = 0
+
+
 class CandidateRepository(Table):
     def candidates(self, channel_id: str, limit: int = MAX_QUEUED) -> list[Candidate]:
+        return self.read_candidates(channel_id, limit).found
+
+    def read_candidates(self, channel_id: str, limit: int = MAX_QUEUED) -> CandidatesRead:
         """The channel's waiting candidates, oldest first: one strongly consistent Query. A
-        stored item that does not read as a candidate is deleted, logged and skipped."""
+        stored item that does not read as a candidate is deleted, logged, skipped and
+        counted."""
         response = self._client.query(
             TableName=self.table_name,
             KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
@@ -34,6 +47,7 @@ class CandidateRepository(Table):
             Limit=limit,
         )
         found: list[Candidate] = []
+        unreadable = 0
         for item in response["Items"]:
             plain = from_item(item)
             try:
@@ -44,7 +58,10 @@ class CandidateRepository(Table):
                     extra={"channel_id": channel_id, "error": str(error)[:300]},
                 )
                 self._delete_keys([key(str(plain["pk"]), str(plain["sk"]))])
-        return sorted(found, key=lambda c: (c.queued_ms, c.fact.fact_id))
+                unreadable += 1
+        return CandidatesRead(
+            sorted(found, key=lambda c: (c.queued_ms, c.fact.fact_id)), unreadable
+        )
 
     def has_candidates(self, channel_id: str) -> bool:
         """Whether any candidate waits in the channel (one Query of one key)."""
