@@ -285,6 +285,14 @@ def observation_image(event: dict[str, Any], at_ms: int) -> dict[str, Any]:
         "at_ms": {"N": str(at_ms)},
         "author_id": {"S": author["id"]},
         "author_name": {"S": author["global_name"]},
+        # Every name the author goes by (botmemory.observe: nickname, global, account name).
+        "author_names": {
+            "L": [
+                {"S": name}
+                for name in dict.fromkeys([author["global_name"], author["username"]])
+                if name
+            ]
+        },
         "author_is_bot": {"BOOL": bool(author.get("bot"))},
         "message_id": {"S": d["id"]},
         "content": {"S": d["content"]},

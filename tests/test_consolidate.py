@@ -465,11 +465,13 @@ def test_a_person_gains_at_most_three_new_facts_in_one_batch(
         for user in (gw.ALICE, gw.BOB)
     }
     assert {user: len(found) for user, found in kept.items()} == {gw.ALICE: 3, gw.BOB: 3}
-    assert [d.text for d in outcome.discarded if d.user_id == gw.ALICE] == [
+    # The rest are not lost: they wait as candidates for the channel's next round.
+    assert outcome.discarded == [] and outcome.deferred == 4
+    waiting = services.repository.candidates(gw.CHANNEL)
+    assert sorted(c.fact.text for c in waiting if c.fact.user_id == gw.ALICE) == [
         "Likes topic 6",
         "Likes topic 8",
     ]
-    assert all("beyond 3 new facts" in d.reason for d in outcome.discarded)
 
 
 def test_episodes_beyond_the_cap_are_dropped(dynamodb: Any, clock: ManualClock) -> None:

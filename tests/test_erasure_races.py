@@ -416,8 +416,11 @@ def test_the_name_registry_learns_each_author_under_their_current_name(
     )
     services.consolidator.consolidate(gw.CHANNEL, force=True)
 
+    # Under every name each goes by: the nickname, and the global and account names too.
     assert services.repository.name_registry(gw.GUILD, 10) == {
-        "samwise": sorted([gw.ALICE, gw.BOB])
+        "samwise": sorted([gw.ALICE, gw.BOB]),
+        "alice": [gw.ALICE],
+        "bob": [gw.BOB],
     }
 
 

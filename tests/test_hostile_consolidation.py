@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from botmemory.candidates import MAX_QUEUED_PER_PERSON
 from botmemory.clock import DAY_MS, ManualClock
 from botmemory.config import Settings
 from botmemory.consolidate import ROUND_RESERVE_MS
@@ -182,8 +183,10 @@ def test_invalid_facts_in_an_answer_are_dropped_one_by_one(
     assert reasons[1].startswith("malformed fact: kind")
     assert reasons[2].startswith("malformed fact")
     assert reasons.count("beyond the answer's cap of 100 facts") == 125 - 99
-    # The flood stops at the person's cap on new facts, long before the transaction's.
-    assert "beyond 3 new facts in one batch" in reasons
+    # The flood stops at the person's cap on new facts, long before the transaction's; what
+    # is beyond waits as candidates only while the channel's queue has room for that person.
+    assert "beyond the cap, and the channel's candidate queue is full" in reasons
+    assert outcome.deferred == MAX_QUEUED_PER_PERSON
     texts = fact_texts(dynamodb)
     assert "Lives in Lyon" in texts and "Likes gossip" not in texts
     assert outcome.facts_written == len(texts)

@@ -273,7 +273,7 @@ def test_a_persona_is_shown_what_it_knows_and_never_another_personas_memories(
                 [1],
                 MemoryScope.PERSONA_USER,
             ),
-            knowledge(f"Everyone asks the {batch.persona and batch.persona.id}", [1, 2]),
+            knowledge(f"Everyone asks the {batch.persona and batch.persona.id} a question", [1, 2]),
         )
     )
     services = services_with(dynamodb, clock, learn, TUTOR)
@@ -287,7 +287,7 @@ def test_a_persona_is_shown_what_it_knows_and_never_another_personas_memories(
 
     shown = learn.calls[-1].facts
     assert sorted((f.scope, f.user_id, f.text) for f in shown) == [
-        (MemoryScope.PERSONA, keys.PERSONA_SUBJECT, "Everyone asks the tutor"),
+        (MemoryScope.PERSONA, keys.PERSONA_SUBJECT, "Everyone asks the tutor a question"),
         (MemoryScope.PERSONA_USER, gw.ALICE, "Alice was told tutor"),
     ]
     rendered = render_batch(learn.calls[-1])
@@ -443,7 +443,8 @@ def test_one_member_alone_cannot_teach_a_persona_even_citing_two_of_her_messages
     assert outcome.status == Status.CONSOLIDATED and outcome.facts_written == 0
     assert reasons(outcome) == {
         "Homework is due on Fridays here": (
-            "persona knowledge needs evidence from at least two different people, or staff"
+            "persona knowledge needs evidence from at least two different people, or staff, "
+            "each in a line that says it"
         )
     }
     assert persona_items(dynamodb) == []
@@ -630,17 +631,20 @@ def test_the_persona_knowledge_cap_is_its_own(dynamodb: Any, clock: ManualClock)
     services = services_with(
         dynamodb, clock, ScriptedModel(answer(*proposed)), TUTOR, new_facts_per_person=3
     )
-    said(services, [(gw.ALICE, "Lots to say."), (gw.BOB, "Me too.")])
+    said(services, [(gw.ALICE, "Lots to say about topics."), (gw.BOB, "Topics, me too.")])
 
     outcome = round_in(services)
 
     assert len(stored(services, gw.GUILD, gw.ALICE)) == 3
     assert len(stored(services, TUTOR_SCOPE, gw.ALICE)) == 3
     assert len(stored(services, TUTOR_SCOPE, keys.PERSONA_SUBJECT)) == 3
-    assert sorted(reasons(outcome).values()) == [
-        "beyond 3 new facts in one batch",
-        "beyond 3 new persona facts in one batch",
-        "beyond 3 new persona_user facts in one batch",
+    # One of each scope beyond its cap waits for the next round (botmemory.candidates).
+    assert reasons(outcome) == {}
+    waiting = services.repository.candidates(gw.CHANNEL)
+    assert sorted(c.fact.memory_scope.value for c in waiting) == [
+        "persona",
+        "persona_user",
+        "user",
     ]
 
 
@@ -685,7 +689,13 @@ def test_a_person_the_persona_learns_of_is_marked_once_and_her_erasure_takes_the
         )
     )
     services = services_with(dynamodb, clock, model, TUTOR)
-    said(services, [(gw.ALICE, "Recursion? Show me examples."), (gw.BOB, "I love chess.")])
+    said(
+        services,
+        [
+            (gw.ALICE, "Recursion homework? Show me examples."),
+            (gw.BOB, "I love chess; homework is due Fridays."),
+        ],
+    )
 
     assert round_in(services).facts_written == 4
 

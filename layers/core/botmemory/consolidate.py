@@ -26,6 +26,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botmemory import channel_summary, fact_history, keys, short_term
 from botmemory.attempts import MINUTE_MS, Attempts, RetryPolicy
 from botmemory.behaviour import behaviour_request
+from botmemory.candidates import as_fact, evidence_messages, settle, stale, what_of, within_cap
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.config import Settings
 from botmemory.consolidation_commit import (
@@ -63,11 +64,13 @@ from botmemory.passages import (
 )
 from botmemory.personas import PersonaDirectory
 from botmemory.records import (
+    Candidate,
     ChannelSummary,
     Episode,
     Fact,
     FactChange,
     FactHistory,
+    FactPriority,
     FactSource,
     HistoryActor,
     MemoryScope,
@@ -79,6 +82,7 @@ from botmemory.records import (
     scope_of,
 )
 from botmemory.repository import MemoryRepository
+from botmemory.search.keywords import tokens
 from botmemory.search.port import Passage
 from botmemory.table import ttl_alive
 from botmemory.text import clean, content_hash, has_pings, normalized, short_id
@@ -131,6 +135,8 @@ class _Batch:
     staff: set[str] = field(default_factory=set)  # authors who are the server's staff
     redacted: dict[str, str] = field(default_factory=dict)  # sk -> text without barred people
     unindexed: list[str] = field(default_factory=list)  # passages of messages deleted since
+    aliases: dict[str, list[str]] = field(default_factory=dict)  # id -> every name they go by
+    candidates: list[Candidate] = field(default_factory=list)  # waiting, read this round
 
 
 @dataclass
@@ -144,28 +150,46 @@ class _Judgement:
     summary: channel_summary.RolledSummary = field(default_factory=channel_summary.RolledSummary)
     summary_replaces: str | None = None  # id of the stored summary the new one rewrites
     summary_dropped: bool = False  # the stored one covers a message deleted since: it goes
+    deferred: list[Fact] = field(default_factory=list)  # beyond the cap: candidates
+    priorities: dict[str, FactPriority] = field(default_factory=dict)  # fact id -> priority
 
 
 def _fit_one_transaction(
-    lock: Lock, observations: list[Observation], opted_out: list[Observation], names: NameIndex
+    lock: Lock,
+    observations: list[Observation],
+    opted_out: list[Observation],
+    names: NameIndex,
+    waiting: list[Candidate] | None = None,
 ) -> tuple[list[Observation], bool]:
     """Trim the batch so that consuming it, the profiles of its people, the checks that
-    they are not being erased, their names, and what the answer adds fit one transaction.
-    True when it was trimmed."""
+    they are not being erased, their names, the candidates waiting (one action each, and the
+    checks on their people) and what the answer adds fit one transaction. True when it was
+    trimmed."""
     trimmed = False
+    waiting = waiting or []
+    queued = {p for c in waiting for p in c.people}
     while observations:
         people = {(o.scope, o.author_id, "") for o in observations if o.author_id}
         named = {p for o in observations for p in names.named_in(o.content)}
         authors = {o.author_id for o in observations if o.author_id}
         named = set(sorted(named - authors)[:NAMED_GUARDS])
+        # Each name of each author the registry does not have them under yet (_names_seen).
+        spoken = {
+            (o.author_id, key)
+            for o in observations
+            if o.author_id
+            for n in [o.author_name or "", *o.author_names]
+            if (key := normalized(n)) and o.author_id not in names.stored.get(key, ())
+        }
         consuming = ConsolidationCommit(
             lock=lock,
             scope="",
             consumed=observations,
             discarded=opted_out,
             people=list(people),
-            guarded=sorted(authors | named),
-            names=[NameSeen("", a, "", ()) for a in authors],
+            guarded=sorted(authors | named | queued),
+            names=[NameSeen("", a, n, ()) for a, n in spoken],
+            candidate_deletes=[keys.candidate_sk(c.fact.fact_id) for c in waiting],
             now_ms=0,
         )
         if consuming.room_left() >= ROOM_FOR_ANSWER:
@@ -249,7 +273,6 @@ def _knowledge_rejection(text: str, evidence: list[int], batch: _Batch) -> str |
         return "empty after cleaning"
     if has_pings(text):
         return "mentions someone (@everyone, @here or a user, role or channel mention)"
-    authors: set[str] = set()
     for number in evidence:
         cited = batch.by_number.get(number)
         if cited is None:
@@ -258,20 +281,37 @@ def _knowledge_rejection(text: str, evidence: list[int], batch: _Batch) -> str |
             return f"cites #{number}, which holds no member's words"
         if cited.scope != batch.scope:
             return f"cites #{number}, from outside the persona's server"
-        authors.add(cited.author_id)
+    # Only a line that says it teaches it: a cited "good morning" adds no teacher.
+    authors = {batch.by_number[n].author_id for n in _teaching(text, evidence, batch)}
     if len(authors) < 2 and not authors & batch.staff:
-        return "persona knowledge needs evidence from at least two different people, or staff"
+        return (
+            "persona knowledge needs evidence from at least two different people, or staff, "
+            "each in a line that says it"
+        )
     return _names_a_member(text, batch)
+
+
+def _teaching(text: str, evidence: list[int], batch: _Batch) -> list[int]:
+    """The cited lines that say the knowledge: each shares a content word with it (the
+    search's own tokens: stemmed, stopwords out, any script). A greeting or an unrelated line
+    shares none and teaches nothing."""
+    said = set(tokens(text))
+    return [
+        number
+        for number in dict.fromkeys(evidence)
+        if (cited := batch.by_number.get(number)) is not None and said & set(tokens(cited.content))
+    ]
 
 
 def _names_a_member(text: str, batch: _Batch) -> str | None:
     """Why a persona's knowledge names someone: an id, a name the server's registry knows as
-    one member's, or the name of anyone who spoke in the batch (None: it names no one)."""
+    one member's, or any name of anyone who spoke in the batch (their nickname, global name
+    or account name) (None: it names no one)."""
     if SNOWFLAKE_LIKE.search(text):
         return "names a member: holds an id"
     if (batch.names or nobody_named()).named_in(text):
         return "names a member of this server"
-    names = list(batch.authors.values())
+    names = list(batch.authors.values()) + [n for a in batch.aliases.values() for n in a]
     spoken = names_pattern([*names, *(normalized(n) for n in names)])
     if spoken is not None and (spoken.search(text) or spoken.search(normalized(text))):
         return "names someone who spoke in this batch"
@@ -322,6 +362,25 @@ def _with_persona_memories(
     held = keys.persona_scope(batch.scope, batch.persona.lineage_id)
     mine = [(held, user_id) for scope, user_id in people if scope == batch.scope]
     return people + mine + [(held, keys.PERSONA_SUBJECT)]
+
+
+def _note_priority(
+    priorities: dict[str, FactPriority], fact_id: str, priority: FactPriority
+) -> None:
+    """A fact proposed more than once (or waiting, and proposed again) keeps its highest."""
+    current = priorities.get(fact_id)
+    if current is None or priority.rank < current.rank:
+        priorities[fact_id] = priority
+
+
+def _aliases(observations: Iterable[Observation]) -> dict[str, list[str]]:
+    """Every name each author (not a bot) went by in these observations."""
+    aliases: dict[str, list[str]] = {}
+    for o in observations:
+        if o.author_id and not o.author_is_bot and o.kind != ObservationKind.ANSWER:
+            theirs = aliases.setdefault(o.author_id, [])
+            theirs += [n for n in o.author_names if n not in theirs]
+    return aliases
 
 
 def _speakers(batch: _Batch) -> dict[tuple[str, str], str]:
@@ -424,7 +483,9 @@ class Consolidator:
             return Outcome(channel_id, Status.OFF)
         settings = self._settings
         waiting = self._repository.count_pending(channel_id, settings.consolidate_every)
-        if waiting == 0:
+        # Candidates alone (botmemory.candidates) get the sweep's round, without a model call.
+        alone = waiting == 0 and force and self._repository.has_candidates(channel_id)
+        if waiting == 0 and not alone:
             if force:
                 self._repository.clear_pending_since(channel_id)
             return Outcome(channel_id, Status.NOTHING_PENDING)
@@ -443,20 +504,30 @@ class Consolidator:
                 return Outcome(channel_id, Status.BUSY)
             return Outcome(channel_id, Status.DEFERRED, retry_at_ms=lock.retry_at_ms)
         try:
-            return self._locked_round(lock)
+            return self._locked_round(lock, candidates=alone)
         except BaseException:
             # Whatever went wrong, nothing was committed: give the lock back for the retry.
             self._repository.release_lock(lock)
             raise
 
-    def _locked_round(self, lock: Lock) -> Outcome:
-        """Read the batch, ask the model, judge its answer, and commit: one round."""
+    def _locked_round(self, lock: Lock, *, candidates: bool = False) -> Outcome:
+        """Read the batch (and the candidates waiting, when the channel's state or the
+        caller says some do), ask the model, judge its answer, and commit: one round."""
         channel_id = lock.channel_id
-        batch = self._read_batch(lock)
+        # Read only when the last round left some (its commit says so on the channel's state).
+        read = (
+            self._repository.read_candidates(channel_id) if lock.candidates or candidates else None
+        )
+        waiting = read.found if read else []
+        batch = self._read_batch(lock, waiting)
+        if batch is None and waiting:  # candidates alone: judged already, no model call
+            batch = self._prepare([], [], scope=waiting[0].server_scope, more=False, waiting=False)
         if batch is None:
             self._repository.release_lock(lock)
             return Outcome(channel_id, Status.NOTHING_PENDING)
+        batch.candidates = waiting
         outcome = Outcome(channel_id, Status.CONSOLIDATED)
+        outcome.candidates_unreadable = read.unreadable if read else 0
         judgement = _Judgement()
         batch.persona = self._persona_of(batch)
         if batch.persona is not None:  # staff may teach it on their own
@@ -476,6 +547,8 @@ class Consolidator:
                 return self._failed(lock, batch, outcome, str(exc)[:300])
             judgement = self._judge(answer, batch, known, outcome)
             judgement.summary = self._rolled_summary(summary, answer, batch, outcome)
+        elif batch.candidates:
+            judgement = self._judge_candidates([], {}, {}, batch, outcome)
         judgement.summary_replaces = stored.episode_id if stored else None
         judgement.summary_dropped = dropped
         # Before the commit, so that a failed commit leaves the deletes pending to retry.
@@ -489,9 +562,9 @@ class Consolidator:
             self._index(commit, batch, passages, outcome)
         return outcome
 
-    def _read_batch(self, lock: Lock) -> _Batch | None:
+    def _read_batch(self, lock: Lock, waiting: list[Candidate]) -> _Batch | None:
         """The oldest pending observations that are still pending, trimmed to one
-        transaction; None when nothing is left."""
+        transaction with room for the `waiting` candidates; None when nothing is left."""
         channel_id = lock.channel_id
         limit = self._settings.max_batch
         if lock.attempts and lock.attempts.split_size:  # a failing batch is being split
@@ -517,7 +590,7 @@ class Consolidator:
                 if text != obs.content:
                     redacted[obs.sk] = text
                     observations[index] = obs.model_copy(update={"content": text})
-        observations, trimmed = _fit_one_transaction(lock, observations, opted_out, names)
+        observations, trimmed = _fit_one_transaction(lock, observations, opted_out, names, waiting)
         more = more or trimmed
         batch = self._prepare(
             observations,
@@ -549,7 +622,9 @@ class Consolidator:
             for o in observations
             if o.author_id and o.author_name and not o.author_is_bot
         }
-        return NameIndex(self._repository.name_registry(scope, MAX_REGISTRY_NAMES), authors)
+        aliases = _aliases(observations)
+        registry = self._repository.name_registry(scope, MAX_REGISTRY_NAMES)
+        return NameIndex(registry, authors, aliases)
 
     def _ask_model(
         self,
@@ -627,9 +702,12 @@ class Consolidator:
                 outcome, extra.user_id, extra.text, f"beyond the answer's cap of {MAX_FACTS} facts"
             )
         proposed = answer.facts[:MAX_FACTS]
-        facts, superseded, superseded_by = self._accept_facts(proposed, batch, known, outcome)
-        facts = self._not_forgotten(facts, outcome)
-        facts = self._few_new_per_person(facts, known, outcome)
+        priorities: dict[str, FactPriority] = {}
+        facts, superseded, superseded_by = self._accept_facts(
+            proposed, batch, known, outcome, priorities
+        )
+        judged = self._judge_candidates(facts, known, priorities, batch, outcome)
+        facts = judged.facts
         superseded_by = {k: v for k, v in superseded_by.items() if v in facts}
         superseded = [old for old in superseded if old.fact_id in superseded_by]
         if self._settings.supersession == "shadow" and superseded:
@@ -646,31 +724,89 @@ class Consolidator:
         episode = self._episode(
             outcome.channel_id, batch, answer.episode.summary, answer.episode.participants
         )
-        return _Judgement(facts, superseded, superseded_by, episode)
+        judgement = _Judgement(facts, superseded, superseded_by, episode)
+        judgement.deferred, judgement.priorities = judged.deferred, priorities
+        return judgement
+
+    def _judge_candidates(
+        self,
+        facts: list[Fact],
+        known: dict[str, Fact],
+        priorities: dict[str, FactPriority],
+        batch: _Batch,
+        outcome: Outcome,
+    ) -> _Judgement:
+        """The round's new facts and the channel's waiting candidates (botmemory.candidates)
+        that may still be kept, within each person's cap: those beyond it are deferred."""
+        queued = self._waiting_facts(batch, outcome, priorities)
+        fresh = {f.fact_id for f in facts}
+        facts = facts + [f for f in queued if f.fact_id not in fresh]
+        facts = self._not_forgotten(facts, outcome)
+        kept, over = self._few_new_per_person(
+            facts, known, outcome, priorities, [c.fact.fact_id for c in batch.candidates]
+        )
+        return _Judgement(kept, deferred=over, priorities=priorities)
+
+    def _waiting_facts(
+        self, batch: _Batch, outcome: Outcome, priorities: dict[str, FactPriority]
+    ) -> list[Fact]:
+        """The facts of the channel's waiting candidates that may still be kept: one read of
+        their people's opt-outs and erasures and one of their messages' deletes."""
+        if not batch.candidates:
+            return []
+        channel_id = batch.candidates[0].channel_id
+        barred = self._opt_outs.barred({p for c in batch.candidates for p in c.people})
+        deleted = self._repository.deleted_messages(channel_id, evidence_messages(batch.candidates))
+        persona = batch.persona if batch.observations else self._channel_persona(batch, channel_id)
+        now = self._clock.now_ms()
+        facts: list[Fact] = []
+        for candidate in batch.candidates:
+            reason = stale(
+                candidate,
+                barred=barred,
+                deleted=deleted,
+                lineage_id=persona.lineage_id if persona else None,
+                now_s=now // 1000,
+            )
+            fact = candidate.fact
+            if reason is not None:
+                self._discard(outcome, fact.user_id, fact.text, reason, fact.fact_id)
+                continue
+            facts.append(as_fact(candidate, now, self._settings.fact_retention_days))
+            _note_priority(priorities, fact.fact_id, candidate.priority)
+        return facts
+
+    def _channel_persona(self, batch: _Batch, channel_id: str) -> Persona | None:
+        """The persona the channel answers as, for a round without observations."""
+        if self._personas is None or batch.scope == scope_of(None):
+            return None
+        return self._personas.for_channel(batch.scope, channel_id)
 
     def _few_new_per_person(
-        self, facts: list[Fact], known: dict[str, Fact], outcome: Outcome
-    ) -> list[Fact]:
-        """At most MEMORY_NEW_FACTS_PER_PERSON new facts per person and scope, in the
-        model's order (a person's own, what the persona knows of them, and the persona's
-        knowledge, each counted apart); a fact the model was shown and restated is not new."""
+        self,
+        facts: list[Fact],
+        known: dict[str, Fact],
+        outcome: Outcome,
+        priorities: dict[str, FactPriority],
+        queued: list[str],
+    ) -> tuple[list[Fact], list[Fact]]:
+        """At most MEMORY_NEW_FACTS_PER_PERSON new facts per person and scope (a person's
+        own, what the persona knows of them, and the persona's knowledge, each counted apart),
+        the highest priority first (candidates.within_cap); a fact the model was shown and
+        restated is not new. Those beyond are deferred, not lost (botmemory.candidates)."""
         cap = self._settings.new_facts_per_person
-        new_so_far: Counter[tuple[str, str]] = Counter()
-        kept: list[Fact] = []
-        for fact in facts:
-            if fact.fact_id not in known:
-                new_so_far[(fact.scope, fact.user_id)] += 1
-                if new_so_far[(fact.scope, fact.user_id)] > cap:
-                    what = "" if fact.memory_scope == MemoryScope.USER else f"{fact.memory_scope} "
-                    self._discard(
-                        outcome,
-                        fact.user_id,
-                        fact.text,
-                        f"beyond {cap} new {what}facts in one batch",
-                    )
-                    continue
-            kept.append(fact)
-        return kept
+        kept, over = within_cap(facts, known, cap, priorities, queued)
+        for fact in over:
+            log.info(
+                "fact deferred",
+                extra={
+                    "channel_id": outcome.channel_id,
+                    "user_id": fact.user_id,
+                    "fact_id": fact.fact_id,
+                    "reason": f"beyond {cap} new {what_of(fact)}facts in one batch",
+                },
+            )
+        return kept, over
 
     def _not_forgotten(self, facts: list[Fact], outcome: Outcome) -> list[Fact]:
         """Drop a fact its subject forgot after its newest evidence was said (one consistent
@@ -682,7 +818,9 @@ class Consolidator:
         for fact in facts:
             at = forgotten.get((fact.scope, fact.user_id, fact.fact_id))
             if at is not None and at >= newest_evidence_ms(fact):
-                self._discard(outcome, fact.user_id, fact.text, "forgotten by its subject")
+                self._discard(
+                    outcome, fact.user_id, fact.text, "forgotten by its subject", fact.fact_id
+                )
             else:
                 kept.append(fact)
         return kept
@@ -718,16 +856,18 @@ class Consolidator:
         return list(pointers.values())
 
     def _names_seen(self, batch: _Batch) -> list[NameSeen]:
-        """Registry entries that learn a member: each author under their current name, when
-        the registry does not have them under it yet (servers only)."""
+        """Registry entries that learn a member: each author under each of their current names
+        (nickname, global name, account name), when the registry does not have them under it
+        yet (servers only)."""
         if batch.names is None or batch.scope == scope_of(None):
             return []
         grouped: dict[str, tuple[str, set[str]]] = {}
         for (scope, user_id), name in _speakers(batch).items():
-            key = normalized(name)
-            if scope != batch.scope or not key or user_id in batch.names.stored.get(key, ()):
-                continue
-            grouped.setdefault(key, (name, set()))[1].add(user_id)
+            for each in dict.fromkeys([name, *batch.aliases.get(user_id, [])]):
+                key = normalized(each)
+                if scope != batch.scope or not key or user_id in batch.names.stored.get(key, ()):
+                    continue
+                grouped.setdefault(key, (each, set()))[1].add(user_id)
         return [
             NameSeen(batch.scope, key, name, tuple(sorted(users)))
             for key, (name, users) in sorted(grouped.items())
@@ -770,14 +910,20 @@ class Consolidator:
                 + [f.user_id for f in judgement.facts if f.user_id != keys.PERSONA_SUBJECT]
                 + [user_id for f in judgement.facts for user_id in f.evidence_user_ids]
                 + (episode.participant_ids if episode else [])
+                # What waits on as a candidate holds its people's words too.
+                + [f.user_id for f in judgement.deferred if f.user_id != keys.PERSONA_SUBJECT]
+                + [user_id for f in judgement.deferred for user_id in f.evidence_user_ids]
             ),
             names=self._names_seen(batch),
             redacted=batch.redacted,
+            # Each candidate read costs one action, whatever becomes of it (reserved).
+            candidate_deletes=[keys.candidate_sk(c.fact.fact_id) for c in batch.candidates],
         )
         facts, superseded = self._fitting(
             judgement.facts, judgement.superseded, commit.room_left(), outcome
         )
         commit.facts, commit.superseded = facts, superseded
+        self._settle_candidates(commit, batch, judgement, outcome)
         commit.members = list(dict.fromkeys(m for f in facts if (m := PersonaMember.of(f))))
         # Their history entries, in the transaction while they fit (the erasure and opt-out
         # checks then cover them as they cover the facts); those beyond are written right
@@ -804,13 +950,44 @@ class Consolidator:
         commit.guarded, commit.named, commit.named_later = sorted(guarded), named, later
         return commit
 
+    def _settle_candidates(
+        self, commit: ConsolidationCommit, batch: _Batch, judgement: _Judgement, outcome: Outcome
+    ) -> None:
+        """The round's candidates (botmemory.candidates): the facts beyond the cap or the
+        room are queued, the waiting ones kept deleted or rewritten, the rest dropped, each
+        drop logged with its id and reason. Keeps the channel on the sweep's list while any
+        waits."""
+        written = {f.fact_id for f in commit.facts}
+        unfitted = [f for f in judgement.facts if f.fact_id not in written]
+        settled = settle(
+            batch.candidates,
+            commit.facts,
+            judgement.deferred + unfitted,
+            channel_id=commit.lock.channel_id,
+            server_scope=batch.scope,
+            priorities=judgement.priorities,
+            names=batch.authors,
+            room=commit.room_left(),
+            now_ms=commit.now_ms,
+            retention_days=self._settings.fact_retention_days,
+        )
+        commit.candidate_puts, commit.candidate_deletes = settled.puts, settled.deletes
+        commit.candidates_rewritten = frozenset(settled.rewritten)
+        commit.candidates_left = bool(settled.puts)
+        for fact, reason in settled.dropped:
+            self._discard(outcome, fact.user_id, fact.text, reason, fact.fact_id)
+        outcome.deferred, outcome.candidates_kept = len(settled.queued), settled.kept
+        outcome.candidates_waiting = len(settled.puts)
+        if settled.puts and commit.more_pending_since_ms is None:
+            commit.more_pending_since_ms = commit.now_ms  # the sweep comes back for them
+
     def _fitting(
         self, facts: list[Fact], superseded: list[Fact], room: int, outcome: Outcome
     ) -> tuple[list[Fact], list[Fact]]:
-        """The facts and supersessions that fit the transaction's room, in the model's order;
-        the facts beyond are discarded. A fact takes two actions (its write, the check of its
-        forget tombstone), and a persona's first fact of a person one more (its member
-        marker)."""
+        """The facts and supersessions that fit the transaction's room, in the order given
+        (the highest priority first); the facts beyond become candidates (_settle_candidates).
+        A fact takes two actions (its write, the check of its forget tombstone), and a
+        persona's first fact of a person one more (its member marker)."""
         kept: list[Fact] = []
         members: set[PersonaMember] = set()
         used = 0
@@ -818,8 +995,14 @@ class Consolidator:
             member = PersonaMember.of(fact)
             cost = 2 + (member is not None and member not in members)
             if used + cost > room:
-                self._discard(
-                    outcome, fact.user_id, fact.text, "over the per-batch transaction cap"
+                log.info(
+                    "fact deferred",
+                    extra={
+                        "channel_id": outcome.channel_id,
+                        "user_id": fact.user_id,
+                        "fact_id": fact.fact_id,
+                        "reason": "over the per-batch transaction cap",
+                    },
                 )
                 continue
             kept.append(fact)
@@ -963,7 +1146,7 @@ class Consolidator:
         (SearchIndexFailed); those passages stay out of search."""
         if self._index_writer is None:
             return
-        names = dict(batch.authors)
+        names = {c.fact.user_id: c.subject_name or "" for c in batch.candidates} | batch.authors
         # A person's own facts only: a persona's memories stay out of the shared index.
         facts = [
             fact_passage(f, names.get(f.user_id))
@@ -1097,9 +1280,11 @@ class Consolidator:
                 number_of_message[obs.message_id] = number
             if not obs.author_is_bot and obs.kind != ObservationKind.ANSWER:
                 authors.setdefault(obs.author_id, obs.author_name or obs.author_id)
-        return _Batch(
+        batch = _Batch(
             observations, opted_out, numbered, by_number, authors, scope, more=more, waiting=waiting
         )
+        batch.aliases = {a: n for a, n in _aliases(by_number.values()).items() if a in authors}
+        return batch
 
     @staticmethod
     def _describe(
@@ -1230,6 +1415,7 @@ class Consolidator:
         batch: _Batch,
         known: dict[str, Fact],
         outcome: Outcome,
+        priorities: dict[str, FactPriority] | None = None,
     ) -> tuple[list[Fact], list[Fact], dict[str, Fact]]:
         """Keep a fact only when its subject wrote every observation cited as its evidence
         (a persona's knowledge: when members wrote it, two at least, and it names none of
@@ -1250,8 +1436,16 @@ class Consolidator:
                 continue
             scope, subject, lineage = _address(candidate, batch)
             fact_id = short_id(content_hash(scope, subject, normalized(text)))
+            if priorities is not None:
+                _note_priority(priorities, fact_id, candidate.priority)
+            # Persona knowledge rests only on the lines that say it (its teachers).
+            numbers = (
+                _teaching(text, candidate.evidence, batch)
+                if candidate.scope == MemoryScope.PERSONA
+                else candidate.evidence
+            )
             evidence = _evidence(
-                cited.get(fact_id, []) + [batch.by_number[n] for n in candidate.evidence],
+                cited.get(fact_id, []) + [batch.by_number[n] for n in numbers],
                 every_author_first=candidate.scope == MemoryScope.PERSONA,
             )
             cited[fact_id] = evidence
@@ -1299,12 +1493,23 @@ class Consolidator:
         )
         return learned_where(channel_id, public)
 
-    def _discard(self, outcome: Outcome, user_id: str, text: str, reason: str) -> None:
+    def _discard(
+        self, outcome: Outcome, user_id: str, text: str, reason: str, fact_id: str | None = None
+    ) -> None:
+        """A fact not kept: logged with its id and reason, and counted (FactsDiscarded). A
+        proposal refused before it had an address is named `p-` and a hash of its subject and
+        text."""
+        fact_id = fact_id or "p-" + short_id(content_hash(user_id, normalized(text)))
         log.info(
             "discarded fact",
-            extra={"channel_id": outcome.channel_id, "user_id": user_id, "reason": reason},
+            extra={
+                "channel_id": outcome.channel_id,
+                "user_id": user_id,
+                "fact_id": fact_id,
+                "reason": reason,
+            },
         )
-        outcome.discarded.append(DiscardedFact(user_id, clean(text, 120), reason))
+        outcome.discarded.append(DiscardedFact(user_id, clean(text, 120), reason, fact_id))
 
     def _episode(
         self, channel_id: str, batch: _Batch, summary: str, participants: list[str]

@@ -29,6 +29,7 @@ from botmemory.items import (
     FACT_CHANNEL_SETS,
     attempts_update,
     attribute,
+    candidate_values,
     episode_values,
     fact_key,
     forgotten_key,
@@ -43,6 +44,7 @@ from botmemory.items import (
     to_item,
 )
 from botmemory.records import (
+    Candidate,
     ChannelSummary,
     Episode,
     Fact,
@@ -68,6 +70,9 @@ class Lock:
     fence: int
     # The channel's failed attempts as the lock found them (None: the last round went well).
     attempts: Attempts | None = None
+    # Whether the channel's last round left candidates waiting (botmemory.candidates): a
+    # round reads them only then.
+    candidates: bool = False
 
 
 @dataclass(frozen=True)
@@ -190,6 +195,15 @@ class ConsolidationCommit:
     # the Named pointers beyond it are.
     history: Sequence[FactHistory] = ()
     history_later: Sequence[FactHistory] = ()
+    # Deferred candidates (botmemory.candidates): written (those in `candidates_rewritten`,
+    # sort keys, only while they still exist: an erasure meanwhile is not undone) and
+    # deleted (sort keys, under the channel), one action each.
+    candidate_puts: Sequence[Candidate] = ()
+    candidates_rewritten: frozenset[str] = frozenset()
+    candidate_deletes: Sequence[str] = ()
+    # Whether candidates wait after this commit, as the channel's state records it for the
+    # next round's lock (None: this commit did not look at them, the record stays).
+    candidates_left: bool | None = None
 
     def action_count(self) -> int:
         return (
@@ -210,6 +224,8 @@ class ConsolidationCommit:
             + len(self.names)
             + len(self.named)
             + sum(len(history_puts(entry)) for entry in self.history)
+            + len(self.candidate_puts)
+            + len(self.candidate_deletes)
         )
 
     def room_left(self) -> int:
@@ -279,12 +295,23 @@ class ConsolidationCommit:
         ]
         actions += [{"Update": _name_seen(name)} for name in self.names]
         actions += [{"Put": {"Item": to_item(named_values(named))}} for named in self.named]
+        actions += [{"Put": self._candidate_put(c)} for c in self.candidate_puts]
+        actions += [
+            {"Delete": {"Key": key(keys.channel_pk(channel_id), sk)}}
+            for sk in self.candidate_deletes
+        ]
         actions += self._guards()
         actions.append({"Update": self._release_and_record()})
         for action in actions:
             for request in action.values():
                 request["TableName"] = table
         return actions
+
+    def _candidate_put(self, candidate: Candidate) -> dict[str, Any]:
+        put: dict[str, Any] = {"Item": to_item(candidate_values(candidate))}
+        if keys.candidate_sk(candidate.fact.fact_id) in self.candidates_rewritten:
+            put["ConditionExpression"] = "attribute_exists(pk)"
+        return put
 
     def _summary_put(self, summary: ChannelSummary) -> dict[str, Any]:
         put: dict[str, Any] = {"Item": to_item(episode_values(summary, self.scope))}
@@ -386,6 +413,10 @@ class ConsolidationCommit:
             *sets,
         ]
         removes = ["lock_owner", "lease_until", *removes]
+        if self.candidates_left is True:
+            sets.append("candidates_waiting = :one")
+        elif self.candidates_left is False:
+            removes.append("candidates_waiting")
         if self.more_pending_since_ms is None:
             removes += ["sweep_bucket", "pending_since"]
         else:

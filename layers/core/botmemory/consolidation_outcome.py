@@ -22,9 +22,13 @@ class Status(StrEnum):
 
 @dataclass
 class DiscardedFact:
+    """A proposed fact not kept, anywhere: its id (the fact's, or for a proposal refused before
+    it had an address, `p-` and a hash of its subject and text), subject, text and reason."""
+
     user_id: str
     text: str
     reason: str
+    fact_id: str = ""
 
 
 @dataclass
@@ -53,6 +57,12 @@ class Outcome:
     summary_recompressed: bool = False  # the channel summary needed a second model pass
     summaries_dropped: int = 0  # channel summaries (current, archived) a deleted message took
     short_term_written: int = 0  # cross-channel entries written (botmemory.short_term)
+    # Deferred candidates (botmemory.candidates): facts queued for a later round, waiting
+    # candidates written as facts, and those still waiting after this round (queued included).
+    deferred: int = 0
+    candidates_kept: int = 0
+    candidates_waiting: int = 0
+    candidates_unreadable: int = 0  # stored candidates that did not read as one: deleted
 
 
 def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
@@ -72,6 +82,10 @@ def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
                 ("SummaryRecompressions", int(outcome.summary_recompressed)),
                 ("SummariesDropped", outcome.summaries_dropped),
                 ("ShortTermEntriesWritten", outcome.short_term_written),
+                ("FactsDeferred", outcome.deferred),
+                ("CandidatesKept", outcome.candidates_kept),
+                ("CandidatesWaiting", outcome.candidates_waiting),
+                ("CandidatesUnreadable", outcome.candidates_unreadable),
             ]
             if outcome.index_failed:
                 figures.append(("SearchIndexFailed", 1))

@@ -2,7 +2,9 @@
 
 What goes: every item that holds the person's id (the by_user index: facts, profiles,
 the observations they wrote, their reactions, the pins made in their name, quarantine
-records, forget tombstones, Named pointers, the history entries of their facts), and the episodes they took part in (by
+records, forget tombstones, Named pointers, the history entries of their facts, the deferred
+candidates of their facts), the candidates resting on their words in the channels they spoke
+in, and the episodes they took part in (by
 participant id, in the channels their profiles list), and likewise the channel's rolling
 summary and its archives (botmemory.channel_summary). Text written by others is touched
 only where it names them: each Named pointer leads to one item (an episode naming them
@@ -198,6 +200,8 @@ class Eraser:
         names = {scrub(n).strip() for n in extra_names if n}
         names |= {p.display_name.strip() for p in profiles if p.display_name}
         names |= {str(h["author_name"]).strip() for h in heads if h.get("author_name")}
+        # Every name they went by (account name, global name), not the display name alone.
+        names |= {str(n).strip() for h in heads for n in h.get("author_names") or []}
         names.discard("")
         scopes = {p.scope for p in profiles} | {str(h["scope"]) for h in heads if h.get("scope")}
         pairs = sorted({(p.scope, c) for p in profiles for c in p.channels})
@@ -249,6 +253,9 @@ class Eraser:
             if _episode_names(episode, user_id, names)
         ]
         run.add("episodes", self._repository.delete_episodes(doomed))
+        # Deferred candidates (botmemory.candidates) holding their fact, or knowledge resting
+        # on their words; their own are also found by id with their items.
+        run.add("facts", repository.forget_candidates_of(channel_id, user_id))
         run.channels_seen.append(channel_id)
         run.channels.pop(0)
 
@@ -368,6 +375,7 @@ class Eraser:
 def _count_of(kind: ItemKind) -> str:
     return {
         ItemKind.FACT: "facts",
+        ItemKind.CANDIDATE: "facts",
         ItemKind.OBSERVATION: "observations",
         ItemKind.PIN: "pins",
     }.get(kind, "other")

@@ -14,12 +14,14 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botmemory import keys
 from botmemory.attempts import Attempts
 from botmemory.records import (
+    Candidate,
     Episode,
     Fact,
     FactHistory,
     FactStatus,
     Forgotten,
     HistoryActed,
+    MemoryScope,
     Named,
     Observation,
     Pin,
@@ -239,6 +241,22 @@ def quarantine_values(quarantine: Quarantine) -> dict[str, Any]:
     )
     if len(quarantine.user_ids) == 1:
         values["user_id"] = quarantine.user_ids[0]
+    return values
+
+
+def candidate_key(candidate: Candidate) -> dict[str, Any]:
+    return key(keys.channel_pk(candidate.channel_id), keys.candidate_sk(candidate.fact.fact_id))
+
+
+def candidate_values(candidate: Candidate) -> dict[str, Any]:
+    """A candidate as stored, under its channel; `user_id` (its subject, when a person) puts
+    it in the by_user index, so the subject's erasure finds it."""
+    values = candidate.model_dump(mode="json")
+    values.update(
+        pk=keys.channel_pk(candidate.channel_id), sk=keys.candidate_sk(candidate.fact.fact_id)
+    )
+    if candidate.fact.memory_scope != MemoryScope.PERSONA:
+        values["user_id"] = candidate.fact.user_id
     return values
 
 

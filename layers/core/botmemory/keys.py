@@ -21,6 +21,8 @@ SUMMARY_ARCHIVE_PREFIX = "SUMARC#"
 FACT_PREFIX = "FACT#"
 PIN_PREFIX = "PIN#"
 QUARANTINE_PREFIX = "QUAR#"
+# Under a channel's partition: a deferred candidate fact (botmemory.candidates), by fact id.
+CANDIDATE_PREFIX = "CAND#"
 # Under a person's partition: a fact they forgot (consolidation must not bring it back),
 # and a pointer to an item written by others that names them (erasure finds it by id).
 FORGOTTEN_PREFIX = "FORGOT#"
@@ -83,6 +85,7 @@ class ItemKind(StrEnum):
     EVERYONE = "everyone"
     CHANNEL_VISIBILITY = "channel_visibility"
     PERSONA = "persona"
+    CANDIDATE = "candidate"
     OTHER = "other"
 
 
@@ -137,6 +140,7 @@ def kind_of(sk: str) -> ItemKind:
         (ACTED_PREFIX, ItemKind.ACTED),
         (CHANNEL_VISIBILITY_PREFIX, ItemKind.CHANNEL_VISIBILITY),
         (PERSONA_PREFIX, ItemKind.PERSONA),
+        (CANDIDATE_PREFIX, ItemKind.CANDIDATE),
     ):
         if sk.startswith(prefix):
             return kind
@@ -260,6 +264,11 @@ def pin_sk(target: str, pin_id: str) -> str:
 def quarantine_sk(quarantined_ms: int, quarantine_id: str) -> str:
     """A quarantined batch of a channel, under the channel's partition, oldest first."""
     return f"{QUARANTINE_PREFIX}{quarantined_ms:013d}#{quarantine_id}"
+
+
+def candidate_sk(fact_id: str) -> str:
+    """A deferred candidate of a channel, under the channel's partition: one per fact."""
+    return f"{CANDIDATE_PREFIX}{fact_id}"
 
 
 # Search index ids (botmemory.search): each entry is named after the table item it follows,

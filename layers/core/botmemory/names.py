@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from botmemory.text import normalized
 
@@ -96,11 +96,21 @@ class NameIndex:
     """Who a text names: a Discord mention of their id, or a distinctive name of a member of
     the scope (names.is_distinctive: long enough, not a common word, used by one member)."""
 
-    def __init__(self, registry: dict[str, list[str]], authors: dict[str, str]) -> None:
+    def __init__(
+        self,
+        registry: dict[str, list[str]],
+        authors: Mapping[str, str],
+        aliases: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
+        """`authors`: who spoke, by the name they were shown under; `aliases`: every other
+        name each goes by (account name, global name): all of them name that member."""
         self.stored = {name: set(ids) for name, ids in registry.items()}  # as the table has it
         users: dict[str, set[str]] = {name: set(ids) for name, ids in registry.items()}
-        for user_id, name in authors.items():
-            users.setdefault(normalized(name), set()).add(user_id)
+        spoken = [(user_id, name) for user_id, name in authors.items()]
+        spoken += [(user_id, n) for user_id, names in (aliases or {}).items() for n in names]
+        for user_id, name in spoken:
+            if normalized(name):
+                users.setdefault(normalized(name), set()).add(user_id)
         self.registry = users
         self.person_of = {
             name: next(iter(ids))

@@ -178,6 +178,15 @@ def _display_name(user: User | None, member: Member | None) -> str | None:
     return user.global_name or user.username or user.id
 
 
+def _all_names(user: User | None, member: Member | None) -> list[str]:
+    """Every name the author goes by (nickname, global name, account name): each of them
+    names the member, not the display name alone."""
+    names = [member.nick if member else None]
+    if user is not None:
+        names += [user.global_name, user.username]
+    return list(dict.fromkeys(n for n in names if n and n.strip()))
+
+
 class ObservationRecorder:
     """Turns dispatch events into observation items."""
 
@@ -275,6 +284,9 @@ class ObservationRecorder:
         fields["content"] = clean(fields.get("content") or "", self._settings.observation_chars)
         if fields.get("author_name"):
             fields["author_name"] = clean(fields["author_name"], 80)
+        if fields.get("author_names"):
+            cleaned = (clean(name, 80) for name in fields["author_names"])
+            fields["author_names"] = list(dict.fromkeys(n for n in cleaned if n))
         return Observation(
             expires_at=epoch_seconds(self._clock.now_ms() + retention_ms),
             **fields,
@@ -293,6 +305,7 @@ class ObservationRecorder:
             at_ms=at_ms,
             author_id=msg.author.id,
             author_name=_display_name(msg.author, msg.member),
+            author_names=_all_names(msg.author, msg.member),
             author_is_bot=msg.author.bot,
             author_roles=msg.member.roles if msg.member else [],
             message_id=msg.id,
@@ -320,6 +333,7 @@ class ObservationRecorder:
             at_ms=at_ms,
             author_id=msg.author.id,
             author_name=_display_name(msg.author, msg.member),
+            author_names=_all_names(msg.author, msg.member),
             author_is_bot=msg.author.bot,
             author_roles=msg.member.roles if msg.member else [],
             message_id=msg.id,
@@ -367,6 +381,7 @@ class ObservationRecorder:
             at_ms=at_ms,
             author_id=reaction.user_id,
             author_name=_display_name(member_user, reaction.member),
+            author_names=_all_names(member_user, reaction.member),
             author_is_bot=bool(member_user and member_user.bot),
             message_id=reaction.message_id,
             emoji=reaction.emoji.label(),

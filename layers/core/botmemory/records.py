@@ -82,6 +82,9 @@ class Observation(Record):
     # The author's roles in the guild, as the message said (member.roles): whether the
     # author is staff (GuildStaff) is decided from them when it matters.
     author_roles: list[str] = []
+    # Every name the author goes by, as the event said (server nickname, global name,
+    # account name): each names them, in the name registry and wherever a name is looked for.
+    author_names: list[str] = []
 
 
 class Fact(Record):
@@ -300,6 +303,43 @@ class Quarantine(Record):
     attempts: int  # failed attempts in a row when it was quarantined
     quarantined_ms: int
     expires_at: int | None = None
+
+
+class FactPriority(StrEnum):
+    """How much a proposed fact matters, highest first: within a person's cap on new facts
+    per round, a higher priority is kept first (botmemory.candidates)."""
+
+    SAFETY = "safety"  # health and safety: an allergy, a medical need, a danger
+    IDENTITY = "identity"  # who they are: name, pronouns, home, work, family
+    COMMITMENT = "commitment"  # what they promised, plan or are working on
+    TASTE = "taste"  # preferences and everything else
+
+    @property
+    def rank(self) -> int:
+        return list(FactPriority).index(self)
+
+
+class Candidate(Record):
+    """A fact a round judged sound but could not keep yet (beyond its subject's cap on new
+    facts, or its transaction's room): kept under the channel, considered first by the
+    channel's next rounds (botmemory.candidates). It holds a person's fact: `fact.user_id`
+    (a person's, for user and persona_user facts) puts it in the by_user index, and erasure
+    also finds it by `fact.evidence_user_ids` in the channels the person spoke in."""
+
+    channel_id: str
+    server_scope: str  # the server's scope (a guild id, or `dm`)
+    fact: Fact
+    priority: FactPriority = FactPriority.TASTE
+    subject_name: str | None = None
+    queued_ms: int
+    rounds: int = 0  # rounds it has waited since it was proposed
+    expires_at: int | None = None
+
+    @property
+    def people(self) -> list[str]:
+        """Whose words and facts it holds: its subject (unless the persona) and its teachers."""
+        subject = [] if self.fact.memory_scope == MemoryScope.PERSONA else [self.fact.user_id]
+        return list(dict.fromkeys(subject + list(self.fact.evidence_user_ids)))
 
 
 def scope_of(guild_id: str | None) -> str:

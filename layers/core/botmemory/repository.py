@@ -67,6 +67,7 @@ from botmemory.snowflake import snowflake_ms
 if TYPE_CHECKING:
     pass
 
+from botmemory.repository_candidates import CandidateRepository
 from botmemory.repository_channels import ChannelRepository
 from botmemory.repository_people import PeopleRepository
 from botmemory.repository_personas import PersonaRepository
@@ -78,7 +79,12 @@ log = logging.getLogger(__name__)
 
 
 class MemoryRepository(
-    PeopleRepository, ChannelRepository, ShortTermRepository, PersonaRepository, SummaryRepository
+    PeopleRepository,
+    ChannelRepository,
+    ShortTermRepository,
+    PersonaRepository,
+    SummaryRepository,
+    CandidateRepository,
 ):
     # Observations -----------------------------------------------------------------
 
@@ -238,7 +244,13 @@ class MemoryRepository(
                 return LockRefused(retry_at if retry_at and retry_at > now_ms else None)
             raise
         state = from_item(response["Attributes"])
-        return Lock(channel_id, owner, int(state["fence"]), attempts_of(state))
+        return Lock(
+            channel_id,
+            owner,
+            int(state["fence"]),
+            attempts_of(state),
+            candidates=bool(state.get("candidates_waiting")),
+        )
 
     def release_lock(self, lock: Lock) -> bool:
         """Give the lock back if still ours; False when it was already taken over."""

@@ -314,9 +314,11 @@ class PeopleRepository(Table):
         return refs, cast("dict[str, Any] | None", response.get("LastEvaluatedKey"))
 
     def observation_heads(self, refs: Iterable[ItemRef]) -> list[dict[str, Any]]:
-        """Channel, scope and author name of these observations (plain values), batched."""
+        """Channel, scope and author names of these observations (plain values), batched."""
         wanted = [key(r.pk, r.sk) for r in dict.fromkeys(refs)]
-        found = self._items_at(wanted, "channel_id, #scope, author_name", {"#scope": "scope"})
+        found = self._items_at(
+            wanted, "channel_id, #scope, author_name, author_names", {"#scope": "scope"}
+        )
         return [from_item(i) for i in found]
 
     def delete_if_present(self, ref: ItemRef) -> bool:

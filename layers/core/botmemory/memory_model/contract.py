@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from botmemory.keys import PERSONA_SUBJECT
-from botmemory.records import FactKind, MemoryScope
+from botmemory.records import FactKind, FactPriority, MemoryScope
 from botmemory.text import quote_for_prompt
 
 
@@ -71,6 +71,19 @@ class ProposedFact(BaseModel):
     supersedes: list[str] = Field(default=[], max_length=20)
     # Whose memory it is (an answer of the older contract, without it: the person's own).
     scope: MemoryScope = MemoryScope.USER
+    # How much it matters (safety first): a missing or unknown priority is the lowest, so a
+    # model that gets it wrong costs a fact its place in the round, never the fact itself.
+    priority: FactPriority = FactPriority.TASTE
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _lenient_priority(cls, value: Any) -> FactPriority:
+        ranked = list(FactPriority)
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= len(ranked):
+            return ranked[value - 1]  # 1..4, 1 the highest
+        if isinstance(value, str) and value.strip().casefold() in set(FactPriority):
+            return FactPriority(value.strip().casefold())
+        return FactPriority.TASTE
 
 
 class ProposedEpisode(BaseModel):
@@ -130,7 +143,15 @@ ANSWER_SCHEMA: dict[str, Any] = {
             "items": {
                 "type": "object",
                 "additionalProperties": False,
-                "required": ["user_id", "text", "kind", "evidence", "supersedes", "scope"],
+                "required": [
+                    "user_id",
+                    "text",
+                    "kind",
+                    "evidence",
+                    "supersedes",
+                    "scope",
+                    "priority",
+                ],
                 "properties": {
                     "user_id": {
                         "type": "string",
@@ -159,6 +180,13 @@ ANSWER_SCHEMA: dict[str, Any] = {
                         "description": (
                             "whose memory: user, persona_user or persona "
                             "(only user when no persona is active)"
+                        ),
+                    },
+                    "priority": {
+                        "type": "string",
+                        "enum": [p.value for p in FactPriority],
+                        "description": (
+                            "safety (health, allergies, dangers), identity, commitment or taste"
                         ),
                     },
                 },
@@ -218,6 +246,10 @@ Answer with:
     (no names, mentions or ids) and needs evidence written by at least two different people
     (or by the server's staff).
   When the active persona is none, use scope user only.
+  Each fact has a priority, most important first: safety (health and safety: allergies,
+  medical needs, dangers), identity (who they are: name, pronouns, home, work, family),
+  commitment (what they promised, plan or are working on), taste (preferences, the rest).
+  Only a few new facts per person are kept each round, the highest priority first.
 - episode: a summary of two to four sentences of what happened in this batch, and the user ids
   of the people who took part.
 - channel_summary: the channel's running summary of the whole conversation so far (given below

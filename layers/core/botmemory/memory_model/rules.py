@@ -25,7 +25,7 @@ from botmemory.memory_model.contract import (
     ProposedEpisode,
     ProposedFact,
 )
-from botmemory.records import FactKind, MemoryScope
+from botmemory.records import FactKind, FactPriority, MemoryScope
 
 # However many statements a message strings together, the extractor proposes at most this many
 # facts per observation and per answer: one member's wall of clauses cannot crowd out everyone
@@ -429,7 +429,29 @@ def _propose(
         kind=statement.kind,
         evidence=[obs.number],
         supersedes=[old] if old else [],
+        priority=_priority_of(statement),
     )
+
+
+# Words of health and safety: a fact that holds one is kept before any other of its round.
+_SAFETY = re.compile(
+    r"\b(?:allerg\w*|anaphyla\w*|epipen|asthma\w*|diabet\w*|epilep\w*|seizures?|"
+    r"celiac|coeliac|intoleran\w*|medication|medicines?|insulin|inhaler|pregnan\w*|"
+    r"disab\w*|wheelchair|deaf|blind|heart condition)\b",
+    re.IGNORECASE,
+)
+_IDENTITY_SLOTS = frozenset({"home", "job", "employer", "origin", "age"})
+
+
+def _priority_of(statement: _Statement) -> FactPriority:
+    """Health and safety first, then who the person is, what they are working on, the rest."""
+    if _SAFETY.search(statement.text):
+        return FactPriority.SAFETY
+    if statement.slot in _IDENTITY_SLOTS or statement.kind == FactKind.PERSON:
+        return FactPriority.IDENTITY
+    if statement.kind == FactKind.PROJECT:
+        return FactPriority.COMMITMENT
+    return FactPriority.TASTE
 
 
 def _name_of(obs: NumberedObservation) -> str:
