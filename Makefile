@@ -91,7 +91,7 @@ dev: venv
 # Slash commands: `make register ARGS="--guild GUILD_ID --dry-run"`. Needs DISCORD_APPLICATION_ID
 # and DISCORD_BOT_TOKEN (or DISCORD_BOT_TOKEN_SECRET, the Secrets Manager secret's name).
 register: venv
-	$(PY) -m botmemory.register $(ARGS)
+	$(PY) -m botmemory.ops.register $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .aws-sam .pytest_cache .ruff_cache .mypy_cache build *.egg-info

@@ -54,7 +54,7 @@ os.environ.update(
     AWS_SECRET_ACCESS_KEY="testing",
     AWS_DEFAULT_REGION="us-east-1",
     AWS_ACCOUNT_ID_ENDPOINT_MODE="disabled",
-    # The person hash's key (deployed: a Secrets Manager secret; see botmemory.optout).
+    # The person hash's key (deployed: a Secrets Manager secret; see botmemory.people.optout).
     MEMORY_HASH_KEY="bench-person-hash-key-0123456789",
 )
 
@@ -66,27 +66,21 @@ from moto.core.botocore_stubber import BotocoreStubber  # noqa: E402
 from moto.core.models import DEFAULT_ACCOUNT_ID  # noqa: E402
 from moto.dynamodb.models import dynamodb_backends  # noqa: E402
 
-from botmemory import keys  # noqa: E402
-from botmemory.answer_prompt import system_prompt_source  # noqa: E402
-from botmemory.answer_rate import AnswerRateLimiter  # noqa: E402
-from botmemory.answer_requests import question_of  # noqa: E402
-from botmemory.answer_triggers import answer_trigger  # noqa: E402
-from botmemory.answering import Answerer  # noqa: E402
-from botmemory.chat_model.contract import ChatReply, ChatRequest  # noqa: E402
+from botmemory.answering.answerer import Answerer  # noqa: E402
+from botmemory.answering.chat.contract import ChatReply, ChatRequest  # noqa: E402
+from botmemory.answering.prompt import system_prompt_source  # noqa: E402
+from botmemory.answering.rate import AnswerRateLimiter  # noqa: E402
+from botmemory.answering.requests import question_of  # noqa: E402
+from botmemory.answering.triggers import answer_trigger  # noqa: E402
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds  # noqa: E402
-from botmemory.config import Settings  # noqa: E402
-from botmemory.consolidation_outcome import Outcome, Status  # noqa: E402
-from botmemory.index_sync import IndexReport, IndexWriter  # noqa: E402
-from botmemory.items import fact_values, observation_values, to_item  # noqa: E402
-from botmemory.keys import episode_sk, observation_sk  # noqa: E402
-from botmemory.memory_model.contract import (  # noqa: E402
+from botmemory.consolidation.model.contract import (  # noqa: E402
     ConsolidationAnswer,
     MemoryModelError,
     ModelInput,
 )
-from botmemory.memory_model.rules import RulesModel  # noqa: E402
-from botmemory.passages import message_passages  # noqa: E402
-from botmemory.recall import (  # noqa: E402
+from botmemory.consolidation.model.rules import RulesModel  # noqa: E402
+from botmemory.consolidation.outcome import Outcome, Status  # noqa: E402
+from botmemory.recall.recaller import (  # noqa: E402
     ELSEWHERE_HEADING,
     EPISODE_HEADING,
     FACT_HEADING,
@@ -96,7 +90,7 @@ from botmemory.recall import (  # noqa: E402
     SUMMARY_HEADING,
     RecallRequest,
 )
-from botmemory.recall_search import SearchLeg, SearchStatus, search_depth  # noqa: E402
+from botmemory.recall.search_leg import SearchLeg, SearchStatus, search_depth  # noqa: E402
 from botmemory.records import (  # noqa: E402
     ChannelSummary,
     Episode,
@@ -112,10 +106,16 @@ from botmemory.records import (  # noqa: E402
     scope_of,
 )
 from botmemory.runtime import MemoryServices, build_services  # noqa: E402
-from botmemory.schema import create_table  # noqa: E402
+from botmemory.search.index_sync import IndexReport, IndexWriter  # noqa: E402
 from botmemory.search.keywords import tokens  # noqa: E402
+from botmemory.search.passages import message_passages  # noqa: E402
 from botmemory.search.port import Passage  # noqa: E402
 from botmemory.search.sqlite_index import SqliteSearchIndex  # noqa: E402
+from botmemory.settings.config import Settings  # noqa: E402
+from botmemory.storage import keys  # noqa: E402
+from botmemory.storage.items import fact_values, observation_values, to_item  # noqa: E402
+from botmemory.storage.keys import episode_sk, observation_sk  # noqa: E402
+from botmemory.storage.schema import create_table  # noqa: E402
 from botmemory.text import content_hash, short_id  # noqa: E402
 from localrun.fastmoto import fast_dynamodb  # noqa: E402
 from tests import gateway as gw  # noqa: E402
@@ -885,7 +885,7 @@ def sweep_reach(lab: Lab, model_call_ms: int | None) -> list[int]:
 
 def bench_hostile(lab: Lab) -> None:
     # Every failure is logged as a warning; the table says how many there were.
-    logger = logging.getLogger("botmemory.consolidate")
+    logger = logging.getLogger("botmemory.consolidation.consolidator")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
@@ -1525,8 +1525,8 @@ def item_writes(requests: Sequence[Request]) -> int:
 def erasure_requests(lab: Lab, other_messages: int) -> list[Request]:
     """Erase a person with ERASED_ITEMS items (messages, a fact, a profile) in a channel that
     holds `other_messages` messages of others, 3 speakers' facts, 3 pins and 10 episodes."""
-    from botmemory.erasure import Eraser
-    from botmemory.optout import person_hash
+    from botmemory.people.erasure import Eraser
+    from botmemory.people.optout import person_hash
 
     world = lab.world()
     seed_history(world, other_messages, 20)

@@ -22,9 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from botmemory.keys import message_of
-from botmemory.recall import RecalledEpisode, RecallResult
+from botmemory.recall.recaller import RecalledEpisode, RecallResult
 from botmemory.records import Fact
+from botmemory.storage.keys import message_of
 from botmemory.text import scrub
 from eval.dataset import Turn
 

@@ -32,18 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from botmemory.clock import ManualClock
-from botmemory.config import Settings, settings_from
-from botmemory.consolidation_outcome import Outcome, Status
-from botmemory.memory_model.rules import RulesModel
-from botmemory.recall import BLOCK_FOOTER, BLOCK_HEADER, Recaller, RecallRequest
-from botmemory.recall_search import SearchLeg
+from botmemory.consolidation.model.rules import RulesModel
+from botmemory.consolidation.outcome import Outcome, Status
+from botmemory.recall.recaller import BLOCK_FOOTER, BLOCK_HEADER, Recaller, RecallRequest
+from botmemory.recall.search_leg import SearchLeg
 from botmemory.records import Fact, scope_of
 from botmemory.runtime import MemoryServices, build_services
-from botmemory.schema import create_table
 from botmemory.search import EMBEDDING_TIMEOUT_SECONDS
 from botmemory.search.embeddings import Embedder, build_embedder
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.settings.config import Settings, settings_from
 from botmemory.snowflake import snowflake_ms
+from botmemory.storage.schema import create_table
 from eval.baselines import RawTurns
 from eval.dataset import Conversation, Question, load_conversation
 from eval.evidence import EvidenceIndex

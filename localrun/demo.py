@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from botmemory.keys import ItemKind, kind_of
-from botmemory.recall import ELSEWHERE_HEADING, PASSAGE_HEADING
+from botmemory.recall.recaller import ELSEWHERE_HEADING, PASSAGE_HEADING
 from botmemory.records import FactStatus
+from botmemory.storage.keys import ItemKind, kind_of
 from localrun.discord_sink import DISCORD_EPOCH_MS
 from localrun.motoserver import LocalRunError, MotoServer
 from localrun.replay import Replay, default_source, guild_create, load_replay
@@ -86,7 +86,7 @@ def replay(stack: LocalStack, server: MotoServer, conversation: Replay) -> None:
 
 
 def report(stack: LocalStack, conversation: Replay) -> None:
-    from botmemory.commands import user_facts_listing
+    from botmemory.commands.router import user_facts_listing
     from botmemory.runtime import services_from_environment
 
     counts = count_items(stack)

@@ -209,7 +209,7 @@ class LocalStack:
             ).start()
             if not environment.get("DISCORD_API_BASE"):
                 environment["DISCORD_API_BASE"] = self.discord.url
-            from botmemory.answer_requests import register_local_target
+            from botmemory.answering.requests import register_local_target
 
             register_local_target(
                 environment["ANSWER_FUNCTION"],

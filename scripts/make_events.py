@@ -13,7 +13,7 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from botmemory.interactions import ApplicationCommandType, InteractionType, OptionType
+from botmemory.discord.interactions import ApplicationCommandType, InteractionType, OptionType
 from botmemory.snowflake import DISCORD_EPOCH_MS
 from localrun.samtemplate import Template
 
@@ -271,7 +271,7 @@ def command(
 
 
 def observation_image(event: dict[str, Any], at_ms: int) -> dict[str, Any]:
-    """A message observation as IngestFunction stores it (botmemory.items.observation_values),
+    """A message observation as IngestFunction stores it (botmemory.storage.items.observation_values),
     in the stream's attribute-value form."""
     d = event["d"]
     sk = f"OBS#{at_ms:013d}#msg#{d['id']}"
@@ -285,7 +285,7 @@ def observation_image(event: dict[str, Any], at_ms: int) -> dict[str, Any]:
         "at_ms": {"N": str(at_ms)},
         "author_id": {"S": author["id"]},
         "author_name": {"S": author["global_name"]},
-        # Every name the author goes by (botmemory.observe: nickname, global, account name).
+        # Every name the author goes by (botmemory.ingest.observe: nickname, global, account name).
         "author_names": {
             "L": [
                 {"S": name}

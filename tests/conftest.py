@@ -13,11 +13,11 @@ from moto.core.botocore_stubber import BotocoreStubber
 from moto.dynamodb.models import DynamoDBBackend
 
 from botmemory.clock import ManualClock
-from botmemory.config import Settings
-from botmemory.memory_model.contract import ConsolidationAnswer, MemoryModelError, ModelInput
-from botmemory.memory_model.rules import RulesModel
+from botmemory.consolidation.model.contract import ConsolidationAnswer, MemoryModelError, ModelInput
+from botmemory.consolidation.model.rules import RulesModel
 from botmemory.runtime import MemoryServices, build_services
-from botmemory.schema import create_table
+from botmemory.settings.config import Settings
+from botmemory.storage.schema import create_table
 from localrun.fastmoto import fast_dynamodb
 
 TABLE = "MemoryTable"
@@ -34,7 +34,7 @@ def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     # moto serves DynamoDB Streams in-process only with account endpoints off.
     monkeypatch.setenv("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
-    # The key of the person hash (botmemory.optout): a deployed function reads it from
+    # The key of the person hash (botmemory.people.optout): a deployed function reads it from
     # Secrets Manager; tests give it directly.
     monkeypatch.delenv("MEMORY_HASH_KEY_SECRET", raising=False)
     monkeypatch.setenv("MEMORY_HASH_KEY", "test-person-hash-key-0123456789")

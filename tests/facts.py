@@ -1,5 +1,5 @@
 """The test fact factory: a fact as consolidation would store it, learned in one channel
-(botmemory.visibility) unless a test says otherwise."""
+(botmemory.memory.visibility) unless a test says otherwise."""
 
 from __future__ import annotations
 

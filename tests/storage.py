@@ -1,7 +1,7 @@
 """Writing and reading the table directly, for tests and the bench.
 
 Production never seeds items in bulk or reads a channel's raw state, so these live here,
-beside the tests, not in the repository. They shape items with `botmemory.items`, the
+beside the tests, not in the repository. They shape items with `botmemory.storage.items`, the
 same code the repository writes with.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from botmemory.items import episode_values, fact_values, from_item, state_key, to_item
 from botmemory.records import Episode, Fact
-from botmemory.repository import MemoryRepository
-from botmemory.table import BATCH_WRITE_LIMIT
+from botmemory.storage.items import episode_values, fact_values, from_item, state_key, to_item
+from botmemory.storage.repository import MemoryRepository
+from botmemory.storage.table import BATCH_WRITE_LIMIT
 
 
 def put_items(repository: MemoryRepository, items: Iterable[dict[str, Any]]) -> None:

@@ -7,15 +7,15 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
-from botmemory.answer_prompt import (
+from botmemory.answering.prompt import (
     DEFAULT_SYSTEM_PROMPT,
     Question,
     history_lines,
     speaker_note,
     system_prompt_source,
 )
-from botmemory.config import Settings
 from botmemory.records import Fact, FactKind, FactSource, Observation, ObservationKind
+from botmemory.settings.config import Settings
 from tests import gateway as gw
 from tests.conftest import START_MS
 

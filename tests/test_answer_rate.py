@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
-from botmemory.answer_rate import AnswerRateLimiter, RateDecision, decide
+from botmemory.answering.rate import AnswerRateLimiter, RateDecision, decide
 from botmemory.clock import ManualClock
-from botmemory.config import Settings
-from botmemory.erasure import Eraser
+from botmemory.people.erasure import Eraser
 from botmemory.runtime import MemoryServices
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
 from tests.conftest import START_MS, TABLE, scan_all
 from tests.gateway import ALICE, BOB, CAROL, CHANNEL, GUILD
 

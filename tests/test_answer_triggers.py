@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from botmemory.answer_triggers import AnswerTrigger, TriggerKind, answer_trigger, question_text
+from botmemory.answering.triggers import AnswerTrigger, TriggerKind, answer_trigger, question_text
 from botmemory.search.keywords import MAX_QUERY_CHARS
 from tests.conftest import START_MS
 from tests.gateway import ALICE, BOB, BOT, CHANNEL, GUILD, message, user

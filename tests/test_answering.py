@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from botmemory.answer_requests import register_local_target
-from botmemory.config import Settings
-from botmemory.keys import channel_pk
+from botmemory.answering.requests import register_local_target
 from botmemory.records import Fact, ObservationKind, scope_of
 from botmemory.runtime import build_services
+from botmemory.settings.config import Settings
+from botmemory.storage.keys import channel_pk
 from tests import gateway as gw
 from tests.conftest import START_MS, TABLE
 from tests.facts import a_fact

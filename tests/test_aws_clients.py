@@ -1,5 +1,5 @@
 """MEMORY_MODEL_TIMEOUT_SECONDS and MEMORY_MODEL_MAX_ATTEMPTS reach the Bedrock clients the
-code builds (botmemory.aws_clients), for the memory model and the Titan embedder alike.
+code builds (botmemory.providers.aws_clients), for the memory model and the Titan embedder alike.
 
 A Stubber cannot see a client's Config, so these read `client.meta.config` of the client
 the code itself creates, and count the attempts botocore makes on the wire. No request
@@ -14,14 +14,14 @@ import botocore.endpoint
 import pytest
 from botocore.exceptions import ReadTimeoutError
 
-from botmemory.aws_clients import CONNECT_TIMEOUT_SECONDS, bedrock_config
-from botmemory.config import Settings, settings_from
-from botmemory.memory_model import MemoryModelError, build_memory_model
-from botmemory.memory_model.bedrock import BedrockModel
-from botmemory.memory_model.contract import ModelInput
+from botmemory.consolidation.model import MemoryModelError, build_memory_model
+from botmemory.consolidation.model.bedrock import BedrockModel
+from botmemory.consolidation.model.contract import ModelInput
+from botmemory.providers.aws_clients import CONNECT_TIMEOUT_SECONDS, bedrock_config
 from botmemory.search import EMBEDDING_TIMEOUT_SECONDS, build_search_index
 from botmemory.search.embeddings import BedrockTitanEmbedder, EmbeddingError
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.settings.config import Settings, settings_from
 
 MODEL = "bedrock:anthropic.claude-3-haiku-20240307-v1:0"
 TITAN = "bedrock:amazon.titan-embed-text-v2:0"

@@ -1,4 +1,4 @@
-"""A request to change the bot's behaviour is not a fact about a person (botmemory.behaviour).
+"""A request to change the bot's behaviour is not a fact about a person (botmemory.memory.behaviour).
 
 The rule on its own, with many phrasings on both sides; then where a fact's text is written:
 consolidation through ConsolidateFunction as template.yaml declares it, with an
@@ -19,8 +19,10 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
-from botmemory.behaviour import (
+from botmemory.commands.router import BEHAVIOUR_REFUSAL
+from botmemory.consolidation.model.contract import INSTRUCTIONS, ModelInput, NumberedObservation
+from botmemory.consolidation.model.rules import RulesModel
+from botmemory.memory.behaviour import (
     ADDRESS,
     DIRECTIVE,
     OVERRIDE,
@@ -29,13 +31,11 @@ from botmemory.behaviour import (
     STYLE,
     behaviour_request,
 )
-from botmemory.commands import BEHAVIOUR_REFUSAL
-from botmemory.config import Settings
-from botmemory.memory_model.contract import INSTRUCTIONS, ModelInput, NumberedObservation
-from botmemory.memory_model.rules import RulesModel
-from botmemory.personas import new_lineage
+from botmemory.memory.personas import new_lineage
 from botmemory.records import MemoryScope, Persona
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
 from localrun.samtemplate import passes_filters
 from localrun.stack import parse_emf
 from scripts.make_events import ALICE, GUILD
@@ -378,7 +378,7 @@ class DiscardLog(logging.Handler):
 @pytest.fixture
 def discard_log() -> Iterator[DiscardLog]:
     log = DiscardLog()
-    logger = logging.getLogger("botmemory.consolidate")
+    logger = logging.getLogger("botmemory.consolidation.consolidator")
     level = logger.level
     logger.addHandler(log)
     logger.setLevel(logging.INFO)

@@ -15,7 +15,7 @@ import pytest
 from aws_lambda_powertools.utilities.parameters.base import DEFAULT_PROVIDERS
 from moto import mock_aws
 
-from botmemory.discord_api import bot_token_from_environment
+from botmemory.discord.rest import bot_token_from_environment
 from relay.credentials import bot_token
 
 SECRET = "discord-memory/bot-token"

@@ -9,25 +9,25 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
-from botmemory.config import Settings
-from botmemory.consolidation_outcome import Status
-from botmemory.erasure import Eraser
-from botmemory.index_sync import passages_to_remove
-from botmemory.memory_model.contract import (
+from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
     MemoryModelError,
     ModelInput,
     ProposedEpisode,
     render_batch,
 )
-from botmemory.memory_model.rules import RulesModel
-from botmemory.recall import BLOCK_FOOTER, SUMMARY_HEADING, RecallResult, parse_request
+from botmemory.consolidation.model.rules import RulesModel
+from botmemory.consolidation.outcome import Status
+from botmemory.people.erasure import Eraser
+from botmemory.recall.recaller import BLOCK_FOOTER, SUMMARY_HEADING, RecallResult, parse_request
 from botmemory.records import ChannelSummary
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.search.index_sync import passages_to_remove
 from botmemory.search.port import PassageKind, SearchQuery
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
 from scripts import make_events as events
 from tests import gateway as gw
 from tests.conftest import CountingModel, ScriptedModel, scan_all

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from botmemory.interactions import Permissions
+from botmemory.discord.interactions import Permissions
 from botmemory.runtime import MemoryServices
 from relay.batch import encode_event
 from tests import gateway as gw

@@ -12,20 +12,20 @@ from typing import Any
 
 import pytest
 
-from botmemory import fact_history
 from botmemory.clock import DAY_MS, SystemClock, epoch_seconds
-from botmemory.commands import Commands
-from botmemory.config import Settings
-from botmemory.interactions import (
+from botmemory.commands.router import Commands
+from botmemory.discord.interactions import (
     ComponentType,
     InteractionResponseType,
     InteractionType,
     MessageFlag,
     Permissions,
 )
-from botmemory.keys import ERASED_PK, episode_sk
+from botmemory.memory import fact_history
 from botmemory.records import Episode, Fact, FactChange, FactKind, FactSource, HistoryActor, Pin
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
+from botmemory.storage.keys import ERASED_PK, episode_sk
 from scripts.make_events import ALICE, BOB, BOT, CHANNEL, GUILD, command, signed
 from tests.conftest import TABLE
 from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
@@ -395,8 +395,8 @@ def test_forgetme_cut_short_by_a_fault_finishes_when_run_again(
     discord: Discord, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ingest_and_consolidate(discord, [(ALICE, "I love hiking."), (ALICE, "I use Vim."), (BOB, "ok")])
-    from botmemory.repository import MemoryRepository
-    from botmemory.table import ItemRef
+    from botmemory.storage.repository import MemoryRepository
+    from botmemory.storage.table import ItemRef
 
     original = MemoryRepository.delete_items
     calls = {"n": 0}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from botmemory.config import ENVIRONMENT, ConfigError, Settings, settings_from
-from botmemory.memory_model import build_memory_model
-from botmemory.memory_model.bedrock import BedrockModel
-from botmemory.memory_model.openai_compat import OpenAICompatibleModel
-from botmemory.memory_model.rules import RulesModel
+from botmemory.consolidation.model import build_memory_model
+from botmemory.consolidation.model.bedrock import BedrockModel
+from botmemory.consolidation.model.openai_compat import OpenAICompatibleModel
+from botmemory.consolidation.model.rules import RulesModel
+from botmemory.settings.config import ENVIRONMENT, ConfigError, Settings, settings_from
 
 
 def test_defaults_are_the_documented_ones_and_memory_is_off() -> None:

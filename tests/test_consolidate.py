@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 
 from botmemory.clock import DAY_MS, ManualClock
-from botmemory.config import Settings
-from botmemory.consolidation_outcome import Status, outcome_metrics
-from botmemory.memory_model.contract import (
+from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
     MemoryModelError,
     ModelInput,
@@ -20,8 +18,10 @@ from botmemory.memory_model.contract import (
     ProposedFact,
     parse_answer,
 )
+from botmemory.consolidation.outcome import Status, outcome_metrics
 from botmemory.records import FactKind, FactStatus
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
 from tests import gateway as gw
 from tests.conftest import CountingModel, ScriptedModel, scan_all
 from tests.storage import channel_state
@@ -259,7 +259,7 @@ def test_observations_consumed_meanwhile_are_not_consumed_twice(
     (done,) = services.consolidator.consolidate(gw.CHANNEL)
     assert done.consumed == 20
 
-    from botmemory.consolidation_commit import CommitRejected, ConsolidationCommit
+    from botmemory.storage.commit import CommitRejected, ConsolidationCommit
 
     lock = services.repository.acquire_lock(gw.CHANNEL, "late", clock.now_ms(), 60_000)
     assert lock is not None
@@ -311,7 +311,7 @@ def test_bob_saying_alice_likes_sushi_never_becomes_alices_fact(
     events.insert(5, gw.message(gw.ALICE, "I play chess on Sundays", T0 + 5500))
     services.recorder.record(events)
 
-    with caplog.at_level(logging.INFO, logger="botmemory.consolidate"):
+    with caplog.at_level(logging.INFO, logger="botmemory.consolidation.consolidator"):
         (outcome,) = services.consolidator.consolidate(gw.CHANNEL)
 
     texts = [f["text"]["S"] for f in facts(dynamodb)]
@@ -333,7 +333,7 @@ def test_a_fact_about_someone_absent_from_the_batch_is_discarded_and_logged(
     services = with_model(dynamodb, clock, model)
     services.recorder.record(chat(20))
 
-    with caplog.at_level(logging.INFO, logger="botmemory.consolidate"):
+    with caplog.at_level(logging.INFO, logger="botmemory.consolidation.consolidator"):
         (outcome,) = services.consolidator.consolidate(gw.CHANNEL)
 
     assert facts(dynamodb) == []

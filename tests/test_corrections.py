@@ -1,6 +1,6 @@
 """The chat model's `update_memory` tool: allowed only for facts shown in that prompt, in
 this scope, never about the bot, never an update for someone who opted out; every applied
-correction is recorded in the fact's history and announced (botmemory.corrections)."""
+correction is recorded in the fact's history and announced (botmemory.answering.corrections)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
-from botmemory.corrections import (
+from botmemory.answering.corrections import (
     Correction,
     Refusal,
     apply_update_memory,
     correction_notice,
 )
+from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
 from botmemory.records import Fact, FactKind, FactSource, FactStatus, HistoryActor
 from botmemory.runtime import MemoryServices
 from tests import gateway as gw
@@ -237,7 +237,7 @@ def test_malformed_arguments_are_refused_and_change_nothing(
 
 
 def test_a_memory_block_heading_is_refused(services: MemoryServices) -> None:
-    from botmemory.recall import SECTION_HEADINGS
+    from botmemory.recall.recaller import SECTION_HEADINGS
 
     tea = seed(services, "Likes green tea")
 

@@ -1,5 +1,5 @@
 """Nothing is dropped silently (issue 23, item 4): facts beyond a person's cap of new facts per
-round wait as deferred candidates (botmemory.candidates) and are kept by later rounds, the
+round wait as deferred candidates (botmemory.consolidation.candidates) and are kept by later rounds, the
 highest priority first; what is not kept is logged with its id and reason and counted.
 
 The production path: IngestFunction records the messages, ConsolidateFunction (from the
@@ -20,13 +20,9 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
-from botmemory.candidates import MAX_CANDIDATE_ROUNDS, within_cap
 from botmemory.clock import ManualClock
-from botmemory.config import Settings
-from botmemory.consolidation_outcome import outcome_metrics
-from botmemory.erasure import Eraser
-from botmemory.memory_model.contract import (
+from botmemory.consolidation.candidates import MAX_CANDIDATE_ROUNDS, within_cap
+from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
     ModelInput,
     NumberedObservation,
@@ -34,9 +30,13 @@ from botmemory.memory_model.contract import (
     ProposedFact,
     parse_answer,
 )
-from botmemory.memory_model.rules import RulesModel
+from botmemory.consolidation.model.rules import RulesModel
+from botmemory.consolidation.outcome import outcome_metrics
+from botmemory.people.erasure import Eraser
 from botmemory.records import Fact, FactKind, FactPriority, FactSource, MemoryScope, Persona
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
 from tests import gateway as gw
 from tests.conftest import ScriptedModel, scan_all
 from tests.lambda_local import TABLE, LambdaContext, LocalLambda, sample_env
@@ -367,7 +367,7 @@ def test_a_candidate_deferred_for_ever_is_dropped_after_its_rounds_with_a_logged
         clock.advance(seconds=10)
         text = "first" if round_ == 0 else f"dose {round_}"
         services.recorder.record([gw.message(gw.ALICE, text, clock.now_ms())])
-        with caplog.at_level("INFO", logger="botmemory.consolidate"):
+        with caplog.at_level("INFO", logger="botmemory.consolidation.consolidator"):
             (outcome,) = services.consolidator.consolidate(gw.CHANNEL)
         outcomes.append(outcome)
         waiting = services.repository.candidates(gw.CHANNEL)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from botmemory.clock import ManualClock
-from botmemory.consolidation_outcome import Status
-from botmemory.memory_model.contract import ModelInput
+from botmemory.consolidation.model.contract import ModelInput
+from botmemory.consolidation.outcome import Status
 from botmemory.runtime import MemoryServices
 from tests import gateway as gw
 from tests.conftest import CountingModel, ScriptedModel

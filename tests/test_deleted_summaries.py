@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
 from botmemory.clock import ManualClock
-from botmemory.config import Settings
-from botmemory.consolidation_commit import CommitRejected
-from botmemory.consolidation_outcome import Status
-from botmemory.erasure import Eraser
-from botmemory.memory_model.contract import ModelInput
+from botmemory.consolidation.model.contract import ModelInput
+from botmemory.consolidation.outcome import Status
+from botmemory.people.erasure import Eraser
 from botmemory.records import ChannelSummary
 from botmemory.runtime import MemoryServices, build_services
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
+from botmemory.storage.commit import CommitRejected
 from localrun.samtemplate import passes_filters
 from scripts import make_events as events
 from tests import gateway as gw

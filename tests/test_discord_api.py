@@ -11,7 +11,8 @@ import pytest
 from aws_lambda_powertools.utilities.parameters.base import DEFAULT_PROVIDERS
 from moto import mock_aws
 
-from botmemory.discord_api import (
+from botmemory.discord.interactions import ApplicationCommandType
+from botmemory.discord.rest import (
     DEFAULT_API_BASE,
     DiscordApi,
     DiscordApiError,
@@ -19,7 +20,6 @@ from botmemory.discord_api import (
     api_base_from_environment,
     bot_token_from_environment,
 )
-from botmemory.interactions import ApplicationCommandType
 from tests.fake_discord import APPLICATION_ID, BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 
 INTERACTION_TOKEN = "aW50ZXJhY3Rpb246OTk5OmZha2UtdG9rZW4tdmFsdWU"

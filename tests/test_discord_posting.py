@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from botmemory.discord_api import DiscordApi, DiscordApiError, JsonErrorCode, split_message
+from botmemory.discord.rest import DiscordApi, DiscordApiError, JsonErrorCode, split_message
 from botmemory.text import DISCORD_MESSAGE_CHARS
 from tests.fake_discord import BOT_TOKEN, BOT_USER_ID, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.gateway import ALICE, BOB, CHANNEL
@@ -344,7 +344,8 @@ def test_a_limit_below_one_is_an_error() -> None:
 
 
 def test_split_message_is_the_one_in_text_py() -> None:
-    from botmemory import discord_api, text
+    from botmemory import text
+    from botmemory.discord import rest as discord_api
 
     assert discord_api.split_message is text.split_message
     assert json.dumps(split_message("a. b.", 2)) == '["a.", "b."]'

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from botmemory.discord_api import DiscordApi, DiscordApiError, DiscordRateLimited
-from botmemory.discord_limits import RateLimits, retry_after, route_key
+from botmemory.discord.limits import RateLimits, retry_after, route_key
+from botmemory.discord.rest import DiscordApi, DiscordApiError, DiscordRateLimited
 from botmemory.text import split_message
 from tests import gateway as gw
 from tests import lambda_local

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
 from botmemory.clock import DAY_MS, epoch_seconds
-from botmemory.commands import ERASE_FAILED, Commands
-from botmemory.discord_api import DiscordApiError
-from botmemory.erasure import Eraser, ErasureReport
-from botmemory.followup import finish_and_reply
-from botmemory.items import named_values, observation_values
-from botmemory.names import REDACTED
+from botmemory.commands.router import ERASE_FAILED, Commands
+from botmemory.discord.followup import finish_and_reply
+from botmemory.discord.rest import DiscordApiError
+from botmemory.people.erasure import Eraser, ErasureReport
+from botmemory.people.names import REDACTED
 from botmemory.records import Episode, Fact, FactKind, FactSource, Named, Observation
 from botmemory.runtime import MemoryServices
+from botmemory.storage import keys
+from botmemory.storage.items import named_values, observation_values
 from botmemory.text import normalized
 from scripts.make_events import ALICE, BOB, CHANNEL, GUILD
 from tests.conftest import READ_OPERATIONS, START_MS, TABLE, scan_all

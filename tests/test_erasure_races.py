@@ -17,19 +17,17 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
-from botmemory.config import Settings
-from botmemory.consolidation_outcome import Outcome, Status
-from botmemory.erasure import Eraser
-from botmemory.memory_model.contract import (
+from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
     ModelInput,
     ProposedEpisode,
     ProposedFact,
 )
-from botmemory.memory_model.rules import RulesModel
-from botmemory.optout import (
+from botmemory.consolidation.model.rules import RulesModel
+from botmemory.consolidation.outcome import Outcome, Status
+from botmemory.people.erasure import Eraser
+from botmemory.people.optout import (
     HASH_KEY_ENV,
     HASH_KEY_SECRET_ENV,
     HashKeyError,
@@ -38,7 +36,9 @@ from botmemory.optout import (
 )
 from botmemory.records import Fact, FactKind
 from botmemory.runtime import MemoryServices, build_services
-from botmemory.table import ItemRef
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
+from botmemory.storage.table import ItemRef
 from tests import gateway as gw
 from tests.conftest import scan_all
 from tests.storage import put_items

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from botmemory.recall import RecalledEpisode
+from botmemory.recall.recaller import RecalledEpisode
 from eval.bm25 import BM25, stem, tokenize
 from eval.dataset import dia_ids, load_conversation
 from eval.evidence import EvidenceIndex
@@ -115,7 +115,7 @@ def test_an_episode_counts_the_turns_it_quotes_and_its_sources_apart(tiny_datase
 
 
 def test_block_settings_fit_the_total_size() -> None:
-    from botmemory.config import Settings
+    from botmemory.settings.config import Settings
 
     base = Settings(memory_model="rules")
     for chars in BLOCK_SIZES:

@@ -1,4 +1,4 @@
-"""Facts stored before facts kept their channels: `python -m botmemory.fact_channels` gives
+"""Facts stored before facts kept their channels: `python -m botmemory.ops.fact_channels` gives
 them the channels of their evidence while it is in the table; until then, and when it is
 gone, they are shown nowhere but in the listings."""
 
@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from botmemory import fact_channels, keys
-from botmemory.items import fact_values, observation_values, to_item
-from botmemory.recall import parse_request
+from botmemory.ops import fact_channels
+from botmemory.recall.recaller import parse_request
 from botmemory.records import Observation
 from botmemory.runtime import MemoryServices
+from botmemory.storage import keys
+from botmemory.storage.items import fact_values, observation_values, to_item
 from tests import gateway as gw
 from tests.conftest import START_MS
 from tests.facts import a_fact

@@ -1,5 +1,5 @@
 """Every change to a fact, by anyone, is kept as a history entry, retained and erased like
-the fact (botmemory.fact_history)."""
+the fact (botmemory.memory.fact_history)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,16 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
-from botmemory.commands import Commands
-from botmemory.config import Settings
-from botmemory.consolidation_commit import MAX_TRANSACTION_ACTIONS, ConsolidationCommit
-from botmemory.erasure import Eraser
-from botmemory.interactions import Permissions
-from botmemory.memory_model.contract import (
+from botmemory.commands.router import Commands
+from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
     ModelInput,
     ProposedEpisode,
     ProposedFact,
 )
+from botmemory.discord.interactions import Permissions
+from botmemory.people.erasure import Eraser
 from botmemory.records import (
     Fact,
     FactChange,
@@ -28,9 +25,12 @@ from botmemory.records import (
     FactSource,
     HistoryActor,
 )
-from botmemory.repository import MemoryRepository
 from botmemory.runtime import MemoryServices, build_services
-from botmemory.table import ttl_alive
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
+from botmemory.storage.commit import MAX_TRANSACTION_ACTIONS, ConsolidationCommit
+from botmemory.storage.repository import MemoryRepository
+from botmemory.storage.table import ttl_alive
 from scripts.make_events import command
 from tests import gateway as gw
 from tests.conftest import TABLE, ScriptedModel, scan_all

@@ -13,18 +13,18 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
 from botmemory.clock import SystemClock
-from botmemory.config import Settings
-from botmemory.consolidation_outcome import Outcome, Status
-from botmemory.memory_model.contract import (
+from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
     ModelInput,
     ProposedEpisode,
     ProposedFact,
 )
+from botmemory.consolidation.outcome import Outcome, Status
 from botmemory.records import Fact, FactKind
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
 from scripts.make_events import ALICE, BOT, CHANNEL, GUILD
 from tests import gateway as gw
 from tests.conftest import TABLE, scan_all

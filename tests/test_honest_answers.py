@@ -7,7 +7,7 @@ the `rules` one) and the in-process DynamoDB.
   "not known" only when the guild was never seen.
 - A correction the table refuses (the fact went or changed between the prompt and the
   apply) is not announced as done: no correction notice, a refusal said instead, counted.
-- A correction whose text is a behaviour request (botmemory.behaviour) is refused too.
+- A correction whose text is a behaviour request (botmemory.memory.behaviour) is refused too.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from botmemory.interactions import Permissions
-from botmemory.repository import MemoryRepository
+from botmemory.discord.interactions import Permissions
+from botmemory.storage.repository import MemoryRepository
 from localrun.stack import parse_emf
 from tests import gateway as gw
 from tests.conftest import START_MS

@@ -14,24 +14,24 @@ from typing import Any
 
 import pytest
 
-from botmemory.candidates import MAX_QUEUED_PER_PERSON
 from botmemory.clock import DAY_MS, ManualClock
-from botmemory.config import Settings
-from botmemory.consolidate import ROUND_RESERVE_MS
-from botmemory.consolidation_outcome import Outcome, Status, outcome_metrics
-from botmemory.erasure import Eraser
-from botmemory.items import quarantine_values
-from botmemory.keys import observation_sk
-from botmemory.memory_model.contract import (
+from botmemory.consolidation.candidates import MAX_QUEUED_PER_PERSON
+from botmemory.consolidation.consolidator import ROUND_RESERVE_MS
+from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
     MemoryModelError,
     ModelInput,
     ProposedEpisode,
     parse_answer,
 )
-from botmemory.memory_model.rules import FACTS_PER_OBSERVATION, RulesModel
+from botmemory.consolidation.model.rules import FACTS_PER_OBSERVATION, RulesModel
+from botmemory.consolidation.outcome import Outcome, Status, outcome_metrics
+from botmemory.people.erasure import Eraser
 from botmemory.records import ObservationKind, Quarantine, scope_of
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
+from botmemory.storage.items import quarantine_values
+from botmemory.storage.keys import observation_sk
 from scripts.make_events import ALICE, CHANNEL, GUILD
 from tests import gateway as gw
 from tests.conftest import ScriptedModel, scan_all

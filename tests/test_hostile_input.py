@@ -18,17 +18,17 @@ import pytest
 from nacl.signing import SigningKey
 
 from botmemory.clock import ManualClock, SystemClock
-from botmemory.config import Settings
-from botmemory.interactions import (
+from botmemory.discord.interactions import (
     DEFAULT_TIMESTAMP_TOLERANCE_SECONDS,
     MAX_NESTING,
     InteractionResponseType,
     parse_interaction,
 )
-from botmemory.keys import observation_sk
 from botmemory.records import ObservationKind
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
 from botmemory.snowflake import snowflake_ms
+from botmemory.storage.keys import observation_sk
 from localrun.samtemplate import FunctionSpec, load_handler
 from localrun.stack import parse_emf
 from scripts.make_events import ALICE, TEST_SEED, command, function_url_event

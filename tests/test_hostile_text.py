@@ -20,11 +20,14 @@ from typing import Any
 import pytest
 
 from botmemory.clock import DAY_MS, ManualClock, day, epoch_seconds
-from botmemory.config import Settings
-from botmemory.interactions import InteractionType
-from botmemory.keys import episode_sk
-from botmemory.memory_model.contract import KnownFact, ModelInput, NumberedObservation, render_batch
-from botmemory.recall import (
+from botmemory.consolidation.model.contract import (
+    KnownFact,
+    ModelInput,
+    NumberedObservation,
+    render_batch,
+)
+from botmemory.discord.interactions import InteractionType
+from botmemory.recall.recaller import (
     BLOCK_FOOTER,
     BLOCK_HEADER,
     MAX_TEMPLATE_CHARS,
@@ -34,6 +37,8 @@ from botmemory.recall import (
 )
 from botmemory.records import Episode, Pin
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
+from botmemory.storage.keys import episode_sk
 from botmemory.text import as_discord_text, quote_for_prompt
 from scripts.make_events import ALICE, BOB, CHANNEL, GUILD, command
 from tests import gateway as gw

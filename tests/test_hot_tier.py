@@ -1,4 +1,4 @@
-"""The hot tier stays lean (botmemory.hot_tier): answers count the recall hits of the facts
+"""The hot tier stays lean (botmemory.memory.hot_tier): answers count the recall hits of the facts
 they showed, after posting, while recall writes nothing; consolidation demotes a speaker's
 least recalled facts beyond the targets, evicts the least recalled demoted ones beyond the
 cap, and never touches what the person asked to be remembered; staff restore a demoted
@@ -12,18 +12,16 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from botmemory.answer_prompt import DEFAULT_SYSTEM_PROMPT, Question
-from botmemory.answer_rate import AnswerRateLimiter
-from botmemory.answering import Answerer, AnswerReport, AnswerStatus
-from botmemory.chat_model.rules import RulesChatModel
+from botmemory.answering.answerer import Answerer, AnswerReport, AnswerStatus
+from botmemory.answering.chat.rules import RulesChatModel
+from botmemory.answering.prompt import DEFAULT_SYSTEM_PROMPT, Question
+from botmemory.answering.rate import AnswerRateLimiter
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
-from botmemory.commands import Commands
-from botmemory.config import Settings
-from botmemory.consolidation_outcome import Outcome, Status, outcome_metrics
-from botmemory.hot_tier import HotTier
-from botmemory.interactions import InteractionResponseType, InteractionType, Permissions
-from botmemory.passages import fact_passage
-from botmemory.recall import RecallRequest
+from botmemory.commands.router import Commands
+from botmemory.consolidation.outcome import Outcome, Status, outcome_metrics
+from botmemory.discord.interactions import InteractionResponseType, InteractionType, Permissions
+from botmemory.memory.hot_tier import HotTier
+from botmemory.recall.recaller import RecallRequest
 from botmemory.records import (
     Fact,
     FactChange,
@@ -33,6 +31,8 @@ from botmemory.records import (
     HistoryActor,
 )
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.search.passages import fact_passage
+from botmemory.settings.config import Settings
 from scripts.make_events import command
 from tests import gateway as gw
 from tests.conftest import START_MS, TABLE, WRITE_OPERATIONS, RequestCounter

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from nacl.signing import SigningKey
 
-from botmemory.interactions import (
+from botmemory.discord.interactions import (
     ApplicationCommandType,
     ApplicationIntegrationType,
     ButtonStyle,
@@ -178,7 +178,7 @@ def test_memory_show_lists_the_callers_facts_with_ids(
     consolidator = services_from_environment().consolidator
     consolidator.consolidate("1200000000000000001", force=True)
     # Alice said five things: three are kept at once (the allergy first), the other two
-    # wait as candidates for the channel's next round (botmemory.candidates).
+    # wait as candidates for the channel's next round (botmemory.consolidation.candidates).
     consolidator.consolidate("1200000000000000001", force=True)
 
     response = local.invoke(

@@ -21,7 +21,7 @@ from scripts.make_events import function_url_event
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "functions" / "interactions" / "app.py"
 # What a PING must not pull in (each name also stands for its submodules).
-HEAVY = ("pydantic", "boto3", "botocore", "botmemory.repository")
+HEAVY = ("pydantic", "boto3", "botocore", "botmemory.storage.repository")
 # Except this: Powertools' own __init__ imports the bare `botocore` package, only to learn
 # whether it can tag SDK calls (aws_lambda_powertools/shared/user_agent.py). That costs well
 # under a millisecond and makes no client; any submodule of botocore (session, client, ...)

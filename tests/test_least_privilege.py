@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from botocore.client import BaseClient
 
-from botmemory.answer_requests import register_local_target
-from botmemory.interactions import Permissions
-from botmemory.keys import GUILD_PREFIX, OPT_OUT_PK
+from botmemory.answering.requests import register_local_target
+from botmemory.discord.interactions import Permissions
 from botmemory.records import FactStatus, scope_of
+from botmemory.storage.keys import GUILD_PREFIX, OPT_OUT_PK
 from localrun.samtemplate import passes_filters
 from scripts.make_events import BOB, BOT
 from tests import gateway as gw

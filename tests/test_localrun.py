@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from botmemory.interactions import InteractionResponseType
+from botmemory.discord.interactions import InteractionResponseType
 from localrun.motoserver import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

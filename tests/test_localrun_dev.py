@@ -22,7 +22,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from botmemory.schema import PENDING_INDEX
+from botmemory.storage.schema import PENDING_INDEX
 from localrun.motoserver import free_port
 from localrun.stack import LocalStack
 from tests.test_localrun import EVENTS, ROOT, clean_environment, moto_pid, pid_alive, request

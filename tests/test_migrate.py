@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from botmemory import migrate as migrate_module
 from botmemory.clock import ManualClock
-from botmemory.config import Settings, get_settings
-from botmemory.items import from_item
-from botmemory.keys import episode_sk
-from botmemory.migrate import legacy_episode_id, load_source, main, migrate
-from botmemory.recall import RecallRequest
+from botmemory.ops import migrate as migrate_module
+from botmemory.ops.migrate import legacy_episode_id, load_source, main, migrate
+from botmemory.recall.recaller import RecallRequest
 from botmemory.records import Episode
 from botmemory.runtime import build_services
+from botmemory.settings.config import Settings, get_settings
+from botmemory.storage.items import from_item
+from botmemory.storage.keys import episode_sk
 from tests.conftest import START_MS, TABLE, scan_all
 from tests.storage import put_episode
 

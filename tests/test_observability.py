@@ -41,7 +41,7 @@ class Context:
 event = json.loads(sys.argv[2])
 for request_id in ("request-one", "request-two"):
     module.handler(event, Context(request_id))
-level = logging.getLogger("botmemory.observe").getEffectiveLevel()
+level = logging.getLogger("botmemory.ingest.observe").getEffectiveLevel()
 print(json.dumps({"core_level": logging.getLevelName(level)}))
 """
 
@@ -153,7 +153,9 @@ def last_line(result: subprocess.CompletedProcess[str]) -> str:
 def test_a_missing_public_key_fails_the_cold_start_naming_it() -> None:
     result = cold_start("functions/interactions/app.py")
     assert result.returncode != 0
-    assert last_line(result) == ("botmemory.environment.ConfigError: DISCORD_PUBLIC_KEY is not set")
+    assert last_line(result) == (
+        "botmemory.settings.environment.ConfigError: DISCORD_PUBLIC_KEY is not set"
+    )
     malformed = cold_start("functions/interactions/app.py", DISCORD_PUBLIC_KEY="abc")
     assert last_line(malformed).endswith("DISCORD_PUBLIC_KEY must be 64 hexadecimal characters")
 
@@ -206,5 +208,5 @@ def test_a_malformed_setting_fails_every_other_cold_start_naming_it() -> None:
         result = cold_start(f"functions/{handler}/app.py", MEMORY_CONSOLIDATE_EVERY="twenty")
         assert result.returncode != 0, handler
         line = last_line(result)
-        assert line.startswith("botmemory.environment.ConfigError: "), line
+        assert line.startswith("botmemory.settings.environment.ConfigError: "), line
         assert "MEMORY_CONSOLIDATE_EVERY='twenty'" in line, line

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from botmemory.config import Settings
 from botmemory.records import ObservationKind
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
 from tests import gateway as gw
 from tests.conftest import (
     READ_OPERATIONS,

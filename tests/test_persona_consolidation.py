@@ -13,12 +13,8 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
-from botmemory.config import Settings
-from botmemory.consolidation_outcome import Outcome, Status
-from botmemory.erasure import Eraser
-from botmemory.memory_model.contract import (
+from botmemory.consolidation.model.contract import (
     ANSWER_SCHEMA,
     INSTRUCTIONS,
     ConsolidationAnswer,
@@ -29,12 +25,16 @@ from botmemory.memory_model.contract import (
     parse_answer,
     render_batch,
 )
-from botmemory.personas import new_lineage
+from botmemory.consolidation.outcome import Outcome, Status
+from botmemory.memory.personas import new_lineage
+from botmemory.people.erasure import Eraser
 from botmemory.records import Fact, FactChange, FactKind, FactStatus, MemoryScope, Persona
-from botmemory.repository_personas import PERSONA_MEMBER_PREFIX
 from botmemory.runtime import MemoryServices, build_services
 from botmemory.search.port import PassageKind, SearchIndex
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
+from botmemory.storage.personas import PERSONA_MEMBER_PREFIX
 from botmemory.text import content_hash, normalized, quote_for_prompt, short_id
 from tests import gateway as gw
 from tests.conftest import ScriptedModel, scan_all
@@ -638,7 +638,7 @@ def test_the_persona_knowledge_cap_is_its_own(dynamodb: Any, clock: ManualClock)
     assert len(stored(services, gw.GUILD, gw.ALICE)) == 3
     assert len(stored(services, TUTOR_SCOPE, gw.ALICE)) == 3
     assert len(stored(services, TUTOR_SCOPE, keys.PERSONA_SUBJECT)) == 3
-    # One of each scope beyond its cap waits for the next round (botmemory.candidates).
+    # One of each scope beyond its cap waits for the next round (botmemory.consolidation.candidates).
     assert reasons(outcome) == {}
     waiting = services.repository.candidates(gw.CHANNEL)
     assert sorted(c.fact.memory_scope.value for c in waiting) == [

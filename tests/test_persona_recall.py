@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
-from botmemory.answer_prompt import PromptBuilder, Question
+from botmemory.answering.corrections import Refusal, apply_update_memory
+from botmemory.answering.prompt import PromptBuilder, Question
 from botmemory.clock import ManualClock
-from botmemory.config import Settings
-from botmemory.corrections import Refusal, apply_update_memory
-from botmemory.erasure import Eraser
-from botmemory.recall import FACT_HEADING, RecallResult, parse_request
+from botmemory.people.erasure import Eraser
+from botmemory.recall.recaller import FACT_HEADING, RecallResult, parse_request
 from botmemory.records import Fact, MemoryScope, Persona
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
 from tests import gateway as gw
 from tests.conftest import RequestCounter, scan_all
 from tests.facts import a_fact
@@ -160,7 +160,7 @@ def test_an_unknown_or_removed_persona_is_said_and_recall_goes_on_without(
 
 
 def test_a_bad_persona_id_is_a_bad_request(world: MemoryServices) -> None:
-    from botmemory.recall import RecallError
+    from botmemory.recall.recaller import RecallError
 
     with pytest.raises(RecallError) as refused:
         parse_request({"channel_id": SUPPORT, "user_id": gw.ALICE, "persona_id": "Bad Id!"})

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
-from botmemory.erasure import Eraser
+from botmemory.people.erasure import Eraser
 from botmemory.records import Persona
+from botmemory.storage import keys
 from tests import gateway as gw
 from tests.test_deferred_candidates import (
     T0,

@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
-from botmemory.config import Settings
-from botmemory.personas import (
+from botmemory.memory.personas import (
     active_persona,
     deployment_source,
     may_change,
@@ -19,6 +17,8 @@ from botmemory.personas import (
     persona_by_id,
 )
 from botmemory.records import Fact, FactKind, FactSource, Persona
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
 
 GUILD = "1100000000000000001"
 SUPPORT = "1200000000000000001"

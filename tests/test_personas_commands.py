@@ -13,18 +13,15 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
 from botmemory.clock import DAY_MS, SystemClock, epoch_seconds
-from botmemory.commands import Commands, deferred_interaction, parse_invocation
-from botmemory.config import Settings
-from botmemory.fact_history import history_entry
-from botmemory.interactions import (
+from botmemory.commands.router import Commands, deferred_interaction, parse_invocation
+from botmemory.discord.interactions import (
     ComponentType,
     InteractionResponseType,
     InteractionType,
     OptionType,
 )
-from botmemory.items import fact_values
+from botmemory.memory.fact_history import history_entry
 from botmemory.records import (
     Fact,
     FactChange,
@@ -34,8 +31,11 @@ from botmemory.records import (
     MemoryScope,
     Persona,
 )
-from botmemory.repository_personas import PERSONA_MEMBER_PREFIX
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
+from botmemory.storage.items import fact_values
+from botmemory.storage.personas import PERSONA_MEMBER_PREFIX
 from scripts.make_events import ALICE, BOB, CHANNEL, GUILD, command
 from tests.conftest import TABLE
 from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
@@ -383,7 +383,7 @@ def test_an_id_whose_removed_persona_holds_nothing_starts_a_new_lineage(
 
 
 def test_at_most_the_server_limit_of_live_personas(discord: Discord) -> None:
-    from botmemory.personas import MAX_PERSONAS_PER_SERVER
+    from botmemory.memory.personas import MAX_PERSONAS_PER_SERVER
 
     services = discord.services()
     for n in range(MAX_PERSONAS_PER_SERVER):
@@ -409,7 +409,7 @@ def test_a_persona_changed_meanwhile_is_not_overwritten(
     discord: Discord, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     persona(discord, "set", {"id": "bard", "name": "Bard", "prompt": PROMPT})
-    from botmemory.repository_personas import PersonaRepository
+    from botmemory.storage.personas import PersonaRepository
 
     original = PersonaRepository.personas_of
 

@@ -1,4 +1,4 @@
-"""What is said in a private channel is never repeated outside it (botmemory.visibility).
+"""What is said in a private channel is never repeated outside it (botmemory.memory.visibility).
 
 Through the functions template.yaml declares: the relay's events into IngestFunction, the
 table's stream into ConsolidateFunction (through its template filter) with a memory model on
@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from botmemory.answer_requests import register_local_target
+from botmemory.answering.requests import register_local_target
 from botmemory.clock import SystemClock
-from botmemory.config import Settings
-from botmemory.interactions import Permissions
+from botmemory.discord.interactions import Permissions
 from botmemory.records import Fact, scope_of
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
 from localrun.samtemplate import passes_filters
 from scripts.make_events import command, signed
 from tests import gateway as gw

@@ -7,12 +7,18 @@ from typing import Any
 import pytest
 
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
-from botmemory.config import Settings
-from botmemory.items import observation_values
-from botmemory.keys import episode_sk
-from botmemory.recall import BLOCK_HEADER, RecallError, RecallRequest, RecallResult, parse_request
+from botmemory.recall.recaller import (
+    BLOCK_HEADER,
+    RecallError,
+    RecallRequest,
+    RecallResult,
+    parse_request,
+)
 from botmemory.records import Episode, Fact, FactKind, FactSource, FactStatus, Pin
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
+from botmemory.storage.items import observation_values
+from botmemory.storage.keys import episode_sk
 from tests import gateway as gw
 from tests.conftest import RequestCounter
 from tests.facts import a_fact

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from botmemory import command_specs as specs
-from botmemory.command_specs import command_definitions
-from botmemory.discord_api import DiscordApi
-from botmemory.register import diff_commands, main
+from botmemory.commands import specs
+from botmemory.commands.specs import command_definitions
+from botmemory.discord.rest import DiscordApi
+from botmemory.ops.register import diff_commands, main
 from tests.fake_discord import APPLICATION_ID, BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 
 GUILD = "100000000000000001"
@@ -441,12 +441,12 @@ def test_wrong_token_exits_1(fake_discord: FakeDiscordRest) -> None:
 
 
 def test_module_runs_as_a_script(fake_discord: FakeDiscordRest) -> None:
-    """`python -m botmemory.register` end to end, with DISCORD_API_BASE pointing at the fake."""
+    """`python -m botmemory.ops.register` end to end, with DISCORD_API_BASE pointing at the fake."""
     env = {
         key: value for key, value in os.environ.items() if not key.startswith(("DISCORD_", "AWS_"))
     }
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "layers" / "core"), env.get("PYTHONPATH", "")])
-    command = [sys.executable, "-m", "botmemory.register", "--guild", GUILD]
+    command = [sys.executable, "-m", "botmemory.ops.register", "--guild", GUILD]
 
     missing = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2

@@ -7,14 +7,13 @@ import time
 
 import pytest
 
-from botmemory.config import Settings
-from botmemory.memory_model.contract import (
+from botmemory.consolidation.model.contract import (
     KnownFact,
     ModelInput,
     NumberedObservation,
     ProposedEpisode,
 )
-from botmemory.memory_model.rules import (
+from botmemory.consolidation.model.rules import (
     EPISODE_CHARS,
     FACT_CHARS,
     FACTS_PER_ANSWER,
@@ -22,6 +21,7 @@ from botmemory.memory_model.rules import (
     RulesModel,
 )
 from botmemory.records import FactKind
+from botmemory.settings.config import Settings
 
 
 def batch(

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 import boto3
 import pytest
 
-from botmemory.interactions import InteractionResponseType, MessageFlag
+from botmemory.discord.interactions import InteractionResponseType, MessageFlag
 from localrun import dev
 from localrun.samtemplate import Template, passes_filters
 from scripts import make_events
@@ -148,7 +148,7 @@ def test_a_replayed_interaction_does_its_work_once(
     event = json.loads((EVENTS / "interactions/memory-remember.json").read_text())
     calls: list[str] = []
 
-    from botmemory.commands import Commands
+    from botmemory.commands.router import Commands
 
     original = Commands._remember
 

@@ -23,8 +23,7 @@ from botocore.exceptions import ReadTimeoutError
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
-from botmemory.aws_clients import CONNECT_TIMEOUT_SECONDS
-from botmemory.config import ConfigError
+from botmemory.providers.aws_clients import CONNECT_TIMEOUT_SECONDS
 from botmemory.search.embeddings import (
     MAX_INPUT_CHARS,
     OPENAI_BATCH,
@@ -33,6 +32,7 @@ from botmemory.search.embeddings import (
     OpenAIEmbedder,
     build_embedder,
 )
+from botmemory.settings.config import ConfigError
 
 TITAN = "amazon.titan-embed-text-v2:0"
 API_KEY = "sk-embed-secret-42"
@@ -244,7 +244,7 @@ def test_titan_client_is_built_lazily_with_timeouts_and_retries() -> None:
 
     assert client.meta.service_model.service_name == "bedrock-runtime"
     assert client.meta.region_name == "eu-west-1"
-    # The connect timeout is short whatever the read timeout (botmemory.aws_clients).
+    # The connect timeout is short whatever the read timeout (botmemory.providers.aws_clients).
     assert client.meta.config.connect_timeout == CONNECT_TIMEOUT_SECONDS < 4.5
     assert client.meta.config.read_timeout == 4.5
     assert client.meta.config.retries == {"total_max_attempts": 2, "mode": "standard"}

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
-from botmemory import keys
 from botmemory.clock import DAY_MS, epoch_seconds
-from botmemory.items import observation_values
 from botmemory.records import Observation, scope_of
-from botmemory.repository import MemoryRepository
 from botmemory.search.port import Passage, PassageKind
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.storage import keys
+from botmemory.storage.items import observation_values
+from botmemory.storage.repository import MemoryRepository
 from localrun.samtemplate import passes_filters
 from scripts.make_events import snowflake
 from tests.conftest import START_MS, TABLE

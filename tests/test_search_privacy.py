@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
-from botmemory.config import Settings
-from botmemory.erasure import Eraser
-from botmemory.index_sync import IndexFollower, passages_to_remove
-from botmemory.items import observation_values
+from botmemory.people.erasure import Eraser
 from botmemory.records import Observation
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.search.index_sync import IndexFollower, passages_to_remove
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
+from botmemory.storage.items import observation_values
 from scripts.make_events import snowflake
 from tests.conftest import START_MS, CountingModel
 from tests.storage import StreamTail, put_items

@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
-from botmemory.config import Settings
-from botmemory.items import observation_values
-from botmemory.recall import PASSAGE_HEADING, respond
-from botmemory.recall_search import SearchStatus, query_snippet
+from botmemory.recall.recaller import PASSAGE_HEADING, respond
+from botmemory.recall.search_leg import SearchStatus, query_snippet
 from botmemory.records import Episode, Fact, Observation
 from botmemory.runtime import MemoryServices, build_services
 from botmemory.search.keywords import tokens
 from botmemory.search.port import Passage, SearchHit, SearchIndex, SearchQuery
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
+from botmemory.storage.items import observation_values
 from tests.conftest import START_MS, CountingModel
 from tests.facts import a_fact
 from tests.storage import put_episode, put_facts, put_items
@@ -515,8 +515,8 @@ def test_a_query_that_is_not_text_is_a_400_naming_it(searching: MemoryServices) 
 
 
 def test_the_search_index_is_chosen_by_one_setting(tmp_path: Any) -> None:
-    from botmemory.config import ConfigError
     from botmemory.search import build_search_index
+    from botmemory.settings.config import ConfigError
 
     base = Settings(memory_model="rules")
     assert build_search_index(base) is None
@@ -629,7 +629,9 @@ def test_taking_someone_s_nickname_promotes_nobody_s_words(
 
     question = "What did Carol paint? lighthouse painting"
     body = ask(searching, question, participants=[])
-    monkeypatch.setattr("botmemory.recall.said_by_first", lambda messages, people: messages)
+    monkeypatch.setattr(
+        "botmemory.recall.recaller.said_by_first", lambda messages, people: messages
+    )
     unpromoted = ask(searching, question, participants=[])
 
     # "Carol" is no longer one member's name: the query names nobody, nothing is promoted.

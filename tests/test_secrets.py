@@ -1,6 +1,6 @@
 """The API keys of the OpenAI-compatible providers, given directly or by a Secrets Manager
 secret (MEMORY_MODEL_API_KEY[_SECRET], EMBEDDING_MODEL_API_KEY[_SECRET]), by the one rule of
-botmemory.secrets that the bot token and the person hash key follow too.
+botmemory.settings.secrets that the bot token and the person hash key follow too.
 
 Secrets Manager is moto's, in-process; the model and embeddings endpoint is a real HTTP
 server on 127.0.0.1 that records the Authorization header it receives.
@@ -19,14 +19,14 @@ import pytest
 from aws_lambda_powertools.utilities.parameters.base import DEFAULT_PROVIDERS
 from moto import mock_aws
 
-from botmemory.config import ConfigError, Settings, settings_from
-from botmemory.memory_model import build_memory_model
-from botmemory.memory_model.contract import ModelInput
-from botmemory.memory_model.openai_compat import OpenAICompatibleModel
+from botmemory.consolidation.model import build_memory_model
+from botmemory.consolidation.model.contract import ModelInput
+from botmemory.consolidation.model.openai_compat import OpenAICompatibleModel
 from botmemory.search import build_search_index
 from botmemory.search.embeddings import BedrockTitanEmbedder, OpenAIEmbedder
 from botmemory.search.sqlite_index import SqliteSearchIndex
-from botmemory.secrets import (
+from botmemory.settings.config import ConfigError, Settings, settings_from
+from botmemory.settings.secrets import (
     SecretError,
     embedding_api_key,
     model_api_key,

@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from botmemory import config, environment
-from botmemory.config import ENVIRONMENT, ConfigError, settings_from
-from botmemory.environment import required_env
 from botmemory.runtime import build_services
+from botmemory.settings import config, environment
+from botmemory.settings.config import ENVIRONMENT, ConfigError, settings_from
+from botmemory.settings.environment import required_env
 
 # Memory on and search on, so the model and the index specs are read too.
 BASE = {"MEMORY_MODEL": "rules", "MEMORY_SEARCH_INDEX": "sqlite::memory:"}
@@ -190,7 +190,7 @@ def test_one_config_error_type_whichever_module_it_is_imported_from() -> None:
 def test_a_light_handler_can_check_its_variables_without_loading_pydantic() -> None:
     # InteractionsFunction answers PING without pydantic (tests/test_interactions_cold_start.py).
     code = (
-        "import sys, botmemory.environment\n"
+        "import sys, botmemory.settings.environment\n"
         "print(sorted(m for m in ('pydantic', 'boto3', 'botocore') if m in sys.modules))"
     )
     done = subprocess.run(

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from botmemory import keys
 from botmemory.clock import HOUR_MS, ManualClock
-from botmemory.config import Settings
-from botmemory.erasure import Eraser
-from botmemory.items import from_item, short_term_entries_of
-from botmemory.recall import ELSEWHERE_HEADING, RecallResult, parse_request
+from botmemory.people.erasure import Eraser
+from botmemory.recall.recaller import ELSEWHERE_HEADING, RecallResult, parse_request
 from botmemory.records import ShortTermEntry
 from botmemory.runtime import MemoryServices, build_services
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
+from botmemory.storage.items import from_item, short_term_entries_of
 from tests import gateway as gw
 from tests.conftest import CountingModel, RequestCounter, scan_all
 

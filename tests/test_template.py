@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from botmemory import schema
-from botmemory.config import ENVIRONMENT, Settings
+from botmemory.settings.config import ENVIRONMENT, Settings
+from botmemory.storage import schema
 from tests.sam_tools import (
     MISSING_SAM,
     SAM,
@@ -204,11 +204,11 @@ def test_every_stream_record_that_stales_a_passage_passes_the_search_index_filte
     summary; a delete in Discord; staff forgetting a fact; expiry; /forgetme): every record
     that names a passage to remove reaches SearchIndexFunction."""
     from botmemory.clock import DAY_MS, ManualClock
-    from botmemory.erasure import Eraser
-    from botmemory.index_sync import passages_to_remove
-    from botmemory.items import key
-    from botmemory.keys import ItemKind, channel_pk, kind_of
+    from botmemory.people.erasure import Eraser
     from botmemory.runtime import build_services
+    from botmemory.search.index_sync import passages_to_remove
+    from botmemory.storage.items import key
+    from botmemory.storage.keys import ItemKind, channel_pk, kind_of
     from localrun.samtemplate import Template, passes_filters
     from tests import gateway as gw
     from tests.conftest import CountingModel
@@ -274,7 +274,7 @@ def test_consolidating_functions_time_out_before_the_lock_lease(
 def test_quarantined_batches_raise_an_alarm(
     template: dict[str, Any], resources: dict[str, Any]
 ) -> None:
-    from botmemory.consolidation_outcome import Outcome, Status, outcome_metrics
+    from botmemory.consolidation.outcome import Outcome, Status, outcome_metrics
 
     emitted = dict(outcome_metrics([Outcome("c", Status.QUARANTINED, consumed=1)]))
     alarm = resources["BatchesQuarantinedAlarm"]
@@ -313,7 +313,7 @@ def test_failed_deferred_work_is_parked_in_an_alarmed_queue(resources: dict[str,
     assert alarm["AlarmActions"] == [{"Ref": "AlarmTopic"}]
 
 
-# --- environment and parameters agree with botmemory.config ------------------------
+# --- environment and parameters agree with botmemory.settings.config ------------------------
 
 
 def test_environment_names_are_known_settings(
@@ -367,7 +367,7 @@ def _math_alarm_metrics(alarm: dict[str, Any]) -> dict[str, str]:
 def test_model_failures_raise_an_alarm_on_the_metrics_consolidation_emits(
     template: dict[str, Any], resources: dict[str, Any]
 ) -> None:
-    from botmemory.consolidation_outcome import Outcome, Status, outcome_metrics
+    from botmemory.consolidation.outcome import Outcome, Status, outcome_metrics
 
     failed = dict(outcome_metrics([Outcome("c", Status.MODEL_FAILED)]))
     done = dict(outcome_metrics([Outcome("c", Status.CONSOLIDATED)]))
@@ -395,7 +395,7 @@ def _metric_names_in(path: Path) -> set[str]:
 
 
 def test_search_alarms_watch_metrics_the_code_emits(resources: dict[str, Any]) -> None:
-    from botmemory.consolidation_outcome import Outcome, Status, outcome_metrics
+    from botmemory.consolidation.outcome import Outcome, Status, outcome_metrics
 
     recall = _metric_names_in(ROOT / "functions" / "recall" / "app.py")
     recall |= {"RecallRequests", "RecallRejected"}  # emitted through one conditional call

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from botmemory import keys
-from botmemory.items import from_item
 from botmemory.records import Named
-from botmemory.repository import MemoryRepository
-from botmemory.table import UNPROCESSED_BACKOFF, Backoff, UnprocessedItemsError
+from botmemory.storage import keys
+from botmemory.storage.items import from_item
+from botmemory.storage.repository import MemoryRepository
+from botmemory.storage.table import UNPROCESSED_BACKOFF, Backoff, UnprocessedItemsError
 from tests.conftest import TABLE
 
 PEOPLE = 30  # more than one BatchWriteItem (25)

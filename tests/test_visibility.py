@@ -1,9 +1,9 @@
-"""The privacy rule itself (botmemory.visibility), case by case."""
+"""The privacy rule itself (botmemory.memory.visibility), case by case."""
 
 from __future__ import annotations
 
+from botmemory.memory.visibility import Visibility, learned_where, place_label
 from botmemory.records import MemoryScope
-from botmemory.visibility import Visibility, learned_where, place_label
 from tests.facts import a_fact
 
 HERE, PUBLIC, PRIVATE, GONE = "201", "202", "203", "204"

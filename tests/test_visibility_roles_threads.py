@@ -1,4 +1,4 @@
-"""Visibility and staff follow role changes, new owners and threads (botmemory.channels), as
+"""Visibility and staff follow role changes, new owners and threads (botmemory.ingest.channels), as
 IngestFunction's recorder receives them from the relay; bad input is a reasoned skip."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """AnswerFunction: answers a message that mentions or replies to the bot, a DM, or /ask.
 
 Started asynchronously by IngestFunction (`{"answer": <trigger>}`) and InteractionsFunction
-(`{"ask": ...}`); the work is botmemory.answering. An event it cannot read is answered with
+(`{"ask": ...}`); the work is botmemory.answering.answerer. An event it cannot read is answered with
 its reason, never raised: an asynchronous invoke would only retry it.
 """
 
@@ -14,11 +14,11 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from botmemory import invocation
-from botmemory.answer_requests import BadAnswerEvent, question_of
-from botmemory.answering import AnswerReport
-from botmemory.config import get_settings
+from botmemory.answering.answerer import AnswerReport
+from botmemory.answering.requests import BadAnswerEvent, question_of
 from botmemory.observability import logger, metrics
 from botmemory.runtime import answerer_from_environment
+from botmemory.settings.config import get_settings
 
 # Read at cold start: a missing or malformed setting fails the init in one line naming it.
 get_settings()

@@ -21,11 +21,11 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from botmemory.config import get_settings
-from botmemory.consolidation_outcome import Outcome, outcome_metrics
-from botmemory.keys import channel_id_of
+from botmemory.consolidation.outcome import Outcome, outcome_metrics
 from botmemory.observability import logger, metrics
 from botmemory.runtime import services_from_environment
+from botmemory.settings.config import get_settings
+from botmemory.storage.keys import channel_id_of
 
 # Read at cold start: a missing or malformed setting fails the init in one line naming it.
 get_settings()

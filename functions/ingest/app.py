@@ -12,10 +12,10 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from botmemory.config import get_settings
+from botmemory.ingest.observe import events_from
 from botmemory.observability import logger, metrics
-from botmemory.observe import events_from
 from botmemory.runtime import answer_requests_from_environment, services_from_environment
+from botmemory.settings.config import get_settings
 
 # Read at cold start: a missing or malformed setting fails the init in one line naming it.
 get_settings()

@@ -26,8 +26,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from botmemory.clock import Clock, SystemClock
-from botmemory.environment import ConfigError
-from botmemory.interactions import (
+from botmemory.discord.interactions import (
     DEFAULT_TIMESTAMP_TOLERANCE_SECONDS,
     InteractionResponseType,
     InteractionType,
@@ -38,11 +37,12 @@ from botmemory.interactions import (
     public_key_from_environment,
 )
 from botmemory.observability import logger, metrics
+from botmemory.settings.environment import ConfigError
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 
-    from botmemory.commands import Commands
+    from botmemory.commands.router import Commands
 
 app = LambdaFunctionUrlResolver()
 # The function's clock: signed timestamps are judged against it (tests set a ManualClock).
@@ -91,10 +91,10 @@ def command_runner() -> tuple[Commands, Callable[..., dict[str, Any]], Idempoten
         idempotent_function,
     )
 
-    from botmemory import keys
-    from botmemory.commands import Commands
-    from botmemory.followup import deferrer
+    from botmemory.commands.router import Commands
+    from botmemory.discord.followup import deferrer
     from botmemory.runtime import answer_requests_from_environment, services_from_environment
+    from botmemory.storage import keys
 
     services = services_from_environment()
 
@@ -183,7 +183,7 @@ def run_command(payload: dict[str, Any]) -> dict[str, Any]:
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if "deferred" in event:  # our own asynchronous invoke: finish a deferred answer
-        from botmemory.followup import finish_and_reply
+        from botmemory.discord.followup import finish_and_reply
 
         logger.set_correlation_id(str(event["deferred"].get("interaction", {}).get("id") or ""))
 

@@ -14,11 +14,11 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from botmemory.config import get_settings
 from botmemory.observability import logger, metrics
-from botmemory.recall import respond
-from botmemory.recall_search import SearchStatus
+from botmemory.recall.recaller import respond
+from botmemory.recall.search_leg import SearchStatus
 from botmemory.runtime import services_from_environment
+from botmemory.settings.config import get_settings
 
 # Read at cold start: a missing or malformed setting fails the init in one line naming it.
 get_settings()

@@ -27,10 +27,10 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from botmemory.config import get_settings
-from botmemory.index_sync import FollowReport, IndexFollower
 from botmemory.observability import logger, metrics
 from botmemory.runtime import services_from_environment
+from botmemory.search.index_sync import FollowReport, IndexFollower
+from botmemory.settings.config import get_settings
 
 # Read at cold start: a missing or malformed setting fails the init in one line naming it.
 get_settings()

@@ -8,10 +8,10 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from botmemory.config import get_settings
-from botmemory.consolidation_outcome import outcome_metrics
+from botmemory.consolidation.outcome import outcome_metrics
 from botmemory.observability import logger, metrics
 from botmemory.runtime import services_from_environment
+from botmemory.settings.config import get_settings
 
 # Read at cold start: a missing or malformed setting fails the init in one line naming it.
 get_settings()

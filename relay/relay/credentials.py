@@ -1,6 +1,6 @@
 """The bot token: from DISCORD_BOT_TOKEN, or read from Secrets Manager once at start.
 
-The same rule as the core's `botmemory.discord_api.bot_token_from_environment` (the relay
+The same rule as the core's `botmemory.discord.rest.bot_token_from_environment` (the relay
 image carries no core package, so the rule is written twice and
 tests/test_bot_token_rule.py holds both to one table of cases).
 

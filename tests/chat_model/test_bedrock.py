@@ -15,9 +15,9 @@ from botocore.compat import HTTPHeaders
 from botocore.exceptions import ReadTimeoutError
 from botocore.stub import Stubber
 
-from botmemory.chat_model import build_chat_model
-from botmemory.chat_model.bedrock import EMPTY_TURN, BedrockChatModel, converse_messages
-from botmemory.chat_model.contract import (
+from botmemory.answering.chat import build_chat_model
+from botmemory.answering.chat.bedrock import EMPTY_TURN, BedrockChatModel, converse_messages
+from botmemory.answering.chat.contract import (
     UPDATE_MEMORY,
     ChatModelError,
     ChatReply,
@@ -25,7 +25,7 @@ from botmemory.chat_model.contract import (
     ChatTurn,
     ToolCall,
 )
-from botmemory.config import settings_from
+from botmemory.settings.config import settings_from
 
 MODEL_ID = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
 SYSTEM = 'You answer briefly.\n\n<memory>\n- "Ada likes Rust."\n</memory>'

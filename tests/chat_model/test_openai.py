@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities import parameters
 
-from botmemory.chat_model import build_chat_model, chat_api_key
-from botmemory.chat_model.contract import (
+from botmemory.answering.chat import build_chat_model, chat_api_key
+from botmemory.answering.chat.contract import (
     UPDATE_MEMORY,
     ChatModelError,
     ChatReply,
@@ -20,8 +20,8 @@ from botmemory.chat_model.contract import (
     ChatTurn,
     ToolCall,
 )
-from botmemory.chat_model.openai_compat import OpenAIChatModel
-from botmemory.config import settings_from
+from botmemory.answering.chat.openai_compat import OpenAIChatModel
+from botmemory.settings.config import settings_from
 from tests.memory_model.test_openai_compat import Scripted, ScriptServer, SleepRecorder
 
 CHAT_KEY = "sk-chat-secret-456"

@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import pytest
 
-from botmemory.chat_model import build_chat_model
-from botmemory.chat_model.contract import UPDATE_MEMORY, ChatReply, ChatRequest, ChatTurn, ToolCall
-from botmemory.chat_model.rules import (
+from botmemory.answering.chat import build_chat_model
+from botmemory.answering.chat.contract import (
+    UPDATE_MEMORY,
+    ChatReply,
+    ChatRequest,
+    ChatTurn,
+    ToolCall,
+)
+from botmemory.answering.chat.rules import (
     ANSWER_PREFIX,
     NOTHING_REMEMBERED,
     RulesChatModel,
     fact_ids,
 )
-from botmemory.config import settings_from
-from botmemory.recall import (
+from botmemory.recall.recaller import (
     BLOCK_FOOTER,
     BLOCK_HEADER,
     EPISODE_HEADING,
@@ -23,6 +28,7 @@ from botmemory.recall import (
     PASSAGE_HEADING,
     PIN_HEADING,
 )
+from botmemory.settings.config import settings_from
 from botmemory.text import quote_for_prompt as q
 
 TEMPLATE = "You are the server's friendly bot.\n- Be brief.\n- Be kind.\n\n{memory}"

@@ -10,8 +10,8 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from botmemory.memory_model.bedrock import TOOL_NAME, BedrockModel
-from botmemory.memory_model.contract import (
+from botmemory.consolidation.model.bedrock import TOOL_NAME, BedrockModel
+from botmemory.consolidation.model.contract import (
     ANSWER_SCHEMA,
     INSTRUCTIONS,
     MemoryModelError,
@@ -182,7 +182,7 @@ def test_client_is_created_lazily_in_the_given_region(monkeypatch: pytest.Monkey
 
     assert model._bedrock() == "client"
     assert model._bedrock() == "client"
-    # Once, in that region, with the Config botmemory.aws_clients builds (tests/test_aws_clients.py).
+    # Once, in that region, with the Config botmemory.providers.aws_clients builds (tests/test_aws_clients.py).
     assert [(service, kwargs["region_name"]) for service, kwargs in created] == [
         ("bedrock-runtime", "eu-west-3")
     ]

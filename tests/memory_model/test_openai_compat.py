@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from botmemory.memory_model.contract import (
+from botmemory.consolidation.model.contract import (
     ANSWER_SCHEMA,
     INSTRUCTIONS,
     KnownFact,
@@ -20,7 +20,7 @@ from botmemory.memory_model.contract import (
     ModelInput,
     NumberedObservation,
 )
-from botmemory.memory_model.openai_compat import OpenAICompatibleModel
+from botmemory.consolidation.model.openai_compat import OpenAICompatibleModel
 
 API_KEY = "sk-test-secret-123"
 

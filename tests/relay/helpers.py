@@ -13,8 +13,8 @@ from typing import Any
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from botmemory.clock import ManualClock
-from botmemory.config import Settings
-from botmemory.observe import Ignored, ObservationRecorder, events_from
+from botmemory.ingest.observe import Ignored, ObservationRecorder, events_from
+from botmemory.settings.config import Settings
 from relay.backoff import Backoff
 from relay.batch import BatchLimits
 from relay.forwarder import Forwarder

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from botmemory.observe import events_from
+from botmemory.ingest.observe import events_from
 from botmemory.records import ObservationKind
 from botmemory.runtime import MemoryServices
 from relay.sinks import LambdaSink

@@ -21,7 +21,7 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from botmemory.interactions import OptionType
+from botmemory.discord.interactions import OptionType
 from localrun.motoserver import free_port
 from scripts.make_events import TEST_SEED, command
 from tests import gateway as gw

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from botmemory.channels import GUILD_EVENTS as INGESTED_GUILD_EVENTS
+from botmemory.ingest.channels import GUILD_EVENTS as INGESTED_GUILD_EVENTS
 from botmemory.runtime import MemoryServices
 from relay.events import FORWARDED_EVENTS, GUILD_EVENTS
 from tests import gateway as gw

@@ -31,7 +31,7 @@ class FactKind(StrEnum):
 
 
 class MemoryScope(StrEnum):
-    """Whose memory a fact is (botmemory.personas)."""
+    """Whose memory a fact is (botmemory.memory.personas)."""
 
     USER = "user"  # what a person said of themselves: every persona of the server sees it
     PERSONA = "persona"  # what a persona learned that is no one's: shared by all its users
@@ -42,7 +42,7 @@ class FactSource(StrEnum):
     SELF = "self"  # from the person's own words, by consolidation
     MANUAL = "manual"  # the person's `/memory remember`
     OPERATOR = "operator"  # staff
-    # Corrected by the chat model with its `update_memory` tool (botmemory.corrections): the
+    # Corrected by the chat model with its `update_memory` tool (botmemory.answering.corrections): the
     # fact keeps its id and its evidence, its text is the model's, announced in the channel.
     MODEL = "model"
 
@@ -50,7 +50,7 @@ class FactSource(StrEnum):
 class FactStatus(StrEnum):
     ACTIVE = "active"
     SUPERSEDED = "superseded"
-    # Out of the hot tier (botmemory.hot_tier): kept and listed, never recalled, until staff
+    # Out of the hot tier (botmemory.memory.hot_tier): kept and listed, never recalled, until staff
     # restore it or consolidation hears it again.
     DEMOTED = "demoted"
 
@@ -74,7 +74,7 @@ class Observation(Record):
     emoji: str | None = None
     message_ids: list[str] = []
     expires_at: int | None = None
-    # Once consolidated: the search passages that copy its words (botmemory.passages).
+    # Once consolidated: the search passages that copy its words (botmemory.search.passages).
     passages: list[str] = []
     # The ingest invocation that stored it (its request id): consolidation logs the ids it
     # consumed, so one message can be followed from the relay's batch to its facts.
@@ -100,17 +100,17 @@ class Fact(Record):
     updated_ms: int
     hits: int = 1  # consolidation stated it this many times
     expires_at: int | None = None
-    # How often an answer's memory block showed it, and when last (botmemory.hot_tier: the
+    # How often an answer's memory block showed it, and when last (botmemory.memory.hot_tier: the
     # answer path records them after its reply is posted). Items without them read 0 / None.
     recall_hits: int = 0
     last_recall_ms: int | None = None
-    # Persona memories (botmemory.personas): `scope` is then the persona's scope inside the
+    # Persona memories (botmemory.memory.personas): `scope` is then the persona's scope inside the
     # server's (keys.persona_scope), `lineage_id` the persona's; for a persona's own knowledge
     # `user_id` is keys.PERSONA_SUBJECT and `evidence_user_ids` the people it was learned from.
     memory_scope: MemoryScope = MemoryScope.USER
     lineage_id: str | None = None
     evidence_user_ids: list[str] = []
-    # Where it may be shown (botmemory.visibility): the channels its evidence was said in,
+    # Where it may be shown (botmemory.memory.visibility): the channels its evidence was said in,
     # and those of them that were public then. Stored as string sets, added to by each
     # restatement; empty for a fact stored before facts kept their channels.
     learned_in: list[str] = []
@@ -123,7 +123,7 @@ class HistoryActor(StrEnum):
     CONSOLIDATION = "consolidation"  # the memory model's batch, judged by consolidation
     MEMBER = "member"  # the fact's subject: `/memory remember`, `/memory forget`
     STAFF = "staff"  # `/memory-staff forget-fact`, `/memory-staff restore-fact`
-    MODEL = "model"  # the chat model's `update_memory` (botmemory.corrections)
+    MODEL = "model"  # the chat model's `update_memory` (botmemory.answering.corrections)
 
 
 class FactChange(StrEnum):
@@ -134,7 +134,9 @@ class FactChange(StrEnum):
     # Active again: a superseded or demoted fact stated again, or a demoted one staff restored.
     RESTORED = "restored"
     SUPERSEDED = "superseded"  # kept for staff, out of recall; `new` is the newer fact's text
-    DEMOTED = "demoted"  # out of the hot tier (botmemory.hot_tier): kept, listed, not recalled
+    DEMOTED = (
+        "demoted"  # out of the hot tier (botmemory.memory.hot_tier): kept, listed, not recalled
+    )
     DELETED = "deleted"  # new is None
 
 
@@ -211,7 +213,7 @@ class ShortTermEntry(Record):
 
 
 class GuildStaff(Record):
-    """Who a guild's staff are, as its last GUILD_CREATE said (botmemory.channels): its
+    """Who a guild's staff are, as its last GUILD_CREATE said (botmemory.ingest.channels): its
     owner, and the roles with Administrator or Manage Server."""
 
     owner_id: str | None = None
@@ -307,7 +309,7 @@ class Quarantine(Record):
 
 class FactPriority(StrEnum):
     """How much a proposed fact matters, highest first: within a person's cap on new facts
-    per round, a higher priority is kept first (botmemory.candidates)."""
+    per round, a higher priority is kept first (botmemory.consolidation.candidates)."""
 
     SAFETY = "safety"  # health and safety: an allergy, a medical need, a danger
     IDENTITY = "identity"  # who they are: name, pronouns, home, work, family
@@ -322,7 +324,7 @@ class FactPriority(StrEnum):
 class Candidate(Record):
     """A fact a round judged sound but could not keep yet (beyond its subject's cap on new
     facts, or its transaction's room): kept under the channel, considered first by the
-    channel's next rounds (botmemory.candidates). It holds a person's fact: `fact.user_id`
+    channel's next rounds (botmemory.consolidation.candidates). It holds a person's fact: `fact.user_id`
     (a person's, for user and persona_user facts) puts it in the by_user index, and erasure
     also finds it by `fact.evidence_user_ids` in the channels the person spoke in."""
 

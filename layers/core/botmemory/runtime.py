@@ -8,22 +8,22 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from botmemory.clock import Clock, SystemClock
-from botmemory.config import Settings, get_settings
-from botmemory.consolidate import Consolidator
-from botmemory.index_sync import IndexFollower, IndexWriter
-from botmemory.memory_model import MemoryModel, build_memory_model
-from botmemory.observe import ObservationRecorder
-from botmemory.optout import OptOuts
-from botmemory.personas import PersonaDirectory, deployment_source
-from botmemory.recall import Recaller
-from botmemory.recall_search import SearchLeg
+from botmemory.consolidation.consolidator import Consolidator
+from botmemory.consolidation.model import MemoryModel, build_memory_model
+from botmemory.ingest.observe import ObservationRecorder
+from botmemory.memory.personas import PersonaDirectory, deployment_source
+from botmemory.people.optout import OptOuts
+from botmemory.recall.recaller import Recaller
+from botmemory.recall.search_leg import SearchLeg
 from botmemory.records import Persona
-from botmemory.repository import MemoryRepository
 from botmemory.search import SearchIndex, build_search_index
+from botmemory.search.index_sync import IndexFollower, IndexWriter
+from botmemory.settings.config import Settings, get_settings
+from botmemory.storage.repository import MemoryRepository
 
 if TYPE_CHECKING:
-    from botmemory.answer_requests import AnswerRequests
-    from botmemory.answering import Answerer
+    from botmemory.answering.answerer import Answerer
+    from botmemory.answering.requests import AnswerRequests
 
 
 @dataclass
@@ -93,11 +93,11 @@ def services_from_environment() -> MemoryServices:
 def answerer_from_environment() -> Answerer:
     """AnswerFunction's answerer: the chat model, Discord's REST API with the bot token (from
     Secrets Manager, cached), the rate limiter and the prompt template, built once."""
-    from botmemory.answer_prompt import system_prompt_source
-    from botmemory.answer_rate import AnswerRateLimiter
-    from botmemory.answering import Answerer
-    from botmemory.chat_model import build_chat_model
-    from botmemory.discord_api import (
+    from botmemory.answering.answerer import Answerer
+    from botmemory.answering.chat import build_chat_model
+    from botmemory.answering.prompt import system_prompt_source
+    from botmemory.answering.rate import AnswerRateLimiter
+    from botmemory.discord.rest import (
         DiscordApi,
         api_base_from_environment,
         bot_token_from_environment,
@@ -126,7 +126,7 @@ def answerer_from_environment() -> Answerer:
 @lru_cache(maxsize=1)
 def answer_requests_from_environment() -> AnswerRequests:
     """How this process starts answers (ANSWER_FUNCTION); inert when it is unset."""
-    from botmemory.answer_requests import AnswerRequests
+    from botmemory.answering.requests import AnswerRequests
 
     return AnswerRequests(get_settings())
 

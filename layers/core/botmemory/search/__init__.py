@@ -3,8 +3,8 @@ MEMORY_SEARCH_INDEX. Adapter modules are imported only when chosen."""
 
 from __future__ import annotations
 
-from botmemory.config import ConfigError, Settings
 from botmemory.search.port import Passage, PassageKind, SearchHit, SearchIndex, SearchQuery
+from botmemory.settings.config import ConfigError, Settings
 
 __all__ = [
     "Passage",
@@ -26,7 +26,7 @@ def build_search_index(settings: Settings) -> SearchIndex | None:
     if not spec or spec == "off":
         return None
     from botmemory.search.embeddings import build_embedder
-    from botmemory.secrets import embedding_api_key
+    from botmemory.settings.secrets import embedding_api_key
 
     embedder = build_embedder(
         settings.embedding_model,

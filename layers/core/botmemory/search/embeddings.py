@@ -13,13 +13,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from botmemory.aws_clients import bedrock_failures, bedrock_runtime_client
-from botmemory.config import ConfigError
+from botmemory.providers.aws_clients import bedrock_failures, bedrock_runtime_client
+from botmemory.settings.config import ConfigError
 
 if TYPE_CHECKING:
     import httpx
 
-    from botmemory.openai_http import OpenAIEndpoint
+    from botmemory.providers.openai_http import OpenAIEndpoint
 
 # Titan V2 takes up to 8,192 tokens / 50,000 characters; passages are far shorter, so a cut
 # here only stops a pathological text from failing the whole batch.
@@ -178,7 +178,7 @@ class OpenAIEmbedder:
     def _openai(self) -> OpenAIEndpoint:
         # Imported and built on first use, for the cold start (see the module docstring).
         if self._endpoint is None:
-            from botmemory.openai_http import OpenAIEndpoint, RetryPolicy
+            from botmemory.providers.openai_http import OpenAIEndpoint, RetryPolicy
 
             self._endpoint = OpenAIEndpoint(
                 self.name,
@@ -199,7 +199,7 @@ class OpenAIEmbedder:
         return self._endpoint
 
     def _embed_batch(self, batch: list[str]) -> list[list[float]]:
-        from botmemory.openai_http import EndpointError
+        from botmemory.providers.openai_http import EndpointError
 
         body = {"model": self._model, "input": batch, "dimensions": self.dimensions}
         try:

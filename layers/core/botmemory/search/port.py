@@ -5,7 +5,7 @@ A passage is what search returns: a remembered message with enough neighbouring 
 to stand alone, a fact, or an episode summary, with where it lives in the table (its
 sources), so recall can check that the table still holds it before showing it. The index
 is a copy that follows the table (invariant 14): entries are written at consolidation and
-removed by id when their table items go (botmemory.index_sync).
+removed by id when their table items go (botmemory.search.index_sync).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Passage(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    id: str  # unique in the index; built by botmemory.keys (passage ids)
+    id: str  # unique in the index; built by botmemory.storage.keys (passage ids)
     kind: PassageKind
     scope: str  # the guild scope ("G#<guild id>") or "dm": search never crosses it
     channel_id: str  # where it was said ("" for a fact: facts belong to a scope)

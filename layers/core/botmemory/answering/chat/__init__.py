@@ -1,0 +1,81 @@
+"""Chat models, chosen by CHAT_MODEL (DESIGN.md section 10). Provider modules are imported
+only when chosen, so a function that never answers never pays for httpx or a Bedrock client."""
+
+from __future__ import annotations
+
+from botmemory.answering.chat.contract import (
+    UPDATE_MEMORY,
+    ChatModel,
+    ChatModelError,
+    ChatReply,
+    ChatRequest,
+    ChatTurn,
+    ToolCall,
+    ToolSpec,
+)
+from botmemory.settings.config import CHAT_API_KEY_ENV, ConfigError, Settings
+from botmemory.settings.secrets import model_api_key, value_or_secret
+
+__all__ = [
+    "UPDATE_MEMORY",
+    "ChatModel",
+    "ChatModelError",
+    "ChatReply",
+    "ChatRequest",
+    "ChatTurn",
+    "ToolCall",
+    "ToolSpec",
+    "build_chat_model",
+    "chat_api_key",
+]
+
+
+def build_chat_model(settings: Settings) -> ChatModel | None:
+    """The configured model, or None when the bot does not answer (CHAT_MODEL unset)."""
+    spec = settings.chat_model
+    if not spec:
+        return None
+    provider, _, name = spec.partition(":")
+    if provider == "rules" and not name:
+        from botmemory.answering.chat.rules import RulesChatModel
+
+        return RulesChatModel()
+    if provider == "bedrock" and name:
+        from botmemory.answering.chat.bedrock import BedrockChatModel
+
+        return BedrockChatModel(
+            name,
+            max_output_tokens=settings.chat_max_output_tokens,
+            timeout_seconds=settings.chat_timeout_seconds,
+            max_attempts=settings.chat_max_attempts,
+        )
+    if provider == "openai" and name:
+        from botmemory.answering.chat.openai_compat import OpenAIChatModel
+
+        return OpenAIChatModel(
+            name,
+            base_url=settings.chat_base_url or settings.model_base_url,
+            # Read now, when the model is built (CHAT_MODEL_API_KEY_SECRET: from Secrets
+            # Manager): a bad key setting fails the build, not the first answer.
+            api_key=chat_api_key(settings),
+            timeout_seconds=settings.chat_timeout_seconds,
+            max_attempts=settings.chat_max_attempts,
+            max_output_tokens=settings.chat_max_output_tokens,
+        )
+    # Settings already refuse any other form; this guards a Settings built without validation.
+    raise ConfigError(
+        f"CHAT_MODEL={spec!r} is not one of 'rules', 'bedrock:<model id>', 'openai:<model>'"
+    )
+
+
+def chat_api_key(settings: Settings) -> str | None:
+    """The chat model's API key (CHAT_MODEL_API_KEY or _SECRET); when neither is set, the
+    memory model's (MEMORY_MODEL_API_KEY or _SECRET), as for the embedder."""
+    if settings.chat_api_key or settings.chat_api_key_secret:
+        return value_or_secret(
+            CHAT_API_KEY_ENV,
+            settings.chat_api_key,
+            settings.chat_api_key_secret,
+            what="chat model API key",
+        )
+    return model_api_key(settings)

@@ -1,0 +1,168 @@
+"""A chat model behind any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama).
+
+Tools are offered as `type: function`; a tool call's `arguments` is a JSON string the model
+wrote, parsed defensively (anything but a JSON object becomes {}). Transport, retries and
+error text are botmemory.providers.openai_http's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from botmemory.answering.chat.contract import (
+    ChatModelError,
+    ChatReply,
+    ChatRequest,
+    ToolCall,
+    effective_max_tokens,
+    generated_call_id,
+    parsed_arguments,
+)
+from botmemory.providers.openai_http import EndpointError, RetryPolicy, chat_completions_endpoint
+
+# Someone is waiting for the answer: waits stay short, and a server asking for a long pause
+# gets the apology instead.
+_RETRY = RetryPolicy(
+    backoff_base_seconds=0.5,
+    backoff_cap_seconds=4.0,
+    jitter_seconds=0.25,
+    max_retry_after_seconds=10.0,
+)
+
+
+class OpenAIChatModel:
+    """One chat-completions call per answer, with bounded retries on transient failures."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str,
+        api_key: str | None,
+        timeout_seconds: float = 20.0,
+        max_attempts: int = 2,
+        max_output_tokens: int = 800,
+        sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._model = model
+        self._max_output_tokens = max_output_tokens
+        self._endpoint = chat_completions_endpoint(
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            timeout_seconds=timeout_seconds,
+            max_attempts=max_attempts,
+            retry=_RETRY,
+            transport=transport,
+            sleep=sleep,
+        )
+        self.name = self._endpoint.name
+
+    def reply(self, request: ChatRequest) -> ChatReply:
+        try:
+            response = self._endpoint.post(self._request_body(request))
+        except EndpointError as exc:
+            raise ChatModelError(str(exc)) from exc
+        return self._parse_response(response)
+
+    def close(self) -> None:
+        self._endpoint.close()
+
+    # -- request -------------------------------------------------------------------------------
+
+    def _request_body(self, request: ChatRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self._model,
+            "messages": [
+                {"role": "system", "content": request.system},
+                *({"role": turn.role, "content": turn.content} for turn in request.turns),
+            ],
+            "max_tokens": effective_max_tokens(request, self._max_output_tokens),
+        }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    },
+                }
+                for tool in request.tools
+            ]
+        return body
+
+    # -- response ------------------------------------------------------------------------------
+
+    def _parse_response(self, response: httpx.Response) -> ChatReply:
+        message, finish_reason = self._message(response)
+        text = _text(message)
+        # A call cut off by the token limit may carry half its arguments: it is not applied.
+        # Cut text is still an answer, better than an apology.
+        calls = [] if finish_reason == "length" else _tool_calls(message.get("tool_calls"))
+        if not text and not calls:
+            raise ChatModelError(
+                f"{self.name} returned neither text nor a tool call "
+                f"(finish_reason={finish_reason!r})"
+            )
+        return ChatReply(text=text, tool_calls=calls)
+
+    def _message(self, response: httpx.Response) -> tuple[dict[str, Any], Any]:
+        """The first choice's message and finish reason; ChatModelError when there is none."""
+        excerpt = self._endpoint.excerpt
+        try:
+            payload = response.json()
+        except ValueError as exc:
+            raise ChatModelError(
+                f"{self.name} returned a body that is not JSON: {excerpt(response)}"
+            ) from exc
+        choices = payload.get("choices") if isinstance(payload, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise ChatModelError(f"{self.name} returned no choices: {excerpt(response)}")
+        message = choices[0].get("message")
+        if not isinstance(message, dict):
+            raise ChatModelError(f"{self.name} returned a choice without a message")
+        return message, choices[0].get("finish_reason")
+
+
+def _text(message: dict[str, Any]) -> str:
+    """The message's text: a string, or (some servers) a list of text parts; a refusal is the
+    model's answer to the person when there is no content."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    if isinstance(content, str) and content.strip():
+        return content.strip()
+    refusal = message.get("refusal")
+    return refusal.strip() if isinstance(refusal, str) else ""
+
+
+def _tool_calls(raw: Any) -> list[ToolCall]:
+    """The function calls of a message; an entry without a function name is skipped."""
+    if not isinstance(raw, list):
+        return []
+    calls: list[ToolCall] = []
+    for index, item in enumerate(raw):
+        function = item.get("function") if isinstance(item, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(function, dict) or not isinstance(name, str) or not name:
+            continue
+        call_id = item.get("id")
+        calls.append(
+            ToolCall(
+                id=call_id if isinstance(call_id, str) and call_id else generated_call_id(index),
+                name=name,
+                arguments=parsed_arguments(function.get("arguments")),
+            )
+        )
+    return calls

@@ -1,0 +1,381 @@
+"""The bot's slash commands as data: the JSON Discord's bulk-overwrite endpoint takes.
+
+Layout, and why there are two `/memory...` commands:
+
+    /memory show | remember text | forget what | optout | optin     every member
+    /memory-staff user member | forget-fact id | restore-fact member id | pin where text
+                  | unpin id | quarantine | history id              Manage Server by default
+    /memory-staff persona set id name prompt [where] | list | remove id | purge id
+                  | teach id text                                   (a subcommand group)
+    /forgetme                                                       every member
+    /ask question                                                   every member
+
+Discord attaches permissions to a top-level command only. `default_member_permissions`
+is a field of the application command object; the option object (which is what a
+subcommand is, option type SUB_COMMAND) has no permission field, and the per-guild
+overwrites staff edit under Server Settings > Integrations also target a whole command.
+So there is no way to let every member run `/memory show` while only staff see
+`/memory pin`. The staff subcommands therefore live under a second top-level command,
+`memory-staff`, registered with `default_member_permissions` = MANAGE_GUILD ("32"):
+Discord hides it from members without Manage Server, and server admins can still widen
+or narrow it per role. The interactions handler re-checks `member.permissions`
+server-side anyway, because admins can override the default and a request's own claims
+decide nothing.
+
+Discord's numbers (command, option, context and integration types, permission bits) are
+the enumerations of `botmemory.discord.interactions`.
+
+A subcommand group (option type SUB_COMMAND_GROUP) holds subcommands only, one level down:
+`/memory-staff persona set` arrives as `data.options[0]` (the group) whose `options[0]` is the
+subcommand, whose `options` are the values. Groups and plain subcommands may sit side by side
+under one command (Discord's rule: at most 25 of them, and a group nests no further).
+
+Member commands work in servers and in a DM with the bot (scope `dm`); the staff command
+only in servers. `contexts` and `integration_types` apply to global commands only, so
+`command_definitions(guild_scoped=True)` leaves them out for guild registration.
+
+Routing uses the names exported here (`MEMBER_COMMAND`, `SHOW`, `OPTION_TEXT`, ...), so a
+rename happens in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botmemory.discord.interactions import (
+    ApplicationCommandType,
+    ApplicationIntegrationType,
+    InteractionContextType,
+    OptionType,
+    Permissions,
+)
+from botmemory.memory.personas import MAX_NAME_CHARS, MAX_PROMPT_CHARS, MEMORY_PLACEHOLDER
+
+# Top-level command names, as `data.name` arrives in an interaction.
+MEMBER_COMMAND = "memory"
+STAFF_COMMAND = "memory-staff"
+FORGETME_COMMAND = "forgetme"
+ASK_COMMAND = "ask"
+
+# Member subcommands of /memory.
+SHOW = "show"
+REMEMBER = "remember"
+FORGET = "forget"
+OPTOUT = "optout"
+OPTIN = "optin"
+MEMBER_SUBCOMMANDS = (SHOW, REMEMBER, FORGET, OPTOUT, OPTIN)
+
+# Staff subcommands of /memory-staff.
+USER = "user"
+FORGET_FACT = "forget-fact"
+RESTORE_FACT = "restore-fact"
+PIN = "pin"
+UNPIN = "unpin"
+QUARANTINE = "quarantine"
+HISTORY = "history"
+RESET_SUMMARY = "reset-summary"
+STAFF_SUBCOMMANDS = (
+    USER,
+    FORGET_FACT,
+    RESTORE_FACT,
+    PIN,
+    UNPIN,
+    QUARANTINE,
+    HISTORY,
+    RESET_SUMMARY,
+)
+
+# The persona subcommand group of /memory-staff (botmemory.memory.personas).
+PERSONA_GROUP = "persona"
+PERSONA_SET = "set"
+PERSONA_LIST = "list"
+PERSONA_REMOVE = "remove"
+PERSONA_PURGE = "purge"
+PERSONA_TEACH = "teach"
+PERSONA_SUBCOMMANDS = (PERSONA_SET, PERSONA_LIST, PERSONA_REMOVE, PERSONA_PURGE, PERSONA_TEACH)
+
+# Option names, as they arrive in `data.options[0].options[*].name` (one level deeper in a
+# group).
+OPTION_TEXT = "text"  # remember, pin
+OPTION_WHAT = "what"  # forget: a fact id or words of the fact (autocomplete)
+OPTION_MEMBER = "member"  # user, restore-fact
+OPTION_ID = "id"  # forget-fact, restore-fact, unpin, history, persona * (autocomplete)
+OPTION_WHERE = "where"  # pin, persona set
+OPTION_NAME = "name"  # persona set
+OPTION_PROMPT = "prompt"  # persona set
+WHERE_GLOBAL = "global"
+WHERE_CHANNEL = "channel"
+OPTION_QUESTION = "question"  # ask
+
+# A fact or pin typed by hand: long enough for a sentence, short enough for the prompt budget.
+MAX_TEXT_LENGTH = 240
+# A question to the bot: what one Discord message holds.
+MAX_QUESTION_LENGTH = 2000
+# The longest value Discord lets a string option carry.
+MAX_STRING_OPTION_LENGTH = 6000
+# A persona's prompt as a command option: the persona rule's limit, within Discord's.
+MAX_PROMPT_OPTION_LENGTH = min(MAX_PROMPT_CHARS, MAX_STRING_OPTION_LENGTH)
+
+# Fields Discord honours only on global commands.
+GLOBAL_ONLY_FIELDS = ("contexts", "integration_types")
+
+
+def command_definitions(*, guild_scoped: bool = False) -> list[dict[str, Any]]:
+    """Every command the bot has, fresh on each call so a caller may change its copy.
+
+    `guild_scoped` drops the fields that only global commands carry.
+    """
+    commands = [_memory_command(), _staff_command(), _forgetme_command(), _ask_command()]
+    if guild_scoped:
+        for command in commands:
+            for field in GLOBAL_ONLY_FIELDS:
+                command.pop(field, None)
+    return commands
+
+
+def _memory_command() -> dict[str, Any]:
+    return {
+        "name": MEMBER_COMMAND,
+        "type": ApplicationCommandType.CHAT_INPUT,
+        "description": "See and control what the bot remembers about you",
+        # null, sent explicitly: it also lifts a restriction an earlier registration set.
+        "default_member_permissions": None,
+        "contexts": [InteractionContextType.GUILD, InteractionContextType.BOT_DM],
+        "integration_types": [ApplicationIntegrationType.GUILD_INSTALL],
+        "options": [
+            _subcommand(SHOW, "Show what the bot remembers about you here, with ids"),
+            _subcommand(
+                REMEMBER,
+                "Ask the bot to remember something about you",
+                [
+                    _string(
+                        OPTION_TEXT,
+                        f"What to remember, in your words (up to {MAX_TEXT_LENGTH} characters)",
+                        max_length=MAX_TEXT_LENGTH,
+                    )
+                ],
+            ),
+            _subcommand(
+                FORGET,
+                "Make the bot forget one thing it remembers about you",
+                [_string(OPTION_WHAT, "A fact id or words of the fact", autocomplete=True)],
+            ),
+            _subcommand(
+                OPTOUT, "Stop remembering you: erases what is kept and records nothing new"
+            ),
+            _subcommand(OPTIN, "Let the bot remember things about you again"),
+        ],
+    }
+
+
+def _staff_command() -> dict[str, Any]:
+    return {
+        "name": STAFF_COMMAND,
+        "type": ApplicationCommandType.CHAT_INPUT,
+        "description": "Staff: review and correct what the bot remembers in this server",
+        # Discord's permission strings are decimal bit sets.
+        "default_member_permissions": str(Permissions.MANAGE_GUILD.value),
+        "contexts": [InteractionContextType.GUILD],
+        "integration_types": [ApplicationIntegrationType.GUILD_INSTALL],
+        "options": [
+            _subcommand(
+                USER,
+                "Show everything the bot keeps about a member",
+                [
+                    {
+                        "type": OptionType.USER,
+                        "name": OPTION_MEMBER,
+                        "description": "The member to review",
+                        "required": True,
+                    }
+                ],
+            ),
+            _subcommand(
+                FORGET_FACT,
+                "Delete one fact about anyone, by its id",
+                [
+                    _string(
+                        OPTION_ID, "The fact id, as listed by /memory-staff user", autocomplete=True
+                    )
+                ],
+            ),
+            _subcommand(
+                RESTORE_FACT,
+                "Make a member's demoted fact active again, so the bot recalls it",
+                [
+                    {
+                        "type": OptionType.USER,
+                        "name": OPTION_MEMBER,
+                        "description": "The member the fact is about",
+                        "required": True,
+                    },
+                    _string(
+                        OPTION_ID,
+                        "The fact id, listed [demoted] by /memory-staff user",
+                        autocomplete=True,
+                    ),
+                ],
+            ),
+            _subcommand(
+                PIN,
+                "Pin a note the bot always keeps in mind here",
+                [
+                    {
+                        **_string(
+                            OPTION_WHERE, "Everywhere in this server, or only in this channel"
+                        ),
+                        "choices": [
+                            {"name": "Whole server", "value": WHERE_GLOBAL},
+                            {"name": "This channel", "value": WHERE_CHANNEL},
+                        ],
+                    },
+                    _string(
+                        OPTION_TEXT,
+                        f"The note (up to {MAX_TEXT_LENGTH} characters)",
+                        max_length=MAX_TEXT_LENGTH,
+                    ),
+                ],
+            ),
+            _subcommand(
+                UNPIN,
+                "Remove a pinned note, by its id",
+                [_string(OPTION_ID, "The pin id", autocomplete=True)],
+            ),
+            _subcommand(
+                QUARANTINE,
+                "List messages in this channel the memory model kept failing on (not remembered)",
+            ),
+            _subcommand(
+                HISTORY,
+                "Show every change to one fact of this server, oldest first",
+                [_string(OPTION_ID, "The fact id", autocomplete=True)],
+            ),
+            _subcommand(
+                RESET_SUMMARY,
+                "Clear this channel's running summary (the next batches start a new one)",
+            ),
+            _persona_group(),
+        ],
+    }
+
+
+def _persona_group() -> dict[str, Any]:
+    """`/memory-staff persona ...`: the characters the bot answers as in this server."""
+    persona_id = "The persona's id: lower-case letters, digits, - or _ (up to 32)"
+    return {
+        "type": OptionType.SUB_COMMAND_GROUP,
+        "name": PERSONA_GROUP,
+        "description": "Personas: characters the bot answers as, each with memories of its own",
+        "options": [
+            _subcommand(
+                PERSONA_SET,
+                "Create a persona, or change one (its memories stay with it)",
+                [
+                    _string(OPTION_ID, persona_id, max_length=32, autocomplete=True),
+                    _string(
+                        OPTION_NAME,
+                        f"The name it goes by (up to {MAX_NAME_CHARS} characters)",
+                        max_length=MAX_NAME_CHARS,
+                    ),
+                    _string(
+                        OPTION_PROMPT,
+                        f"Its system prompt, with {MEMORY_PLACEHOLDER} once where memory goes "
+                        f"(up to {MAX_PROMPT_OPTION_LENGTH:,} characters)",
+                        max_length=MAX_PROMPT_OPTION_LENGTH,
+                    ),
+                    {
+                        **_string(
+                            OPTION_WHERE,
+                            "Where it answers (new: this channel; a change keeps where it was)",
+                            required=False,
+                        ),
+                        "choices": [
+                            {
+                                "name": "This channel (added to where it answers)",
+                                "value": WHERE_CHANNEL,
+                            },
+                            {"name": "The whole server", "value": WHERE_GLOBAL},
+                        ],
+                    },
+                ],
+            ),
+            _subcommand(PERSONA_LIST, "List this server's personas and where each answers"),
+            _subcommand(
+                PERSONA_REMOVE,
+                "Stop a persona answering anywhere (its memories are kept until purged)",
+                [_string(OPTION_ID, "The persona's id", autocomplete=True)],
+            ),
+            _subcommand(
+                PERSONA_PURGE,
+                "Delete a removed persona and all it remembers (asks you to confirm first)",
+                [_string(OPTION_ID, "The removed persona's id", autocomplete=True)],
+            ),
+            _subcommand(
+                PERSONA_TEACH,
+                "Teach a persona something it knows for everyone (about no member)",
+                [
+                    _string(OPTION_ID, "The persona's id", autocomplete=True),
+                    _string(
+                        OPTION_TEXT,
+                        f"What it should know (up to {MAX_TEXT_LENGTH} characters)",
+                        max_length=MAX_TEXT_LENGTH,
+                    ),
+                ],
+            ),
+        ],
+    }
+
+
+def _forgetme_command() -> dict[str, Any]:
+    return {
+        "name": FORGETME_COMMAND,
+        "type": ApplicationCommandType.CHAT_INPUT,
+        "description": "Erase everything the bot keeps about you (asks you to confirm first)",
+        "default_member_permissions": None,
+        "contexts": [InteractionContextType.GUILD, InteractionContextType.BOT_DM],
+        "integration_types": [ApplicationIntegrationType.GUILD_INSTALL],
+    }
+
+
+def _ask_command() -> dict[str, Any]:
+    return {
+        "name": ASK_COMMAND,
+        "type": ApplicationCommandType.CHAT_INPUT,
+        "description": "Ask the bot a question; it answers in the channel, with what it remembers",
+        "default_member_permissions": None,
+        "contexts": [InteractionContextType.GUILD, InteractionContextType.BOT_DM],
+        "integration_types": [ApplicationIntegrationType.GUILD_INSTALL],
+        "options": [
+            _string(OPTION_QUESTION, "Your question", max_length=MAX_QUESTION_LENGTH),
+        ],
+    }
+
+
+def _subcommand(
+    name: str, description: str, options: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    sub: dict[str, Any] = {"type": OptionType.SUB_COMMAND, "name": name, "description": description}
+    if options:
+        sub["options"] = options
+    return sub
+
+
+def _string(
+    name: str,
+    description: str,
+    *,
+    max_length: int | None = None,
+    autocomplete: bool = False,
+    required: bool = True,
+) -> dict[str, Any]:
+    option: dict[str, Any] = {
+        "type": OptionType.STRING,
+        "name": name,
+        "description": description,
+        "required": required,
+    }
+    if max_length is not None:
+        option["max_length"] = max_length
+    if autocomplete:
+        option["autocomplete"] = True
+    return option

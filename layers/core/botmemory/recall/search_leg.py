@@ -1,0 +1,338 @@
+"""What a query changes in recall: the passages search finds, checked against the table, and
+relevance-first order for facts and episodes (DESIGN.md section 9).
+
+Search fails open: it runs with its own time budget beside the table reads, and a timeout
+or an error of the index or the embedding model leaves the block without its passages,
+never the caller without an answer. Every hit is read back from the table before it is
+shown: a passage whose message was deleted, erased, rewritten or has expired is dropped,
+whatever the index still says.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from botmemory.clock import epoch_seconds
+from botmemory.memory.visibility import Visibility
+from botmemory.records import Episode, Fact, FactStatus, Observation, Record, scope_of
+from botmemory.search.fusion import reciprocal_rank_fusion
+from botmemory.search.keywords import Bm25, tokens
+from botmemory.search.passages import still_held
+from botmemory.search.port import PassageKind, SearchHit, SearchIndex, SearchQuery
+from botmemory.settings.config import Settings
+from botmemory.storage.repository import MemoryRepository
+from botmemory.storage.table import ttl_alive
+
+log = logging.getLogger(__name__)
+
+# Hits asked of the index: about one per this many characters the passages could fill
+# (their budget plus the facts' and episodes', which they inherit when unused), within
+# bounds: some hits are dropped on checking, or shown as another's context, and a long
+# message is shown as its snippet (`query_snippet`), so a passage line is short.
+CHARS_PER_HIT = 80
+
+# A message longer than this is shown in recall's block as the sentences that share the
+# most words with the query (`query_snippet`), the JSON keeping it whole.
+SNIPPET_CHARS = 160
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+ELLIPSIS = "…"
+MIN_SEARCH_DEPTH = 12
+MAX_SEARCH_DEPTH = 50
+
+
+def search_depth(settings: Settings) -> int:
+    room = settings.recall_search_chars + settings.recall_fact_chars + settings.recall_episode_chars
+    return max(MIN_SEARCH_DEPTH, min(MAX_SEARCH_DEPTH, room // CHARS_PER_HIT))
+
+
+# A message shorter than this ("yes, last Tuesday!") is shown with the one before it; a
+# longer one stands alone, and its room goes to more passages.
+SHOWN_WITH_CONTEXT_BELOW = 60
+
+
+# With a query, what the block keeps that the query is not about: a person's most used
+# facts, and the latest episode (what is going on now). The rest of their room goes to the
+# passages the query found.
+UNRELATED_FACTS_WITH_QUERY = 2
+UNRELATED_EPISODES_WITH_QUERY = 1
+
+
+class SearchStatus(StrEnum):
+    OFF = "off"  # no index configured, or memory off
+    NO_QUERY = "no_query"  # no query, or nothing searchable in it
+    OK = "ok"
+    TIMEOUT = "timeout"  # over MEMORY_SEARCH_TIMEOUT_MS: the block went out without passages
+    FAILED = "failed"  # the index or the embedding model failed: likewise
+
+
+@dataclass
+class FoundMessage:
+    """A message hit, as the table holds it now: the message and the one before it (context)."""
+
+    passage_id: str
+    channel_id: str
+    message: Observation
+    context: Observation | None
+
+
+@dataclass
+class Found:
+    """What search found, checked: messages to show, and facts and episodes to promote."""
+
+    messages: list[FoundMessage] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)
+    episodes: list[Episode] = field(default_factory=list)
+    dropped: int = 0  # hits whose table items are gone or changed
+
+
+class SearchLeg:
+    """The index query and the check of its hits against the table: one unit of work with
+    one time budget."""
+
+    def __init__(
+        self, index: SearchIndex, repository: MemoryRepository, settings: Settings
+    ) -> None:
+        self._index = index
+        self._repository = repository
+        self._settings = settings
+
+    def query_for(
+        self, guild_id: str | None, channel_id: str, text: str, now_ms: int
+    ) -> SearchQuery:
+        scope = scope_of(guild_id)
+        # Direct messages share one scope for everyone: they never search beyond the channel.
+        whole_scope = self._settings.search_scope == "guild" and guild_id is not None
+        return SearchQuery(
+            scope=scope,
+            # Facts belong to the scope, not a channel (their passages have channel ""); only
+            # those of the people recall shows are kept (rank_facts).
+            channel_ids=None if whole_scope else [channel_id, ""],
+            text=text,
+            limit=search_depth(self._settings),
+            now_s=epoch_seconds(now_ms),
+        )
+
+    def find(self, query: SearchQuery, now_ms: int) -> Found:
+        hits = [_as_shown(h) for h in self._index.search(query)]
+        sources = self._repository.passage_sources(h.passage for h in hits)
+        return checked(hits, sources, query, now_ms)
+
+
+def query_snippet(text: str, query_tokens: set[str], limit: int = SNIPPET_CHARS) -> str:
+    """A long message as the sentences that share the most words with the query, in their
+    order, within about `limit` characters, an ellipsis where sentences were left out (a
+    search result's snippet). A short message, or no query, is the whole message; a
+    sentence longer than the limit is cut at a word."""
+    if len(text) <= limit or not query_tokens:
+        return text
+    sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
+    overlap = [len(query_tokens.intersection(tokens(s))) for s in sentences]
+    best_first = sorted(range(len(sentences)), key=lambda i: (-overlap[i], i))
+    chosen: list[int] = []
+    used = 0
+    for index in best_first:
+        size = min(len(sentences[index]), limit) + 1
+        if chosen and used + size > limit:
+            continue
+        chosen.append(index)
+        used += size
+    parts: list[str] = []
+    previous = -1
+    for index in sorted(chosen):
+        if index != previous + 1:
+            parts.append(ELLIPSIS)
+        sentence = sentences[index]
+        parts.append(sentence if len(sentence) <= limit else _cut(sentence, limit))
+        previous = index
+    if previous != len(sentences) - 1:
+        parts.append(ELLIPSIS)
+    return " ".join(parts)
+
+
+def _cut(sentence: str, limit: int) -> str:
+    head = sentence[:limit].rsplit(" ", 1)[0]
+    return f"{head} {ELLIPSIS}"
+
+
+def said_by_first(messages: list[FoundMessage], people: set[str]) -> list[FoundMessage]:
+    """The messages, with those said by someone the query names moved up: "what did
+    Caroline paint?" is answered by what Caroline said, not by everyone who thanked her.
+    Fused by reciprocal rank with search's own order, so relevance still leads. `people`
+    come from names.NameIndex: a mention, or a name only one member goes by, so taking
+    someone's nickname promotes nobody's words."""
+    named = [m.passage_id for m in messages if m.message.author_id in people]
+    if not named:
+        return messages
+    by_id = {m.passage_id: m for m in messages}
+    order = reciprocal_rank_fusion([list(by_id), named])
+    return [by_id[passage_id] for passage_id, _ in order]
+
+
+def _as_shown(hit: SearchHit) -> SearchHit:
+    """The hit with only the sources it may show: a message long enough to stand alone is
+    shown without the one before it, so that one is neither read back nor shown."""
+    passage = hit.passage
+    if passage.kind != PassageKind.MESSAGE or len(passage.sources) < 2:
+        return hit
+    # The passage's last line is "<name>: <message>". A name holding ": " only makes the
+    # message look longer: then it is shown alone, which is always safe.
+    message = passage.text.rsplit("\n", 1)[-1].split(": ", 1)[-1]
+    if len(message) < SHOWN_WITH_CONTEXT_BELOW:
+        return hit
+    alone = passage.model_copy(update={"sources": passage.sources[-1:]})
+    return hit.model_copy(update={"passage": alone})
+
+
+def checked(
+    hits: Sequence[SearchHit], sources: dict[str, list[Record]], query: SearchQuery, now_ms: int
+) -> Found:
+    """The hits the table still holds as indexed, in the query's scope and channels."""
+    found = Found()
+    for hit in hits:
+        passage = hit.passage
+        records = sources.get(passage.id, [])
+        in_scope = passage.scope == query.scope and (
+            query.channel_ids is None
+            or passage.kind == PassageKind.FACT
+            or passage.channel_id in query.channel_ids
+        )
+        if not in_scope or not still_held(passage, records, now_ms):
+            found.dropped += 1
+            continue
+        last = records[-1]
+        if isinstance(last, Observation):
+            context = records[0] if len(records) > 1 else None
+            found.messages.append(
+                FoundMessage(
+                    passage.id,
+                    passage.channel_id,
+                    last,
+                    context if isinstance(context, Observation) else None,
+                )
+            )
+        elif isinstance(last, Fact):
+            found.facts.append(last)
+        elif isinstance(last, Episode):
+            found.episodes.append(last)
+    return found
+
+
+def shown_here(found: Found, visibility: Visibility) -> Found:
+    """What search found that may be shown where recall is asked (botmemory.memory.visibility):
+    words said here or in a channel public now, facts learned here or in one; the rest is
+    counted as dropped. The index's channel filter is not enough: with the guild search
+    scope it spans every channel, and a channel made private keeps its passages."""
+    messages = [m for m in found.messages if visibility.shows_words_of(m.channel_id)]
+    episodes = [e for e in found.episodes if visibility.shows_words_of(e.channel_id)]
+    facts = visibility.facts(found.facts)
+    hidden = (
+        len(found.messages)
+        - len(messages)
+        + len(found.episodes)
+        - len(episodes)
+        + len(found.facts)
+        - len(facts)
+    )
+    return Found(messages, facts, episodes, found.dropped + hidden)
+
+
+# Relevance-first order ---------------------------------------------------------------
+
+
+def relevance(query: str, texts: Sequence[str]) -> list[float]:
+    """A keyword score per text (0.0: nothing of the query in it)."""
+    if not texts:
+        return []
+    return Bm25(texts).scores(query)
+
+
+def rank_facts(
+    facts: dict[str, list[Fact]],
+    query: str | None,
+    promoted: Iterable[Fact],
+    now_ms: int,
+    per_person: int,
+    only_relevant: set[str],
+    names: dict[str, str] | None = None,
+) -> dict[str, list[Fact]]:
+    """Each person's facts, best first: relevant to the query first (search's own finds
+    count as relevant), then most used, then newest. With a query, a person keeps at most
+    UNRELATED_FACTS_WITH_QUERY facts that are not relevant to it (their room goes to the
+    passages); people in `only_relevant` (named in the query, not in the conversation) keep
+    none. A fact's relevance never comes from its subject's own name ("Alice likes tea" is
+    not about every question naming Alice)."""
+    found = {f.fact_id for f in promoted}
+    merged: dict[str, dict[str, Fact]] = {u: {f.fact_id: f for f in fs} for u, fs in facts.items()}
+    for fact in promoted:
+        if fact.user_id in merged:
+            merged[fact.user_id].setdefault(fact.fact_id, fact)
+    alive = {
+        user: [
+            f
+            for f in by_id.values()
+            if f.status == FactStatus.ACTIVE and ttl_alive(f.expires_at, now_ms)
+        ]
+        for user, by_id in merged.items()
+    }
+    everything = [f for fs in alive.values() for f in fs]
+    scores = _scores_by_id(everything, query, names or {})
+    ranked: dict[str, list[Fact]] = {}
+    for user, person_facts in alive.items():
+
+        def order(fact: Fact) -> tuple[bool, float, int, int]:
+            score = scores.get(fact.fact_id, 0.0)
+            return (score > 0 or fact.fact_id in found, score, fact.hits, fact.updated_ms)
+
+        person_facts.sort(key=order, reverse=True)
+        if query:
+            unrelated = 0 if user in only_relevant else UNRELATED_FACTS_WITH_QUERY
+            relevant = [f for f in person_facts if order(f)[0]]
+            person_facts = relevant + [f for f in person_facts if not order(f)[0]][:unrelated]
+        ranked[user] = person_facts[:per_person]
+    return ranked
+
+
+def _scores_by_id(facts: list[Fact], query: str | None, names: dict[str, str]) -> dict[str, float]:
+    if not query:
+        return {}
+    texts = [_without_name(f.text, names.get(f.user_id, "")) for f in facts]
+    return dict(zip((f.fact_id for f in facts), relevance(query, texts), strict=True))
+
+
+def _without_name(text: str, name: str) -> str:
+    words = name.split()
+    if not words:
+        return text
+    pattern = r"\b(?:" + "|".join(re.escape(w) for w in words) + r")(?:'s)?\b"
+    return re.sub(pattern, " ", text, flags=re.IGNORECASE)
+
+
+def rank_episodes(
+    episodes: Sequence[Episode], query: str | None, promoted: Iterable[Episode], now_ms: int
+) -> list[Episode]:
+    """The channel's episodes: without a query, newest first as read; with one, the
+    relevant ones (search's finds count), then the newest of the others, for what is going
+    on now."""
+    by_id = {e.episode_id: e for e in episodes}
+    found = set()
+    for episode in promoted:
+        by_id.setdefault(episode.episode_id, episode)
+        found.add(episode.episode_id)
+    alive = [e for e in by_id.values() if ttl_alive(e.expires_at, now_ms)]
+    if not query:
+        return sorted(alive, key=lambda e: e.end_ms, reverse=True)
+    scores = relevance(query, [e.summary for e in alive])
+
+    def relevant(episode: Episode, score: float) -> bool:
+        return score > 0 or episode.episode_id in found
+
+    ranked = sorted(zip(alive, scores, strict=True), key=lambda p: p[1], reverse=True)
+    chosen = [e for e, score in ranked if relevant(e, score)]
+    others = sorted(
+        (e for e, score in ranked if not relevant(e, score)), key=lambda e: e.end_ms, reverse=True
+    )
+    return chosen + others[:UNRELATED_EPISODES_WITH_QUERY]

@@ -1,0 +1,122 @@
+"""The search index follows the table (invariant 14): written after a consolidation commits,
+emptied of whatever the table stops holding.
+
+Writing: a round's passages go to the index after its commit, then their sources are read
+back (strongly consistent) and any passage whose source has gone or changed meanwhile is
+removed again. With erasure marking a person before deleting their items, and the stream
+removing a passage whenever one of its items is deleted or rewritten, a deletion racing the
+write is caught by one side or the other.
+
+Following: the table's stream (REMOVE and MODIFY records of observations, facts, episodes
+and archived channel summaries: SearchIndexFunction's filter in template.yaml must let
+each of these kinds through) names the passages to remove. One path for every way an item
+leaves the table: TTL expiry, /forgetme and opt-out, a message deleted in Discord (the
+archived summaries covering it included), /memory forget, staff corrections, supersession
+and the episode cap. The current channel summary is never indexed (recall reads it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from botmemory.clock import Clock
+from botmemory.records import FactStatus
+from botmemory.search.passages import still_held
+from botmemory.search.port import Passage, SearchIndex
+from botmemory.storage import keys
+from botmemory.storage.items import from_item
+from botmemory.storage.repository import MemoryRepository
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class IndexReport:
+    written: int = 0  # index writes
+    withdrawn: int = 0  # passages removed again: a source went while they were written
+
+
+class IndexWriter:
+    def __init__(self, index: SearchIndex, repository: MemoryRepository, clock: Clock) -> None:
+        self._index = index
+        self._repository = repository
+        self._clock = clock
+
+    def write(self, passages: list[Passage], remove: Sequence[str] = ()) -> IndexReport:
+        """Remove what the round made stale (passages of deleted messages), index the new
+        passages, then withdraw those the table no longer holds as written."""
+        if remove:
+            self._index.remove(remove)
+        if not passages:
+            return IndexReport()
+        written = self._index.add(passages)
+        sources = self._repository.passage_sources(passages)
+        now = self._clock.now_ms()
+        stale = [p.id for p in passages if not still_held(p, sources.get(p.id, []), now)]
+        if stale:
+            self._index.remove(stale)
+        return IndexReport(written=written, withdrawn=len(stale))
+
+
+@dataclass
+class FollowReport:
+    removed: int = 0  # passage ids sent for removal
+    skipped: int = 0  # records that could not be read (logged)
+
+
+class IndexFollower:
+    """Removes the passages of table items the stream reports deleted or rewritten."""
+
+    def __init__(self, index: SearchIndex) -> None:
+        self._index = index
+
+    def follow(self, records: Iterable[dict[str, Any]]) -> FollowReport:
+        report = FollowReport()
+        ids: list[str] = []
+        for record in records:
+            try:
+                ids += passages_to_remove(record)
+            except (KeyError, TypeError, ValueError) as error:
+                report.skipped += 1
+                log.warning(
+                    "unreadable stream record skipped",
+                    extra={"event_id": _event_id(record), "error": repr(error)[:200]},
+                )
+        unique = list(dict.fromkeys(ids))
+        if unique:  # an index failure raises: the stream retries the batch (idempotent)
+            self._index.remove(unique)
+        report.removed = len(unique)
+        return report
+
+
+def _event_id(record: Any) -> str | None:
+    return record.get("eventID") if isinstance(record, dict) else None
+
+
+def passages_to_remove(record: dict[str, Any]) -> list[str]:
+    """The passage ids a stream record of the table makes stale (none for most records)."""
+    event = record["eventName"]
+    change = record["dynamodb"]
+    sk = change["Keys"]["sk"]["S"]
+    old = from_item(change.get("OldImage") or {})
+    new = from_item(change.get("NewImage") or {})
+    if event not in ("REMOVE", "MODIFY") or not old:
+        return []
+    removed = event == "REMOVE"
+    kind = keys.kind_of(sk)
+    if kind == keys.ItemKind.OBSERVATION:
+        rewritten = old.get("content") != new.get("content")
+        return list(old.get("passages") or []) if removed or rewritten else []
+    if kind == keys.ItemKind.FACT:
+        changed = old.get("text") != new.get("text") or new.get("status") != FactStatus.ACTIVE
+        if removed or changed:
+            return [keys.fact_passage_id(old["scope"], old["user_id"], old["fact_id"])]
+        return []
+    if kind == keys.ItemKind.EPISODE and (removed or old.get("summary") != new.get("summary")):
+        return [keys.episode_passage_id(old["channel_id"], old["episode_id"])]
+    if kind == keys.ItemKind.SUMMARY_ARCHIVE and removed:
+        return [keys.summary_passage_id(old["channel_id"], old["episode_id"])]
+    return []
