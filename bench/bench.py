@@ -105,12 +105,13 @@ from botmemory.records import (  # noqa: E402
     ShortTermEntry,
     scope_of,
 )
-from botmemory.runtime import MemoryServices, build_services  # noqa: E402
+from botmemory.runtime import build_services  # noqa: E402
 from botmemory.search.index_sync import IndexReport, IndexWriter  # noqa: E402
 from botmemory.search.keywords import tokens  # noqa: E402
 from botmemory.search.passages import message_passages  # noqa: E402
 from botmemory.search.port import Passage  # noqa: E402
 from botmemory.search.sqlite_index import SqliteSearchIndex  # noqa: E402
+from botmemory.services import MemoryServices  # noqa: E402
 from botmemory.settings.config import Settings  # noqa: E402
 from botmemory.storage import keys  # noqa: E402
 from botmemory.storage.items import fact_values, observation_values, to_item  # noqa: E402

@@ -37,10 +37,11 @@ from botmemory.consolidation.outcome import Outcome, Status
 from botmemory.recall.recaller import BLOCK_FOOTER, BLOCK_HEADER, Recaller, RecallRequest
 from botmemory.recall.search_leg import SearchLeg
 from botmemory.records import Fact, scope_of
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
 from botmemory.search import EMBEDDING_TIMEOUT_SECONDS
 from botmemory.search.embeddings import Embedder, build_embedder
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings, settings_from
 from botmemory.snowflake import snowflake_ms
 from botmemory.storage.schema import create_table

@@ -15,7 +15,8 @@ from moto.dynamodb.models import DynamoDBBackend
 from botmemory.clock import ManualClock
 from botmemory.consolidation.model.contract import ConsolidationAnswer, MemoryModelError, ModelInput
 from botmemory.consolidation.model.rules import RulesModel
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage.schema import create_table
 from localrun.fastmoto import fast_dynamodb

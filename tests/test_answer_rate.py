@@ -11,7 +11,7 @@ import pytest
 from botmemory.answering.rate import AnswerRateLimiter, RateDecision, decide
 from botmemory.clock import ManualClock
 from botmemory.people.erasure import Eraser
-from botmemory.runtime import MemoryServices
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from tests.conftest import START_MS, TABLE, scan_all

@@ -33,7 +33,8 @@ from botmemory.memory.behaviour import (
 )
 from botmemory.memory.personas import new_lineage
 from botmemory.records import MemoryScope, Persona
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from localrun.samtemplate import passes_filters

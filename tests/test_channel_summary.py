@@ -22,10 +22,11 @@ from botmemory.consolidation.outcome import Status
 from botmemory.people.erasure import Eraser
 from botmemory.recall.recaller import BLOCK_FOOTER, SUMMARY_HEADING, RecallResult, parse_request
 from botmemory.records import ChannelSummary
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
 from botmemory.search.index_sync import passages_to_remove
 from botmemory.search.port import PassageKind, SearchQuery
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from scripts import make_events as events

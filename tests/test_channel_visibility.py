@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from botmemory.discord.interactions import Permissions
-from botmemory.runtime import MemoryServices
+from botmemory.services import MemoryServices
 from relay.batch import encode_event
 from tests import gateway as gw
 from tests.relay.helpers import Clock, RecordingSink, make_forwarder

@@ -23,7 +23,8 @@ from botmemory.discord.interactions import (
 )
 from botmemory.memory import fact_history
 from botmemory.records import Episode, Fact, FactChange, FactKind, FactSource, HistoryActor, Pin
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage.keys import ERASED_PK, episode_sk
 from scripts.make_events import ALICE, BOB, BOT, CHANNEL, GUILD, command, signed

@@ -20,7 +20,8 @@ from botmemory.consolidation.model.contract import (
 )
 from botmemory.consolidation.outcome import Status, outcome_metrics
 from botmemory.records import FactKind, FactStatus
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from tests import gateway as gw
 from tests.conftest import CountingModel, ScriptedModel, scan_all

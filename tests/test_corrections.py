@@ -16,7 +16,7 @@ from botmemory.answering.corrections import (
 )
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
 from botmemory.records import Fact, FactKind, FactSource, FactStatus, HistoryActor
-from botmemory.runtime import MemoryServices
+from botmemory.services import MemoryServices
 from tests import gateway as gw
 from tests.conftest import scan_all
 

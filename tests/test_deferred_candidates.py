@@ -34,7 +34,8 @@ from botmemory.consolidation.model.rules import RulesModel
 from botmemory.consolidation.outcome import outcome_metrics
 from botmemory.people.erasure import Eraser
 from botmemory.records import Fact, FactKind, FactPriority, FactSource, MemoryScope, Persona
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from tests import gateway as gw

@@ -9,7 +9,7 @@ from typing import Any
 from botmemory.clock import ManualClock
 from botmemory.consolidation.model.contract import ModelInput
 from botmemory.consolidation.outcome import Status
-from botmemory.runtime import MemoryServices
+from botmemory.services import MemoryServices
 from tests import gateway as gw
 from tests.conftest import CountingModel, ScriptedModel
 from tests.test_consolidate import T0, answer, chat, fact, facts, number_of, with_model

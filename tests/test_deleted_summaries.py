@@ -19,8 +19,9 @@ from botmemory.consolidation.model.contract import ModelInput
 from botmemory.consolidation.outcome import Status
 from botmemory.people.erasure import Eraser
 from botmemory.records import ChannelSummary
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.commit import CommitRejected

@@ -16,7 +16,7 @@ from botmemory.discord.rest import DiscordApiError
 from botmemory.people.erasure import Eraser, ErasureReport
 from botmemory.people.names import REDACTED
 from botmemory.records import Episode, Fact, FactKind, FactSource, Named, Observation
-from botmemory.runtime import MemoryServices
+from botmemory.services import MemoryServices
 from botmemory.storage import keys
 from botmemory.storage.items import named_values, observation_values
 from botmemory.text import normalized

@@ -35,7 +35,8 @@ from botmemory.people.optout import (
     legacy_hash,
 )
 from botmemory.records import Fact, FactKind
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.table import ItemRef

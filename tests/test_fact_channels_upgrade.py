@@ -11,7 +11,7 @@ import pytest
 from botmemory.ops import fact_channels
 from botmemory.recall.recaller import parse_request
 from botmemory.records import Observation
-from botmemory.runtime import MemoryServices
+from botmemory.services import MemoryServices
 from botmemory.storage import keys
 from botmemory.storage.items import fact_values, observation_values, to_item
 from tests import gateway as gw

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
+from botmemory.clock import DAY_MS, ManualClock, epoch_seconds, ttl_alive
 from botmemory.commands.router import Commands
 from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
@@ -25,12 +25,12 @@ from botmemory.records import (
     FactSource,
     HistoryActor,
 )
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.commit import MAX_TRANSACTION_ACTIONS, ConsolidationCommit
 from botmemory.storage.repository import MemoryRepository
-from botmemory.storage.table import ttl_alive
 from scripts.make_events import command
 from tests import gateway as gw
 from tests.conftest import TABLE, ScriptedModel, scan_all

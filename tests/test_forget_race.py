@@ -22,7 +22,8 @@ from botmemory.consolidation.model.contract import (
 )
 from botmemory.consolidation.outcome import Outcome, Status
 from botmemory.records import Fact, FactKind
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from scripts.make_events import ALICE, BOT, CHANNEL, GUILD

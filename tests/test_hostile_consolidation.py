@@ -28,7 +28,8 @@ from botmemory.consolidation.model.rules import FACTS_PER_OBSERVATION, RulesMode
 from botmemory.consolidation.outcome import Outcome, Status, outcome_metrics
 from botmemory.people.erasure import Eraser
 from botmemory.records import ObservationKind, Quarantine, scope_of
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage.items import quarantine_values
 from botmemory.storage.keys import observation_sk

@@ -25,7 +25,8 @@ from botmemory.discord.interactions import (
     parse_interaction,
 )
 from botmemory.records import ObservationKind
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.snowflake import snowflake_ms
 from botmemory.storage.keys import observation_sk

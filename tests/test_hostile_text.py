@@ -36,7 +36,8 @@ from botmemory.recall.recaller import (
     respond,
 )
 from botmemory.records import Episode, Pin
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage.keys import episode_sk
 from botmemory.text import as_discord_text, quote_for_prompt

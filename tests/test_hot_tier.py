@@ -14,7 +14,8 @@ from botocore.exceptions import ClientError
 
 from botmemory.answering.answerer import Answerer, AnswerReport, AnswerStatus
 from botmemory.answering.chat.rules import RulesChatModel
-from botmemory.answering.prompt import DEFAULT_SYSTEM_PROMPT, Question
+from botmemory.answering.prompt import DEFAULT_SYSTEM_PROMPT
+from botmemory.answering.question import Question
 from botmemory.answering.rate import AnswerRateLimiter
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
 from botmemory.commands.router import Commands
@@ -30,8 +31,9 @@ from botmemory.records import (
     FactStatus,
     HistoryActor,
 )
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
 from botmemory.search.passages import fact_passage
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from scripts.make_events import command
 from tests import gateway as gw

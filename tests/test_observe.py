@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from botmemory.records import ObservationKind
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from tests import gateway as gw
 from tests.conftest import (

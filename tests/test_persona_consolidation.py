@@ -29,9 +29,10 @@ from botmemory.consolidation.outcome import Outcome, Status
 from botmemory.memory.personas import new_lineage
 from botmemory.people.erasure import Eraser
 from botmemory.records import Fact, FactChange, FactKind, FactStatus, MemoryScope, Persona
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
 from botmemory.search.port import PassageKind, SearchIndex
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.personas import PERSONA_MEMBER_PREFIX

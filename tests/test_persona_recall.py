@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 
 from botmemory.answering.corrections import Refusal, apply_update_memory
-from botmemory.answering.prompt import PromptBuilder, Question
+from botmemory.answering.prompt import PromptBuilder
+from botmemory.answering.question import Question
 from botmemory.clock import ManualClock
 from botmemory.people.erasure import Eraser
 from botmemory.recall.recaller import FACT_HEADING, RecallResult, parse_request
 from botmemory.records import Fact, MemoryScope, Persona
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from tests import gateway as gw

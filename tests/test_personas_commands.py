@@ -31,7 +31,8 @@ from botmemory.records import (
     MemoryScope,
     Persona,
 )
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.items import fact_values

@@ -22,7 +22,8 @@ from botmemory.answering.requests import register_local_target
 from botmemory.clock import SystemClock
 from botmemory.discord.interactions import Permissions
 from botmemory.records import Fact, scope_of
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from localrun.samtemplate import passes_filters
 from scripts.make_events import command, signed

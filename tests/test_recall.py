@@ -15,7 +15,8 @@ from botmemory.recall.recaller import (
     parse_request,
 )
 from botmemory.records import Episode, Fact, FactKind, FactSource, FactStatus, Pin
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage.items import observation_values
 from botmemory.storage.keys import episode_sk

@@ -14,9 +14,10 @@ import pytest
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
 from botmemory.people.erasure import Eraser
 from botmemory.records import Observation
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
 from botmemory.search.index_sync import IndexFollower, passages_to_remove
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.items import observation_values

@@ -15,10 +15,11 @@ from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
 from botmemory.recall.recaller import PASSAGE_HEADING, respond
 from botmemory.recall.search_leg import SearchStatus, query_snippet
 from botmemory.records import Episode, Fact, Observation
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
 from botmemory.search.keywords import tokens
 from botmemory.search.port import Passage, SearchHit, SearchIndex, SearchQuery
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.items import observation_values

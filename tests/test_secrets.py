@@ -25,13 +25,14 @@ from botmemory.consolidation.model.openai_compat import OpenAICompatibleModel
 from botmemory.search import build_search_index
 from botmemory.search.embeddings import BedrockTitanEmbedder, OpenAIEmbedder
 from botmemory.search.sqlite_index import SqliteSearchIndex
-from botmemory.settings.config import ConfigError, Settings, settings_from
-from botmemory.settings.secrets import (
-    SecretError,
+from botmemory.settings.config import (
+    ConfigError,
+    Settings,
     embedding_api_key,
     model_api_key,
-    value_or_secret,
+    settings_from,
 )
+from botmemory.settings.secrets import SecretError, value_or_secret
 
 MODEL_KEY = "sk-model-from-secrets-manager"
 EMBEDDING_KEY = "sk-embedding-from-secrets-manager"

@@ -10,7 +10,8 @@ from botmemory.clock import HOUR_MS, ManualClock
 from botmemory.people.erasure import Eraser
 from botmemory.recall.recaller import ELSEWHERE_HEADING, RecallResult, parse_request
 from botmemory.records import ShortTermEntry
-from botmemory.runtime import MemoryServices, build_services
+from botmemory.runtime import build_services
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.items import from_item, short_term_entries_of

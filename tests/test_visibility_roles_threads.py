@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from botmemory.runtime import MemoryServices
+from botmemory.services import MemoryServices
 from tests import gateway as gw
 from tests.conftest import WRITE_OPERATIONS, RequestCounter, scan_all
 from tests.relay import guild_events as ge

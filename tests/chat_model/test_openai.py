@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities import parameters
 
-from botmemory.answering.chat import build_chat_model, chat_api_key
+from botmemory.answering.chat import build_chat_model
 from botmemory.answering.chat.contract import (
     UPDATE_MEMORY,
     ChatModelError,
@@ -21,7 +21,7 @@ from botmemory.answering.chat.contract import (
     ToolCall,
 )
 from botmemory.answering.chat.openai_compat import OpenAIChatModel
-from botmemory.settings.config import settings_from
+from botmemory.settings.config import chat_api_key, settings_from
 from tests.memory_model.test_openai_compat import Scripted, ScriptServer, SleepRecorder
 
 CHAT_KEY = "sk-chat-secret-456"

@@ -8,7 +8,7 @@ from typing import Any
 
 from botmemory.ingest.observe import events_from
 from botmemory.records import ObservationKind
-from botmemory.runtime import MemoryServices
+from botmemory.services import MemoryServices
 from relay.sinks import LambdaSink
 from tests import gateway as gw
 from tests.relay.helpers import Clock, FakeLambda, make_forwarder, recorder

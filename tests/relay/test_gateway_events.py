@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from botmemory.ingest.channels import GUILD_EVENTS as INGESTED_GUILD_EVENTS
-from botmemory.runtime import MemoryServices
+from botmemory.services import MemoryServices
 from relay.events import FORWARDED_EVENTS, GUILD_EVENTS
 from tests import gateway as gw
 from tests.relay import guild_events as ge

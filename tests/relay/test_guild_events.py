@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from botmemory.runtime import MemoryServices
+from botmemory.services import MemoryServices
 from relay.events import GUILD_EVENTS, trimmed
 from tests import gateway as gw
 from tests.relay import guild_events as ge

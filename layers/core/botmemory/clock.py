@@ -72,3 +72,9 @@ def moment(ms: int) -> str:
     except (OverflowError, ValueError, TypeError):
         return UNKNOWN_DAY
     return f"{day(ms)} {at.hour:02d}:{at.minute:02d} UTC"
+
+
+def ttl_alive(expires_at: int | None, now_ms: int) -> bool:
+    """Whether an item with this TTL is still alive at `now_ms`: DynamoDB deletes expired
+    items lazily (moto never does), so every read filters them."""
+    return expires_at is None or expires_at > epoch_seconds(now_ms)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
@@ -342,6 +343,23 @@ class Candidate(Record):
         """Whose words and facts it holds: its subject (unless the persona) and its teachers."""
         subject = [] if self.fact.memory_scope == MemoryScope.PERSONA else [self.fact.user_id]
         return list(dict.fromkeys(subject + list(self.fact.evidence_user_ids)))
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """A channel's record of failed consolidation attempts, as kept on its STATE item."""
+
+    failures: int  # failures since the channel last consolidated normally (drives the back-off)
+    error: str = ""  # the last failure, clipped
+    head: str | None = None  # sort key of the oldest observation of the batch that failed
+    count: int = 0  # failed attempts of batches starting at `head`
+    retry_at_ms: int | None = None  # no round before this time
+    split_size: int | None = None  # batch size while a failing batch is being split
+    split_until: str | None = None  # sort key of the last observation of the range that fails
+
+    @property
+    def splitting(self) -> bool:
+        return self.split_size is not None
 
 
 def scope_of(guild_id: str | None) -> str:

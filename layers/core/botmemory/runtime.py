@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -18,26 +17,13 @@ from botmemory.recall.search_leg import SearchLeg
 from botmemory.records import Persona
 from botmemory.search import SearchIndex, build_search_index
 from botmemory.search.index_sync import IndexFollower, IndexWriter
+from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings, get_settings
 from botmemory.storage.repository import MemoryRepository
 
 if TYPE_CHECKING:
     from botmemory.answering.answerer import Answerer
     from botmemory.answering.requests import AnswerRequests
-
-
-@dataclass
-class MemoryServices:
-    settings: Settings
-    clock: Clock
-    repository: MemoryRepository
-    opt_outs: OptOuts
-    recorder: ObservationRecorder
-    consolidator: Consolidator
-    recaller: Recaller
-    search_index: SearchIndex | None
-    index_follower: IndexFollower | None
-    personas: PersonaDirectory
 
 
 def build_services(

@@ -36,13 +36,14 @@ from botmemory.answering.corrections import (
     correction_notice,
     refusal_notice,
 )
-from botmemory.answering.prompt import AnswerPrompt, PromptBuilder, Question, asker_is_staff
+from botmemory.answering.prompt import AnswerPrompt, PromptBuilder, asker_is_staff
+from botmemory.answering.question import Question, Reply
 from botmemory.answering.rate import AnswerRateLimiter, RateDecision
 from botmemory.discord.rest import DiscordApiError, DiscordRateLimited
 from botmemory.memory.hot_tier import record_hits, shown_facts
 from botmemory.memory.visibility import learned_where
 from botmemory.records import GuildStaff, Observation, scope_of
-from botmemory.runtime import MemoryServices
+from botmemory.services import MemoryServices
 from botmemory.text import scrub, split_message
 
 log = logging.getLogger(__name__)
@@ -99,13 +100,6 @@ class AnswerReport:
     recall_hits: int = 0  # facts of the memory block whose recall hit was recorded
     recall_hits_failed: bool = False  # recording them failed (logged; the answer stands)
     notes: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Reply:
-    """Where an answer goes: a reply to the message, or the edit of a deferred /ask."""
-
-    interaction: dict[str, Any] | None = None  # /ask: id, token, application_id
 
 
 class Answerer:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from botmemory.clock import DAY_MS, epoch_seconds
+from botmemory.clock import DAY_MS, epoch_seconds, ttl_alive
 from botmemory.memory import fact_history
 from botmemory.memory.behaviour import behaviour_request
 from botmemory.memory.personas import may_change
@@ -40,11 +40,10 @@ from botmemory.records import (
     Forgotten,
     HistoryActor,
 )
-from botmemory.storage.table import ttl_alive
 from botmemory.text import as_discord_text, clip, has_pings, markup_in, normalized, scrub
 
 if TYPE_CHECKING:  # runtime builds the answerer, which imports this module
-    from botmemory.runtime import MemoryServices
+    from botmemory.services import MemoryServices
 
 # The tool's argument names, as the chat model's tool schema declares them.
 ARGUMENT_ID = "id"

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from botmemory.answering.question import Question
 from botmemory.clock import day
 from botmemory.memory.visibility import Visibility
 from botmemory.recall.recaller import NAME_CHARS, Recaller, RecallRequest, RecallResult
@@ -62,21 +63,6 @@ def system_prompt_source(settings: Settings) -> Callable[[], str]:
         return str(value) if value else DEFAULT_SYSTEM_PROMPT
 
     return from_parameter
-
-
-@dataclass(frozen=True)
-class Question:
-    """What to answer: a message that mentions or replies to the bot, a DM, or /ask."""
-
-    guild_id: str | None
-    channel_id: str
-    author_id: str
-    author_name: str | None
-    content: str
-    message_id: str | None = None  # None for /ask: there is no message to reply to
-    # /ask: from the interaction's permissions; a message: from its stored roles and the
-    # guild's staff record (`asker_is_staff`); None: not known.
-    staff: bool | None = None
 
 
 @dataclass

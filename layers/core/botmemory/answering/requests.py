@@ -20,8 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from botmemory.answering.answerer import Reply
-from botmemory.answering.prompt import Question
+from botmemory.answering.question import Question, Reply
 from botmemory.answering.triggers import AnswerTrigger, answer_trigger
 from botmemory.discord.interactions import Permissions
 from botmemory.ingest.observe import IngestResult

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from botmemory.clock import DAY_MS, day, epoch_seconds, moment
+from botmemory.clock import DAY_MS, day, epoch_seconds, moment, ttl_alive
 from botmemory.commands import specs as spec
 from botmemory.discord.interactions import (
     ButtonStyle,
@@ -71,11 +71,10 @@ from botmemory.records import (
     Quarantine,
     scope_of,
 )
-from botmemory.runtime import MemoryServices
+from botmemory.services import MemoryServices
 from botmemory.storage import keys
 from botmemory.storage.keys import message_of
 from botmemory.storage.personas import PersonaConflict, PersonaPurge
-from botmemory.storage.table import ttl_alive
 from botmemory.text import (
     as_discord_text,
     clip,

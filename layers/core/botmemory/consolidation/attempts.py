@@ -15,24 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from botmemory.records import Attempts
+
 MINUTE_MS = 60_000
-
-
-@dataclass(frozen=True)
-class Attempts:
-    """A channel's record of failed consolidation attempts, as kept on its STATE item."""
-
-    failures: int  # failures since the channel last consolidated normally (drives the back-off)
-    error: str = ""  # the last failure, clipped
-    head: str | None = None  # sort key of the oldest observation of the batch that failed
-    count: int = 0  # failed attempts of batches starting at `head`
-    retry_at_ms: int | None = None  # no round before this time
-    split_size: int | None = None  # batch size while a failing batch is being split
-    split_until: str | None = None  # sort key of the last observation of the range that fails
-
-    @property
-    def splitting(self) -> bool:
-        return self.split_size is not None
 
 
 @dataclass(frozen=True)

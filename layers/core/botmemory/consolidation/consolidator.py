@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from botmemory.clock import DAY_MS, Clock, epoch_seconds
+from botmemory.clock import DAY_MS, Clock, epoch_seconds, ttl_alive
 from botmemory.consolidation import summary as channel_summary
-from botmemory.consolidation.attempts import MINUTE_MS, Attempts, RetryPolicy
+from botmemory.consolidation.attempts import MINUTE_MS, RetryPolicy
 from botmemory.consolidation.candidates import (
     as_fact,
     evidence_messages,
@@ -54,6 +54,7 @@ from botmemory.memory.visibility import Where, learned_where
 from botmemory.people.names import NameIndex, names_pattern, nobody_named
 from botmemory.people.optout import OptOuts
 from botmemory.records import (
+    Attempts,
     Candidate,
     ChannelSummary,
     Episode,
@@ -94,7 +95,6 @@ from botmemory.storage.commit import (
 )
 from botmemory.storage.keys import episode_sk
 from botmemory.storage.repository import MemoryRepository
-from botmemory.storage.table import ttl_alive
 from botmemory.text import clean, content_hash, has_pings, normalized, short_id
 
 log = logging.getLogger(__name__)

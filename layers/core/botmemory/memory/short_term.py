@@ -19,11 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from botmemory.clock import HOUR_MS, epoch_seconds
+from botmemory.clock import HOUR_MS, epoch_seconds, ttl_alive
 from botmemory.records import Observation, ObservationKind, ShortTermEntry, scope_of
 from botmemory.settings.config import Settings
 from botmemory.storage.repository import MemoryRepository
-from botmemory.storage.table import ttl_alive
 
 # An entry points at its person's latest messages in the channel, at most this many.
 MESSAGES_PER_ENTRY = 2

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from botmemory.clock import Clock, day, moment
+from botmemory.clock import Clock, day, moment, ttl_alive
 from botmemory.memory.personas import PERSONA_ID, PersonaDirectory
 from botmemory.memory.short_term import RecentElsewhere, recent_elsewhere
 from botmemory.memory.visibility import Visibility
@@ -58,7 +58,6 @@ from botmemory.settings.config import Settings
 from botmemory.snowflake import Snowflake
 from botmemory.storage import keys
 from botmemory.storage.repository import MemoryRepository
-from botmemory.storage.table import ttl_alive
 from botmemory.text import quote_for_prompt, scrub
 
 MEMORY_PLACEHOLDER = "{memory}"

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from botmemory.clock import epoch_seconds
+from botmemory.clock import epoch_seconds, ttl_alive
 from botmemory.memory.visibility import Visibility
 from botmemory.records import Episode, Fact, FactStatus, Observation, Record, scope_of
 from botmemory.search.fusion import reciprocal_rank_fusion
@@ -25,7 +25,6 @@ from botmemory.search.passages import still_held
 from botmemory.search.port import PassageKind, SearchHit, SearchIndex, SearchQuery
 from botmemory.settings.config import Settings
 from botmemory.storage.repository import MemoryRepository
-from botmemory.storage.table import ttl_alive
 
 log = logging.getLogger(__name__)
 

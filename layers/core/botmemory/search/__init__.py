@@ -26,7 +26,7 @@ def build_search_index(settings: Settings) -> SearchIndex | None:
     if not spec or spec == "off":
         return None
     from botmemory.search.embeddings import build_embedder
-    from botmemory.settings.secrets import embedding_api_key
+    from botmemory.settings.config import embedding_api_key
 
     embedder = build_embedder(
         settings.embedding_model,

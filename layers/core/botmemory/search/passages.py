@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from botmemory.clock import ttl_alive
 from botmemory.records import (
     ChannelSummary,
     Episode,
@@ -26,7 +27,6 @@ from botmemory.records import (
 )
 from botmemory.search.port import Passage, PassageKind
 from botmemory.storage import keys
-from botmemory.storage.table import ttl_alive
 
 INDEXED_KINDS = {ObservationKind.MESSAGE, ObservationKind.EDIT}
 # A message shorter than this ("yes, last Tuesday!") carries the message before it as

@@ -18,8 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 # Defined with required_env in a module without pydantic (see its docstring); imported from
 # here by everyone else.
 from botmemory.settings.environment import ConfigError as ConfigError
-from botmemory.settings.secrets import EMBEDDING_API_KEY_ENV, MODEL_API_KEY_ENV, one_form
+from botmemory.settings.secrets import one_form, value_or_secret
 
+# The variables that hold the models' API keys (each also as NAME_SECRET: settings.secrets).
+MODEL_API_KEY_ENV = "MEMORY_MODEL_API_KEY"
+EMBEDDING_API_KEY_ENV = "EMBEDDING_MODEL_API_KEY"
 CHAT_API_KEY_ENV = "CHAT_MODEL_API_KEY"
 
 # A table name, or a table ARN (DynamoDB accepts both).
@@ -347,3 +350,42 @@ def _problem(error: Mapping[str, Any]) -> str:
 def get_settings() -> Settings:
     """The process's settings, read from os.environ on first use."""
     return settings_from(os.environ)
+
+
+# The models' API keys, read when first needed (never at import) --------------------
+
+
+def model_api_key(settings: Settings) -> str | None:
+    """The memory model's API key (MEMORY_MODEL_API_KEY or _SECRET), or None: no key."""
+    return value_or_secret(
+        MODEL_API_KEY_ENV,
+        settings.model_api_key,
+        settings.model_api_key_secret,
+        what="memory model API key",
+    )
+
+
+def embedding_api_key(settings: Settings) -> str | None:
+    """The embedder's API key (EMBEDDING_MODEL_API_KEY or _SECRET); when neither is set,
+    the memory model's."""
+    if settings.embedding_api_key or settings.embedding_api_key_secret:
+        return value_or_secret(
+            EMBEDDING_API_KEY_ENV,
+            settings.embedding_api_key,
+            settings.embedding_api_key_secret,
+            what="embedding model API key",
+        )
+    return model_api_key(settings)
+
+
+def chat_api_key(settings: Settings) -> str | None:
+    """The chat model's API key (CHAT_MODEL_API_KEY or _SECRET); when neither is set, the
+    memory model's (MEMORY_MODEL_API_KEY or _SECRET), as for the embedder."""
+    if settings.chat_api_key or settings.chat_api_key_secret:
+        return value_or_secret(
+            CHAT_API_KEY_ENV,
+            settings.chat_api_key,
+            settings.chat_api_key_secret,
+            what="chat model API key",
+        )
+    return model_api_key(settings)

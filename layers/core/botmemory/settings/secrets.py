@@ -17,20 +17,14 @@ caller's rule (the bot token's JSON form, the hash key's length).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from botmemory.settings.environment import ConfigError
-
-if TYPE_CHECKING:
-    from botmemory.settings.config import Settings
 
 # Powertools serves a secret from its cache this long: repeated reads (the bot token, read
 # for each deferred answer) cost one call per five minutes, and a rotated value arrives
 # within them. The API keys are read once per container, when the services are built.
 DEFAULT_MAX_AGE_SECONDS = 300
 SECRET_SUFFIX = "_SECRET"
-MODEL_API_KEY_ENV = "MEMORY_MODEL_API_KEY"
-EMBEDDING_API_KEY_ENV = "EMBEDDING_MODEL_API_KEY"
 _DETAIL_CHARS = 200
 
 ErrorType = Callable[[str], Exception]
@@ -109,26 +103,3 @@ def read_secret(
     if not text:
         raise error(f"{variable}: secret {secret_id!r} holds no {what}")
     return text
-
-
-def model_api_key(settings: Settings) -> str | None:
-    """The memory model's API key (MEMORY_MODEL_API_KEY or _SECRET), or None: no key."""
-    return value_or_secret(
-        MODEL_API_KEY_ENV,
-        settings.model_api_key,
-        settings.model_api_key_secret,
-        what="memory model API key",
-    )
-
-
-def embedding_api_key(settings: Settings) -> str | None:
-    """The embedder's API key (EMBEDDING_MODEL_API_KEY or _SECRET); when neither is set,
-    the memory model's."""
-    if settings.embedding_api_key or settings.embedding_api_key_secret:
-        return value_or_secret(
-            EMBEDDING_API_KEY_ENV,
-            settings.embedding_api_key,
-            settings.embedding_api_key_secret,
-            what="embedding model API key",
-        )
-    return model_api_key(settings)

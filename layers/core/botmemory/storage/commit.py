@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from botmemory.consolidation.attempts import Attempts
 from botmemory.records import (
+    Attempts,
     Candidate,
     ChannelSummary,
     Episode,

@@ -11,8 +11,8 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-from botmemory.consolidation.attempts import Attempts
 from botmemory.records import (
+    Attempts,
     Candidate,
     Episode,
     Fact,

@@ -43,11 +43,11 @@ from botmemory.text import normalized
 if TYPE_CHECKING:
     pass
 
+from botmemory.clock import ttl_alive
 from botmemory.storage.table import (
     ItemRef,
     Table,
     error_code,
-    ttl_alive,
 )
 
 log = logging.getLogger(__name__)

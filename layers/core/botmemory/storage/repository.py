@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
-from botmemory.consolidation.attempts import Attempts
 from botmemory.records import (
+    Attempts,
     ChannelSummary,
     Episode,
     Fact,

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from botocore.exceptions import ClientError
 
-from botmemory.clock import epoch_seconds
 from botmemory.storage import keys
 from botmemory.storage.items import (
     from_item,
@@ -269,8 +268,3 @@ class Table:
 
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def ttl_alive(expires_at: int | None, now_ms: int) -> bool:
-    """DynamoDB deletes expired items lazily (moto never does): filter them on read."""
-    return expires_at is None or expires_at > epoch_seconds(now_ms)

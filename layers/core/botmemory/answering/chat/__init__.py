@@ -13,8 +13,7 @@ from botmemory.answering.chat.contract import (
     ToolCall,
     ToolSpec,
 )
-from botmemory.settings.config import CHAT_API_KEY_ENV, ConfigError, Settings
-from botmemory.settings.secrets import model_api_key, value_or_secret
+from botmemory.settings.config import ConfigError, Settings, chat_api_key
 
 __all__ = [
     "UPDATE_MEMORY",
@@ -66,16 +65,3 @@ def build_chat_model(settings: Settings) -> ChatModel | None:
     raise ConfigError(
         f"CHAT_MODEL={spec!r} is not one of 'rules', 'bedrock:<model id>', 'openai:<model>'"
     )
-
-
-def chat_api_key(settings: Settings) -> str | None:
-    """The chat model's API key (CHAT_MODEL_API_KEY or _SECRET); when neither is set, the
-    memory model's (MEMORY_MODEL_API_KEY or _SECRET), as for the embedder."""
-    if settings.chat_api_key or settings.chat_api_key_secret:
-        return value_or_secret(
-            CHAT_API_KEY_ENV,
-            settings.chat_api_key,
-            settings.chat_api_key_secret,
-            what="chat model API key",
-        )
-    return model_api_key(settings)

@@ -30,7 +30,7 @@ def build_memory_model(settings: Settings) -> MemoryModel | None:
         )
     if provider == "openai" and name:
         from botmemory.consolidation.model.openai_compat import OpenAICompatibleModel
-        from botmemory.settings.secrets import model_api_key
+        from botmemory.settings.config import model_api_key
 
         return OpenAICompatibleModel(
             name,
