@@ -86,7 +86,7 @@ def replay(stack: LocalStack, server: MotoServer, conversation: Replay) -> None:
 
 
 def report(stack: LocalStack, conversation: Replay) -> None:
-    from botmemory.commands.router import user_facts_listing
+    from botmemory.commands.listing import user_facts_listing
     from botmemory.runtime import services_from_environment
 
     counts = count_items(stack)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from botmemory.commands.router import BEHAVIOUR_REFUSAL
+from botmemory.commands.member import BEHAVIOUR_REFUSAL
 from botmemory.consolidation.model.contract import INSTRUCTIONS, ModelInput, NumberedObservation
 from botmemory.consolidation.model.rules import RulesModel
 from botmemory.memory.behaviour import (

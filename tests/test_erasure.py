@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from botmemory.clock import DAY_MS, epoch_seconds
-from botmemory.commands.router import ERASE_FAILED, Commands
+from botmemory.commands.member import ERASE_FAILED
+from botmemory.commands.router import Commands
 from botmemory.discord.followup import finish_and_reply
 from botmemory.discord.rest import DiscordApiError
 from botmemory.people.erasure import Eraser, ErasureReport

@@ -18,6 +18,7 @@ from botmemory.answering.prompt import DEFAULT_SYSTEM_PROMPT
 from botmemory.answering.question import Question
 from botmemory.answering.rate import AnswerRateLimiter
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
+from botmemory.commands.listing import user_facts_listing
 from botmemory.commands.router import Commands
 from botmemory.consolidation.outcome import Outcome, Status, outcome_metrics
 from botmemory.discord.interactions import InteractionResponseType, InteractionType, Permissions
@@ -426,7 +427,7 @@ def test_demoted_facts_are_kept_out_of_the_recall_block_and_search_but_listed_in
     assert f"`{kayak.fact_id}`" in shown.split("[demoted]:")[1]
     kayak_line = next(line for line in shown.splitlines() if kayak.fact_id in line)
     assert kayak_line.endswith("[demoted]")
-    staff = Commands(services, defer=lambda job: None).user_listing(gw.GUILD, gw.ALICE)
+    staff = user_facts_listing(services, gw.GUILD, gw.ALICE)
     staff_line = next(line for line in staff.splitlines() if kayak.fact_id in line)
     assert staff_line.endswith("[demoted]")
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from botmemory.clock import DAY_MS, SystemClock, epoch_seconds
-from botmemory.commands.router import Commands, deferred_interaction, parse_invocation
+from botmemory.commands.invocation import deferred_interaction, parse_invocation
+from botmemory.commands.router import Commands
 from botmemory.discord.interactions import (
     ComponentType,
     InteractionResponseType,

@@ -148,15 +148,15 @@ def test_a_replayed_interaction_does_its_work_once(
     event = json.loads((EVENTS / "interactions/memory-remember.json").read_text())
     calls: list[str] = []
 
-    from botmemory.commands.router import Commands
+    from botmemory.commands.member import MemberCommands
 
-    original = Commands._remember
+    original = MemberCommands.remember
 
-    def counted(self: Commands, invocation: Any) -> dict[str, Any]:
+    def counted(self: MemberCommands, invocation: Any) -> dict[str, Any]:
         calls.append(invocation.interaction_id)
         return original(self, invocation)
 
-    monkeypatch.setattr(Commands, "_remember", counted)
+    monkeypatch.setattr(MemberCommands, "remember", counted)
 
     first = local.invoke("InteractionsFunction", event)
     second = local.invoke("InteractionsFunction", event)
