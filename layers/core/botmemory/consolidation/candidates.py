@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from botmemory.clock import DAY_MS, epoch_seconds
 from botmemory.records import Candidate, Fact, FactPriority, FactStatus, MemoryScope
 from botmemory.storage import keys
+from botmemory.storage.candidates import MAX_QUEUED
 
 # Later rounds a candidate is considered in before it is dropped (with a logged reason).
 MAX_CANDIDATE_ROUNDS = 5
-# Candidates a channel keeps waiting (each costs its rounds one transaction action), and of
-# them, per subject: one member's flood cannot push out anyone else's facts.
-MAX_QUEUED = 12
+# Of the candidates a channel keeps waiting (MAX_QUEUED), per subject: one member's flood
+# cannot push out anyone else's facts.
 MAX_QUEUED_PER_PERSON = 6
 
 

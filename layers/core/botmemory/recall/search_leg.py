@@ -23,6 +23,7 @@ from botmemory.search.fusion import reciprocal_rank_fusion
 from botmemory.search.keywords import Bm25, tokens
 from botmemory.search.passages import still_held
 from botmemory.search.port import PassageKind, SearchHit, SearchIndex, SearchQuery
+from botmemory.search.sources import passage_sources
 from botmemory.settings.config import Settings
 from botmemory.storage.repository import MemoryRepository
 
@@ -117,7 +118,7 @@ class SearchLeg:
 
     def find(self, query: SearchQuery, now_ms: int) -> Found:
         hits = [_as_shown(h) for h in self._index.search(query)]
-        sources = self._repository.passage_sources(h.passage for h in hits)
+        sources = passage_sources(self._repository, (h.passage for h in hits))
         return checked(hits, sources, query, now_ms)
 
 

@@ -26,6 +26,7 @@ from botmemory.clock import Clock
 from botmemory.records import FactStatus
 from botmemory.search.passages import still_held
 from botmemory.search.port import Passage, SearchIndex
+from botmemory.search.sources import passage_sources
 from botmemory.storage import keys
 from botmemory.storage.items import from_item
 from botmemory.storage.repository import MemoryRepository
@@ -53,7 +54,7 @@ class IndexWriter:
         if not passages:
             return IndexReport()
         written = self._index.add(passages)
-        sources = self._repository.passage_sources(passages)
+        sources = passage_sources(self._repository, passages)
         now = self._clock.now_ms()
         stale = [p.id for p in passages if not still_held(p, sources.get(p.id, []), now)]
         if stale:

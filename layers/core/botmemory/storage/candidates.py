@@ -11,13 +11,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from botmemory.consolidation.candidates import MAX_QUEUED
 from botmemory.records import Candidate
 from botmemory.storage import keys
 from botmemory.storage.items import from_item, key
 from botmemory.storage.table import Table
 
 log = logging.getLogger(__name__)
+
+# Candidates a channel keeps waiting (each costs its rounds one transaction action).
+MAX_QUEUED = 12
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ that learned something of a person, the quarantine record of a batch that kept f
 release of the channel lock (with the channel's failure record) go into one
 `TransactWriteItems`, so a round either happens whole or not at all. DynamoDB takes at most
 `MAX_TRANSACTION_ACTIONS` actions in one transaction; `ConsolidationCommit.room_left` is the
-one place that budget is counted.
+one place that budget is counted. `CommitStore`, part of `MemoryRepository` (see
+repository.py), sends it.
 
 Erasure wins every race: the commit checks, for every person it writes anything of (for a
 persona's knowledge: everyone whose words it rests on), that their erasure marker and their
@@ -22,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from botocore.exceptions import ClientError
 
 from botmemory.records import (
     Attempts,
@@ -56,6 +59,7 @@ from botmemory.storage.items import (
     to_item,
 )
 from botmemory.storage.personas import PERSONA_MEMBER_PREFIX
+from botmemory.storage.table import Table, error_code
 
 # DynamoDB refuses a transaction of more than 100 actions.
 MAX_TRANSACTION_ACTIONS = 100
@@ -537,3 +541,23 @@ def _fact_upsert(fact: Fact) -> dict[str, Any]:
         },
         "ExpressionAttributeValues": {k: attribute(v) for k, v in values.items()},
     }
+
+
+class CommitStore(Table):
+    def commit_consolidation(self, commit: ConsolidationCommit) -> None:
+        """Write facts and the episode, consume the observations and release the lock, atomically.
+
+        Raises CommitRejected when the lock is no longer ours or an observation was
+        already consumed: then nothing at all was written.
+        """
+        try:
+            self._transact(commit.actions(self.table_name))
+        except ClientError as exc:
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+            reasons = [
+                r.get("Code", "")
+                for r in exc.response.get("CancellationReasons", [])
+                if r.get("Code") not in (None, "", "None")
+            ]
+            raise CommitRejected(reasons) from exc

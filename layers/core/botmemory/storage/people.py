@@ -8,10 +8,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from botocore.exceptions import ClientError
 
+from botmemory.clock import ttl_alive
 from botmemory.records import (
     Episode,
     Fact,
@@ -22,9 +23,7 @@ from botmemory.records import (
     scope_of,
 )
 from botmemory.storage import keys
-from botmemory.storage.commit import (
-    MAX_TRANSACTION_ACTIONS,
-)
+from botmemory.storage.commit import MAX_TRANSACTION_ACTIONS
 from botmemory.storage.items import (
     episode_key,
     fact_key,
@@ -35,20 +34,9 @@ from botmemory.storage.items import (
     observation_key,
     to_item,
 )
-from botmemory.storage.schema import (
-    BY_USER_INDEX,
-)
+from botmemory.storage.schema import BY_USER_INDEX
+from botmemory.storage.table import ItemRef, Table, error_code
 from botmemory.text import normalized
-
-if TYPE_CHECKING:
-    pass
-
-from botmemory.clock import ttl_alive
-from botmemory.storage.table import (
-    ItemRef,
-    Table,
-    error_code,
-)
 
 log = logging.getLogger(__name__)
 

@@ -17,13 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from botocore.exceptions import ClientError
 
 from botmemory.storage import keys
-from botmemory.storage.items import (
-    from_item,
-    key,
-)
-from botmemory.storage.schema import (
-    BY_ITEM_ID_INDEX,
-)
+from botmemory.storage.items import from_item, key
+from botmemory.storage.schema import BY_ITEM_ID_INDEX
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
