@@ -118,9 +118,9 @@ from botmemory.storage.items import fact_values, observation_values, to_item  # 
 from botmemory.storage.keys import episode_sk, observation_sk  # noqa: E402
 from botmemory.storage.schema import create_table  # noqa: E402
 from botmemory.text import content_hash, short_id  # noqa: E402
+from localrun import gateway as gw  # noqa: E402
 from localrun.fastmoto import fast_dynamodb  # noqa: E402
-from tests import gateway as gw  # noqa: E402
-from tests.storage import put_episode, put_items  # noqa: E402
+from localrun.storage import put_episode, put_items  # noqa: E402
 
 REGION = "us-east-1"
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, the clock's start in every scenario
