@@ -139,23 +139,6 @@ class ConversationReport:
 # The local stack -----------------------------------------------------------------------
 
 
-def offline_environment() -> None:
-    """Fake credentials, a region and a person-hash key: never a real AWS account."""
-    for name in (
-        "AWS_PROFILE",
-        "AWS_SESSION_TOKEN",
-        "AWS_SECURITY_TOKEN",
-        "MEMORY_HASH_KEY_SECRET",
-    ):
-        os.environ.pop(name, None)
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION="us-east-1",
-        MEMORY_HASH_KEY="eval-person-hash-key-0123456789",
-    )
-
-
 class RequestCounter:
     """Counts a client's DynamoDB requests (botocore's `before-call` event), across threads."""
 
@@ -180,11 +163,12 @@ def local_dynamodb() -> Iterator[Any]:
     import boto3
     from moto import mock_aws
 
+    from localrun.fakeaws import REGION, use_fake_aws
     from localrun.fastmoto import fast_dynamodb
 
-    offline_environment()
+    use_fake_aws("eval-person-hash-key-0123456789")
     with mock_aws(), fast_dynamodb():
-        client = boto3.client("dynamodb", region_name="us-east-1")
+        client = boto3.client("dynamodb", region_name=REGION)
         create_table(client, TABLE)
         yield client
 

@@ -14,7 +14,9 @@ from typing import Any
 from nacl.signing import SigningKey
 
 from botmemory.discord.interactions import ApplicationCommandType, InteractionType, OptionType
+from botmemory.records import ObservationKind
 from botmemory.snowflake import DISCORD_EPOCH_MS
+from botmemory.storage import keys
 from localrun.samtemplate import Template
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -274,14 +276,14 @@ def observation_image(event: dict[str, Any], at_ms: int) -> dict[str, Any]:
     """A message observation as IngestFunction stores it (botmemory.storage.items.observation_values),
     in the stream's attribute-value form."""
     d = event["d"]
-    sk = f"OBS#{at_ms:013d}#msg#{d['id']}"
+    sk = keys.observation_sk(at_ms, ObservationKind.MESSAGE, d["id"])
     author = d["author"]
     return {
-        "pk": {"S": f"CH#{CHANNEL}"},
+        "pk": {"S": keys.channel_pk(CHANNEL)},
         "sk": {"S": sk},
         "channel_id": {"S": CHANNEL},
         "scope": {"S": GUILD},
-        "kind": {"S": "msg"},
+        "kind": {"S": ObservationKind.MESSAGE.value},
         "at_ms": {"N": str(at_ms)},
         "author_id": {"S": author["id"]},
         "author_name": {"S": author["global_name"]},
@@ -356,27 +358,31 @@ def _stream_record(
 def search_removals() -> dict[str, Any]:
     """What the stream gives SearchIndexFunction: an observation expired by TTL (with the
     passages that copy it), a fact superseded, an episode deleted beyond the cap."""
-    channel_pk = {"S": f"CH#{CHANNEL}"}
-    obs_sk = f"OBS#{BASE_MS:013d}#msg#{snowflake(BASE_MS, 1)}"
-    next_sk = f"OBS#{BASE_MS + 30_000:013d}#msg#{snowflake(BASE_MS + 30_000, 2)}"
+    channel_pk = {"S": keys.channel_pk(CHANNEL)}
+    obs_sk = keys.observation_sk(BASE_MS, ObservationKind.MESSAGE, snowflake(BASE_MS, 1))
+    next_sk = keys.observation_sk(
+        BASE_MS + 30_000, ObservationKind.MESSAGE, snowflake(BASE_MS + 30_000, 2)
+    )
     expired = _stream_record(
         0,
         "REMOVE",
         {
             "pk": channel_pk,
             "sk": {"S": obs_sk},
-            "kind": {"S": "msg"},
+            "kind": {"S": ObservationKind.MESSAGE.value},
             "author_id": {"S": ALICE},
             "content": {"S": "Hi! I'm a nurse and I love hiking in the Alps."},
-            "passages": {"L": [{"S": f"M#{CHANNEL}#{sk}"} for sk in (obs_sk, next_sk)]},
+            "passages": {
+                "L": [{"S": keys.message_passage_id(CHANNEL, sk)} for sk in (obs_sk, next_sk)]
+            },
             "expires_at": {"N": str(BASE_MS // 1000 + 30 * 86_400)},
         },
     )
     # DynamoDB's TTL deletions carry this identity.
     expired["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
     fact = {
-        "pk": {"S": f"SC#{GUILD}#U#{ALICE}"},
-        "sk": {"S": "FACT#f1a2b3c4"},
+        "pk": {"S": keys.user_pk(GUILD, ALICE)},
+        "sk": {"S": keys.fact_sk("f1a2b3c4")},
         "scope": {"S": GUILD},
         "user_id": {"S": ALICE},
         "fact_id": {"S": "f1a2b3c4"},
@@ -389,7 +395,7 @@ def search_removals() -> dict[str, Any]:
         "REMOVE",
         {
             "pk": channel_pk,
-            "sk": {"S": f"EP#{BASE_MS + 60_000:013d}#e1a2b3c4"},
+            "sk": {"S": keys.episode_sk(BASE_MS + 60_000, "e1a2b3c4")},
             "channel_id": {"S": CHANNEL},
             "episode_id": {"S": "e1a2b3c4"},
             "summary": {"S": "Alice talked about nursing and hiking."},

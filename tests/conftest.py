@@ -19,6 +19,7 @@ from botmemory.runtime import build_services
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage.schema import create_table
+from localrun.fakeaws import fake_aws_environment
 from localrun.fastmoto import fast_dynamodb
 
 TABLE = "MemoryTable"
@@ -28,17 +29,13 @@ START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 @pytest.fixture(autouse=True)
 def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fake credentials and a region; never the developer's real AWS account."""
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    # moto serves DynamoDB Streams in-process only with account endpoints off.
-    monkeypatch.setenv("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
     # The key of the person hash (botmemory.people.optout): a deployed function reads it from
     # Secrets Manager; tests give it directly.
-    monkeypatch.delenv("MEMORY_HASH_KEY_SECRET", raising=False)
-    monkeypatch.setenv("MEMORY_HASH_KEY", "test-person-hash-key-0123456789")
+    for name, value in fake_aws_environment("test-person-hash-key-0123456789").items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 from botmemory.clock import DAY_MS, epoch_seconds
 from botmemory.records import Fact, FactKind, FactSource
-from tests import gateway as gw
+from localrun import gateway as gw
 
 
 def a_fact(

@@ -56,7 +56,7 @@ import pytest
 API_PREFIX = "/api/v10"
 BOT_TOKEN = "fake-bot-token.Xy9.secret-part"
 APPLICATION_ID = "500000000000000001"
-# The bot's user id (the same as tests/gateway.py's BOT): the author of the messages it posts.
+# The bot's user id (the same as localrun/gateway.py's BOT): the author of the messages it posts.
 BOT_USER_ID = "399999999999999999"
 _DISCORD_EPOCH_MS = 1_420_070_400_000
 

@@ -16,7 +16,7 @@ from botmemory.answering.prompt import (
 )
 from botmemory.records import Fact, FactKind, FactSource, Observation, ObservationKind
 from botmemory.settings.config import Settings
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests.conftest import START_MS
 
 

@@ -14,8 +14,8 @@ from botmemory.people.erasure import Eraser
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
+from localrun.gateway import ALICE, BOB, CAROL, CHANNEL, GUILD
 from tests.conftest import START_MS, TABLE, scan_all
-from tests.gateway import ALICE, BOB, CAROL, CHANNEL, GUILD
 
 OTHER_CHANNEL = "200000000000000002"
 WINDOW_S = 600

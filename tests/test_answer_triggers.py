@@ -12,8 +12,8 @@ import pytest
 
 from botmemory.answering.triggers import AnswerTrigger, TriggerKind, answer_trigger, question_text
 from botmemory.search.keywords import MAX_QUERY_CHARS
+from localrun.gateway import ALICE, BOB, BOT, CHANNEL, GUILD, message, user
 from tests.conftest import START_MS
-from tests.gateway import ALICE, BOB, BOT, CHANNEL, GUILD, message, user
 
 OTHER_BOT = "388888888888888888"
 ROLE = "500000000000000009"

@@ -20,7 +20,7 @@ from botmemory.records import Fact, ObservationKind, scope_of
 from botmemory.runtime import build_services
 from botmemory.settings.config import Settings
 from botmemory.storage.keys import channel_pk
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests.conftest import START_MS, TABLE
 from tests.facts import a_fact
 from tests.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401

@@ -37,10 +37,10 @@ from botmemory.runtime import build_services
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
+from localrun import gateway as gw
 from localrun.samtemplate import passes_filters
 from localrun.stack import parse_emf
 from scripts.make_events import ALICE, GUILD
-from tests import gateway as gw
 from tests.conftest import TABLE
 from tests.fake_discord import fake_discord_fixture  # noqa: F401
 from tests.lambda_local import LocalLambda, sample_env

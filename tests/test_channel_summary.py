@@ -29,10 +29,10 @@ from botmemory.search.sqlite_index import SqliteSearchIndex
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
+from localrun import gateway as gw
+from localrun.storage import put_episode
 from scripts import make_events as events
-from tests import gateway as gw
 from tests.conftest import CountingModel, ScriptedModel, scan_all
-from tests.storage import put_episode
 from tests.test_commands import STAFF, Discord, fake_discord_fixture  # noqa: F401
 from tests.test_commands import discord as discord
 

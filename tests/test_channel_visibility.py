@@ -10,8 +10,8 @@ import pytest
 
 from botmemory.discord.interactions import Permissions
 from botmemory.services import MemoryServices
+from localrun import gateway as gw
 from relay.batch import encode_event
-from tests import gateway as gw
 from tests.relay.helpers import Clock, RecordingSink, make_forwarder
 
 VIEW = int(Permissions.VIEW_CHANNEL)

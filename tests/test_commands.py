@@ -27,11 +27,11 @@ from botmemory.runtime import build_services
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage.keys import ERASED_PK, episode_sk
+from localrun.storage import put_episode
 from scripts.make_events import ALICE, BOB, BOT, CHANNEL, GUILD, command, signed
 from tests.conftest import TABLE
 from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.lambda_local import LocalLambda, sample_env
-from tests.storage import put_episode
 
 OTHER_GUILD = "1100000000000000099"
 STAFF = str(Permissions.MANAGE_GUILD.value)

@@ -23,9 +23,9 @@ from botmemory.records import FactKind, FactStatus
 from botmemory.runtime import build_services
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
-from tests import gateway as gw
+from localrun import gateway as gw
+from localrun.storage import channel_state
 from tests.conftest import CountingModel, ScriptedModel, scan_all
-from tests.storage import channel_state
 
 T0 = 1_767_225_600_000
 SPEAKERS = [gw.ALICE, gw.BOB, gw.CAROL]

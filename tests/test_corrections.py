@@ -17,7 +17,7 @@ from botmemory.answering.corrections import (
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
 from botmemory.records import Fact, FactKind, FactSource, FactStatus, HistoryActor
 from botmemory.services import MemoryServices
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests.conftest import scan_all
 
 ASKER = gw.BOB  # the person the bot was answering when the model corrected

@@ -38,7 +38,7 @@ from botmemory.runtime import build_services
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests.conftest import ScriptedModel, scan_all
 from tests.lambda_local import TABLE, LambdaContext, LocalLambda, sample_env
 

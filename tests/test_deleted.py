@@ -10,7 +10,7 @@ from botmemory.clock import ManualClock
 from botmemory.consolidation.model.contract import ModelInput
 from botmemory.consolidation.outcome import Status
 from botmemory.services import MemoryServices
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests.conftest import CountingModel, ScriptedModel
 from tests.test_consolidate import T0, answer, chat, fact, facts, number_of, with_model
 

@@ -25,9 +25,9 @@ from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.commit import CommitRejected
+from localrun import gateway as gw
 from localrun.samtemplate import passes_filters
 from scripts import make_events as events
-from tests import gateway as gw
 from tests.conftest import ScriptedModel, scan_all
 from tests.lambda_local import TABLE, LocalLambda, sample_env
 from tests.test_channel_summary import T0, build, chat, says

@@ -14,8 +14,8 @@ import pytest
 
 from botmemory.discord.rest import DiscordApi, DiscordApiError, JsonErrorCode, split_message
 from botmemory.text import DISCORD_MESSAGE_CHARS
+from localrun.gateway import ALICE, BOB, CHANNEL
 from tests.fake_discord import BOT_TOKEN, BOT_USER_ID, FakeDiscordRest, fake_discord_fixture  # noqa: F401
-from tests.gateway import ALICE, BOB, CHANNEL
 
 MESSAGE = "300000000000000777"
 MESSAGES_PATH = f"/channels/{CHANNEL}/messages"

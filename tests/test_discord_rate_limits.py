@@ -21,7 +21,7 @@ import pytest
 from botmemory.discord.limits import RateLimits, retry_after, route_key
 from botmemory.discord.rest import DiscordApi, DiscordApiError, DiscordRateLimited
 from botmemory.text import split_message
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests import lambda_local
 from tests.conftest import START_MS
 from tests.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401

@@ -21,10 +21,10 @@ from botmemory.services import MemoryServices
 from botmemory.storage import keys
 from botmemory.storage.items import named_values, observation_values
 from botmemory.text import normalized
+from localrun.storage import put_episode, put_items
 from scripts.make_events import ALICE, BOB, CHANNEL, GUILD
 from tests.conftest import READ_OPERATIONS, START_MS, TABLE, scan_all
 from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
-from tests.storage import put_episode, put_items
 
 MALLORY = "1300000000000000066"
 CAROL = "1300000000000000003"

@@ -40,9 +40,9 @@ from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.table import ItemRef
-from tests import gateway as gw
+from localrun import gateway as gw
+from localrun.storage import put_items
 from tests.conftest import scan_all
-from tests.storage import put_items
 
 T0 = 1_767_225_600_000
 MINUTE_MS = 60_000

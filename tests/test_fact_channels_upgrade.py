@@ -14,7 +14,7 @@ from botmemory.records import Observation
 from botmemory.services import MemoryServices
 from botmemory.storage import keys
 from botmemory.storage.items import fact_values, observation_values, to_item
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests.conftest import START_MS
 from tests.facts import a_fact
 

@@ -31,8 +31,8 @@ from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.commit import MAX_TRANSACTION_ACTIONS, ConsolidationCommit
 from botmemory.storage.repository import MemoryRepository
+from localrun import gateway as gw
 from scripts.make_events import command
-from tests import gateway as gw
 from tests.conftest import TABLE, ScriptedModel, scan_all
 
 T0 = 1_767_225_600_000

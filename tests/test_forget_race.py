@@ -26,8 +26,8 @@ from botmemory.runtime import build_services
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
+from localrun import gateway as gw
 from scripts.make_events import ALICE, BOT, CHANNEL, GUILD
-from tests import gateway as gw
 from tests.conftest import TABLE, scan_all
 from tests.test_commands import Discord, fake_discord_fixture  # noqa: F401
 from tests.test_commands import discord as discord

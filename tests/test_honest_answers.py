@@ -19,8 +19,8 @@ import pytest
 
 from botmemory.discord.interactions import Permissions
 from botmemory.storage.repository import MemoryRepository
+from localrun import gateway as gw
 from localrun.stack import parse_emf
-from tests import gateway as gw
 from tests.conftest import START_MS
 from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.memory_model.test_openai_compat import ScriptHandler, ScriptServer

@@ -33,11 +33,11 @@ from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage.items import quarantine_values
 from botmemory.storage.keys import observation_sk
+from localrun import gateway as gw
+from localrun.storage import channel_state, put_items
 from scripts.make_events import ALICE, CHANNEL, GUILD
-from tests import gateway as gw
 from tests.conftest import ScriptedModel, scan_all
 from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
-from tests.storage import channel_state, put_items
 from tests.test_commands import STAFF, Discord
 
 T0 = 1_767_225_600_000

@@ -30,10 +30,10 @@ from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.snowflake import snowflake_ms
 from botmemory.storage.keys import observation_sk
+from localrun import gateway as gw
 from localrun.samtemplate import FunctionSpec, load_handler
 from localrun.stack import parse_emf
 from scripts.make_events import ALICE, TEST_SEED, command, function_url_event
-from tests import gateway as gw
 from tests import lambda_local
 from tests.conftest import TABLE, scan_all
 from tests.lambda_local import LocalLambda, sample_env

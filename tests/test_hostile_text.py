@@ -41,11 +41,11 @@ from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage.keys import episode_sk
 from botmemory.text import as_discord_text, quote_for_prompt
+from localrun import gateway as gw
+from localrun.storage import put_episode
 from scripts.make_events import ALICE, BOB, CHANNEL, GUILD, command
-from tests import gateway as gw
 from tests.conftest import TABLE
 from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
-from tests.storage import put_episode
 from tests.test_commands import DEFERRED, STAFF, Discord
 from tests.test_commands import seed_fact as seed_fact_now
 from tests.test_recall import T0, recall, seed_episode, seed_fact, seed_pin

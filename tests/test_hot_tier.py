@@ -36,11 +36,11 @@ from botmemory.runtime import build_services
 from botmemory.search.passages import fact_passage
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
+from localrun import gateway as gw
+from localrun.storage import put_facts
 from scripts.make_events import command
-from tests import gateway as gw
 from tests.conftest import START_MS, TABLE, WRITE_OPERATIONS, RequestCounter
 from tests.lambda_local import ROOT
-from tests.storage import put_facts
 
 STAFF = str(Permissions.MANAGE_GUILD.value)
 _ids = iter(range(1_650_000_000_000_000_000, 1_700_000_000_000_000_000))

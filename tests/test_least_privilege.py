@@ -23,9 +23,9 @@ from botmemory.answering.requests import register_local_target
 from botmemory.discord.interactions import Permissions
 from botmemory.records import FactStatus, scope_of
 from botmemory.storage.keys import GUILD_PREFIX, OPT_OUT_PK
+from localrun import gateway as gw
 from localrun.samtemplate import passes_filters
 from scripts.make_events import BOB, BOT
-from tests import gateway as gw
 from tests.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.lambda_local import EVENTS, ROOT, TABLE
 from tests.sam_tools import translated_template

@@ -21,8 +21,8 @@ from botmemory.runtime import build_services
 from botmemory.settings.config import Settings, get_settings
 from botmemory.storage.items import from_item
 from botmemory.storage.keys import episode_sk
+from localrun.storage import put_episode
 from tests.conftest import START_MS, TABLE, scan_all
-from tests.storage import put_episode
 
 GUILD = "100000000000000001"
 CH_A = "200000000000000001"

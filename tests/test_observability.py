@@ -175,8 +175,8 @@ def test_ingest_request_ids_follow_observations_into_consolidation_logs(
 ) -> None:
     """Ingest keeps its request id on each observation; the consolidation that consumes
     them names those ids in its log line, so a message can be followed across functions."""
+    from localrun import gateway as gw
     from localrun.samtemplate import passes_filters
-    from tests import gateway as gw
     from tests.lambda_local import LocalLambda, sample_env
     from tests.test_sam_local import stream_records
 

@@ -10,7 +10,7 @@ from botmemory.records import ObservationKind
 from botmemory.runtime import build_services
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests.conftest import (
     READ_OPERATIONS,
     WRITE_OPERATIONS,

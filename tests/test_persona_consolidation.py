@@ -37,7 +37,7 @@ from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.personas import PERSONA_MEMBER_PREFIX
 from botmemory.text import content_hash, normalized, quote_for_prompt, short_id
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests.conftest import ScriptedModel, scan_all
 
 T0 = 1_767_225_600_000

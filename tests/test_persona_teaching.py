@@ -20,7 +20,7 @@ import pytest
 from botmemory.people.erasure import Eraser
 from botmemory.records import Persona
 from botmemory.storage import keys
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests.test_deferred_candidates import (
     T0,
     Deployment,

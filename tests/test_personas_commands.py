@@ -38,10 +38,10 @@ from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.items import fact_values
 from botmemory.storage.personas import PERSONA_MEMBER_PREFIX
+from localrun.storage import put_items
 from scripts.make_events import ALICE, BOB, CHANNEL, GUILD, command
 from tests.conftest import TABLE
 from tests.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
-from tests.storage import put_items
 from tests.test_commands import OTHER_GUILD, STAFF, Discord, seed_fact
 
 OTHER_CHANNEL = "1200000000000000077"

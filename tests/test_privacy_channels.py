@@ -25,9 +25,9 @@ from botmemory.records import Fact, scope_of
 from botmemory.runtime import build_services
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
+from localrun import gateway as gw
 from localrun.samtemplate import passes_filters
 from scripts.make_events import command, signed
-from tests import gateway as gw
 from tests.conftest import TABLE
 from tests.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.fake_memory_model import RunningWriter, Teaching, fact_writer  # noqa: F401

@@ -20,10 +20,10 @@ from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage.items import observation_values
 from botmemory.storage.keys import episode_sk
-from tests import gateway as gw
+from localrun import gateway as gw
+from localrun.storage import put_episode, put_facts, put_items
 from tests.conftest import RequestCounter
 from tests.facts import a_fact
-from tests.storage import put_episode, put_facts, put_items
 
 T0 = 1_767_225_600_000
 

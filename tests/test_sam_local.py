@@ -20,9 +20,9 @@ import pytest
 
 from botmemory.discord.interactions import InteractionResponseType, MessageFlag
 from localrun import dev
+from localrun import gateway as gw
 from localrun.samtemplate import Template, passes_filters
 from scripts import make_events
-from tests import gateway as gw
 from tests.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.lambda_local import EVENTS, ROOT, TABLE, LocalLambda, sample_env
 

@@ -20,10 +20,10 @@ from botmemory.storage import keys
 from botmemory.storage.items import observation_values
 from botmemory.storage.repository import MemoryRepository
 from localrun.samtemplate import passes_filters
+from localrun.storage import StreamTail, put_items
 from scripts.make_events import snowflake
 from tests.conftest import START_MS, TABLE
 from tests.lambda_local import LocalLambda, sample_env
-from tests.storage import StreamTail, put_items
 
 FUNCTION = "SearchIndexFunction"
 GUILD = "1100000000000000001"

@@ -23,9 +23,9 @@ from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.items import observation_values
+from localrun.storage import put_episode, put_facts, put_items
 from tests.conftest import START_MS, CountingModel
 from tests.facts import a_fact
-from tests.storage import put_episode, put_facts, put_items
 
 GUILD = "1100000000000000001"
 OTHER_GUILD = "1100000000000000009"

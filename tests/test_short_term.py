@@ -15,7 +15,7 @@ from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.items import from_item, short_term_entries_of
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests.conftest import CountingModel, RequestCounter, scan_all
 
 T0 = 1_767_225_600_000

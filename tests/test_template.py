@@ -209,10 +209,10 @@ def test_every_stream_record_that_stales_a_passage_passes_the_search_index_filte
     from botmemory.search.index_sync import passages_to_remove
     from botmemory.storage.items import key
     from botmemory.storage.keys import ItemKind, channel_pk, kind_of
+    from localrun import gateway as gw
     from localrun.samtemplate import Template, passes_filters
-    from tests import gateway as gw
+    from localrun.storage import StreamTail
     from tests.conftest import CountingModel
-    from tests.storage import StreamTail
     from tests.test_channel_summary import T0, chat
 
     stream = StreamTail(dynamodb)

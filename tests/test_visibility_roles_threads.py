@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from botmemory.services import MemoryServices
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests.conftest import WRITE_OPERATIONS, RequestCounter, scan_all
 from tests.relay import guild_events as ge
 

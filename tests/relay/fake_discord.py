@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from tests import gateway as gw
+from localrun import gateway as gw
 
 APPLICATION_ID = gw.BOT
 BOT_USER = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests.relay.fake_discord import T0, complete
 
 VIEW = 1 << 10

@@ -15,12 +15,12 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from botmemory.clock import ManualClock
 from botmemory.ingest.observe import Ignored, ObservationRecorder, events_from
 from botmemory.settings.config import Settings
+from localrun import gateway as gw
 from relay.backoff import Backoff
 from relay.batch import BatchLimits
 from relay.forwarder import Forwarder
 from relay.sinks import Outcome, SendResult, Sink
 from relay.spool import Spool
-from tests import gateway as gw
 
 
 class Clock:

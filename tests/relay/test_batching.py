@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from localrun import gateway as gw
 from relay.batch import ENVELOPE_BYTES, encode_event
 from relay.events import MESSAGE_EVENTS
-from tests import gateway as gw
 from tests.relay.helpers import Clock, RecordingSink, make_forwarder
 
 T0 = 1_767_225_600_000

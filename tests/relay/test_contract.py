@@ -9,8 +9,8 @@ from typing import Any
 from botmemory.ingest.observe import events_from
 from botmemory.records import ObservationKind
 from botmemory.services import MemoryServices
+from localrun import gateway as gw
 from relay.sinks import LambdaSink
-from tests import gateway as gw
 from tests.relay.helpers import Clock, FakeLambda, make_forwarder, recorder
 
 T0 = 1_767_225_600_000

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from localrun import gateway as gw
 from relay.backoff import Backoff
 from relay.batch import body_of, encode_event
 from relay.forwarder import Forwarder
 from relay.sinks import HttpSink, LambdaSink, Outcome, SendResult
 from relay.spool import Spool
-from tests import gateway as gw
 from tests.relay.helpers import (
     Clock,
     FakeLambda,

@@ -22,9 +22,9 @@ from typing import Any
 from nacl.signing import SigningKey
 
 from botmemory.discord.interactions import OptionType
+from localrun import gateway as gw
 from localrun.motoserver import free_port
 from scripts.make_events import TEST_SEED, command
-from tests import gateway as gw
 from tests.relay import guild_events as ge
 from tests.relay.fake_discord import FakeGateway, complete
 from tests.relay.fake_model import KNOWLEDGE, FakeModel

@@ -21,12 +21,12 @@ import yarl
 from discord.gateway import DiscordWebSocket, KeepAliveHandler
 from discord.http import Route
 
+from localrun import gateway as gw
 from relay.backoff import Backoff
 from relay.config import Shard
 from relay.forwarder import Forwarder
 from relay.gateway import GatewayRunner, RelayClient, relay_intents
 from relay.identify import IdentifyLedger
-from tests import gateway as gw
 from tests.relay.fake_discord import FakeGateway
 from tests.relay.helpers import Clock, RecordingSink, make_forwarder
 

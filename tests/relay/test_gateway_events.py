@@ -12,8 +12,8 @@ import pytest
 
 from botmemory.ingest.channels import GUILD_EVENTS as INGESTED_GUILD_EVENTS
 from botmemory.services import MemoryServices
+from localrun import gateway as gw
 from relay.events import FORWARDED_EVENTS, GUILD_EVENTS
-from tests import gateway as gw
 from tests.relay import guild_events as ge
 from tests.relay.fake_discord import FakeGateway
 from tests.relay.test_gateway import Session, run_against_fake, until

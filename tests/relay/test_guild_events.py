@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from botmemory.services import MemoryServices
+from localrun import gateway as gw
 from relay.events import GUILD_EVENTS, trimmed
-from tests import gateway as gw
 from tests.relay import guild_events as ge
 from tests.relay.helpers import Clock, RecordingSink, make_forwarder
 

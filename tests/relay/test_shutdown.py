@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import gateway as gw
+from localrun import gateway as gw
 from tests.relay.helpers import IngestServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from localrun import gateway as gw
 from relay.batch import body_of, encode_event
 from relay.sinks import HttpSink, LambdaSink, Outcome, lambda_client
-from tests import gateway as gw
 from tests.relay.helpers import FakeLambda, IngestServer, throttled, unreachable
 
 T0 = 1_767_225_600_000

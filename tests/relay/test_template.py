@@ -322,7 +322,7 @@ def _lines(stream: io.StringIO) -> list[str]:
 def test_the_health_filters_match_the_relays_own_health_line(
     tmp_path: Path, relay_log: io.StringIO, resources: dict[str, Any]
 ) -> None:
-    from tests import gateway as gw
+    from localrun import gateway as gw
 
     def health_lines(*script: SendResult) -> list[str]:
         start = len(_lines(relay_log))

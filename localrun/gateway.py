@@ -1,4 +1,5 @@
-"""Builders for raw Discord gateway dispatch payloads, shaped as Discord sends them."""
+"""Builders for raw Discord gateway dispatch payloads, shaped as Discord sends them (for the
+tests and the bench: runs without Discord)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Writing and reading the table directly, for tests and the bench.
+"""Writing and reading the table directly, for the tests and the bench.
 
 Production never seeds items in bulk or reads a channel's raw state, so these live here,
-beside the tests, not in the repository. They shape items with `botmemory.storage.items`, the
-same code the repository writes with.
+in the library of runs without AWS, not in the repository. They shape items with
+`botmemory.storage.items`, the same code the repository writes with.
 """
 
 from __future__ import annotations

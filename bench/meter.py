@@ -1,0 +1,220 @@
+"""Metering DynamoDB for the bench: every request a client makes, with its timing and its
+parsed response, and what they add up to (writes, reads, the longest chain of round trips,
+items, estimated read units)."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from moto.core.botocore_stubber import BotocoreStubber
+
+WRITE_OPERATIONS = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
+READ_OPERATIONS = {"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"}
+
+
+# Measuring DynamoDB --------------------------------------------------------------------
+
+
+@dataclass
+class Request:
+    """One DynamoDB API call as the client saw it."""
+
+    operation: str
+    body: dict[str, Any]
+    started: float
+    ended: float = math.inf
+    response: dict[str, Any] = field(default_factory=dict)
+    tag: str = ""  # what the meter was tagged with when the request started
+
+
+class DynamoMeter:
+    """Records every request of a client, with its timing and its parsed response."""
+
+    def __init__(self, client: Any) -> None:
+        self.latency_s = 0.0
+        self.tag = ""
+        self._requests: list[Request] = []
+        self._lock = threading.Lock()
+        client.meta.events.register("before-call.dynamodb.*", self._before)
+        client.meta.events.register("after-call.dynamodb.*", self._after)
+
+    def _before(
+        self, model: Any, params: dict[str, Any], context: dict[str, Any], **_: Any
+    ) -> None:
+        body = params.get("body") or b"{}"
+        request = Request(model.name, json.loads(body), time.perf_counter(), tag=self.tag)
+        context["bench_request"] = request
+        with self._lock:
+            self._requests.append(request)
+        if self.latency_s:
+            time.sleep(self.latency_s)  # the network's share, outside moto's work
+
+    def _after(self, parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        request: Request = context["bench_request"]
+        request.ended = time.perf_counter()
+        request.response = parsed
+
+    def take(self) -> list[Request]:
+        """The requests made since the last take."""
+        with self._lock:
+            taken, self._requests = self._requests, []
+        return taken
+
+    @contextmanager
+    def simulated_latency(self, seconds: float) -> Iterator[None]:
+        self.latency_s = seconds
+        try:
+            yield
+        finally:
+            self.latency_s = 0.0
+
+    @contextmanager
+    def tagged(self, tag: str) -> Iterator[None]:
+        """Tags the requests started inside (whatever thread starts them)."""
+        self.tag = tag
+        try:
+            yield
+        finally:
+            self.tag = ""
+
+
+def writes(requests: Sequence[Request]) -> int:
+    return sum(1 for r in requests if r.operation in WRITE_OPERATIONS)
+
+
+def reads(requests: Sequence[Request]) -> int:
+    return sum(1 for r in requests if r.operation in READ_OPERATIONS)
+
+
+def longest_chain(requests: Sequence[Request]) -> list[Request]:
+    """The longest chain of requests in which each started after the previous one ended.
+
+    Its length is the number of sequential round trips the caller waited for.
+    """
+    ordered = sorted(requests, key=lambda r: r.started)
+    chains: list[list[Request]] = []
+    for i, request in enumerate(ordered):
+        before = [chains[j] for j in range(i) if ordered[j].ended <= request.started]
+        chains.append([*max(before, key=len, default=[]), request])
+    return max(chains, key=len, default=[])
+
+
+def describe(request: Request) -> str:
+    """A short name for what a Query read: its index, or the sort-key prefix it asked for."""
+    body = request.body
+    if "IndexName" in body:
+        return f"{request.operation} {body['IndexName']}"
+    values = body.get("ExpressionAttributeValues", {})
+    prefixes = [v["S"] for k, v in values.items() if k != ":pk" and "S" in v]
+    if not prefixes:
+        return request.operation
+    kind, _, target = prefixes[0].rstrip("#").partition("#")
+    if kind == "PIN":
+        kind += " global" if target == "global" else " channel"
+    return f"{request.operation} {kind}"
+
+
+def operations(requests: Sequence[Request]) -> str:
+    counts = Counter(r.operation for r in requests)
+    return " + ".join(f"{n} {op}" for op, n in sorted(counts.items()))
+
+
+def attribute_size(value: dict[str, Any]) -> int:
+    """Estimated stored size of one attribute value (low-level wire format)."""
+    ((kind, inner),) = value.items()
+    if kind in ("S", "N"):
+        return len(str(inner).encode("utf-8"))
+    if kind == "B":
+        return len(inner)
+    if kind in ("SS", "NS"):
+        return sum(len(str(v).encode("utf-8")) for v in inner)
+    if kind == "BS":
+        return sum(len(v) for v in inner)
+    if kind == "L":
+        return sum(attribute_size(v) for v in inner)
+    if kind == "M":
+        return item_size(inner)
+    return 1  # BOOL, NULL
+
+
+def item_size(item: dict[str, Any]) -> int:
+    return sum(len(name.encode("utf-8")) + attribute_size(v) for name, v in item.items())
+
+
+def _units(size_bytes: int) -> int:
+    return max(1, math.ceil(size_bytes / 4096))
+
+
+def read_units(request: Request) -> float:
+    """Estimated read capacity units one read consumed, from the items it returned."""
+    body, response = request.body, request.response
+    if request.operation in ("Query", "Scan"):
+        size = sum(item_size(i) for i in response.get("Items", []))
+        return _units(size) * (1.0 if body.get("ConsistentRead") else 0.5)
+    if request.operation == "GetItem":
+        factor = 1.0 if body.get("ConsistentRead") else 0.5
+        return _units(item_size(response.get("Item", {}))) * factor
+    if request.operation == "BatchGetItem":
+        total = 0.0
+        for table, items in response.get("Responses", {}).items():
+            factor = 1.0 if body["RequestItems"][table].get("ConsistentRead") else 0.5
+            total += sum(_units(item_size(i)) * factor for i in items)
+        return total
+    return 0.0
+
+
+@contextmanager
+def serialized_moto() -> Iterator[None]:
+    """moto's backend takes no lock: serialize its request handling, as the tests do.
+
+    The simulated latency is spent in `before-call`, outside this lock, so requests
+    issued side by side still overlap.
+    """
+    original = BotocoreStubber.__call__
+    lock = threading.Lock()
+
+    def locked(self: BotocoreStubber, *args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return original(self, *args, **kwargs)
+
+    BotocoreStubber.__call__ = locked  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        BotocoreStubber.__call__ = original  # type: ignore[method-assign]
+
+
+def item_reads(requests: Sequence[Request]) -> int:
+    """Items DynamoDB returned to reads (a Query's page, a GetItem's item, a batch's items)."""
+    total = 0
+    for r in requests:
+        if r.operation not in READ_OPERATIONS:
+            continue
+        if "Items" in r.response:
+            total += len(r.response["Items"])
+        elif "Item" in r.response:
+            total += 1
+        elif "Responses" in r.response:
+            total += sum(len(found) for found in r.response["Responses"].values())
+    return total
+
+
+def item_writes(requests: Sequence[Request]) -> int:
+    """Items written or deleted (every key of a batch or a transaction)."""
+    total = 0
+    for r in requests:
+        if r.operation == "BatchWriteItem":
+            total += sum(len(batch) for batch in r.body.get("RequestItems", {}).values())
+        elif r.operation == "TransactWriteItems":
+            total += len(r.body.get("TransactItems", []))
+        elif r.operation in WRITE_OPERATIONS:
+            total += 1
+    return total
