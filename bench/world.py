@@ -245,6 +245,9 @@ def fact_item(user_id: str, index: int, count: int, clock: ManualClock) -> dict[
         updated_ms=updated,
         hits=1 + index % 4,
         expires_at=epoch_seconds(clock.now_ms() + 180 * DAY_MS),
+        # Learned in the bench's public channel, so recall may show it there (visibility).
+        learned_in=[gw.CHANNEL],
+        learned_in_public=[gw.CHANNEL],
     )
     return fact_values(fact)
 
@@ -380,6 +383,9 @@ def full_world(lab: Lab) -> tuple[World, list[str]]:
     put_episode(repository, summary, gw.GUILD)
     elsewhere: list[Observation] = []
     entries: list[ShortTermEntry] = []
+    # The server's other channels are public: their words may cross into this one.
+    for c in range(3):
+        repository.put_channel_visibility(gw.GUILD, f"20000000000000090{c}", True)
     for p_index, person in enumerate(people):
         for c in range(3):
             channel = f"20000000000000090{c}"
