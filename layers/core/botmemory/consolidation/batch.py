@@ -96,7 +96,7 @@ def _fit_one_transaction(
         named = {p for o in observations for p in names.named_in(o.content)}
         authors = {o.author_id for o in observations if o.author_id}
         named = set(sorted(named - authors)[:NAMED_GUARDS])
-        # Each name of each author the registry does not have them under yet (_names_seen).
+        # Each name of each author the registry does not have them under yet (plan._names_seen).
         spoken = {
             (o.author_id, key)
             for o in observations

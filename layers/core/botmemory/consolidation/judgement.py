@@ -51,6 +51,7 @@ from botmemory.text import clean, content_hash, has_pings, normalized, short_id
 log = logging.getLogger(__name__)
 
 
+# The observations a kept fact cites as its provenance, at most.
 MAX_PROVENANCE = 10
 
 # A persona's knowledge may hold nothing that looks like a Discord id (a member's, a role's).
@@ -70,6 +71,9 @@ class Judgement:
     summary_dropped: bool = False  # the stored one covers a message deleted since: it goes
     deferred: list[Fact] = field(default_factory=list)  # beyond the cap: candidates
     priorities: dict[str, FactPriority] = field(default_factory=dict)  # fact id -> priority
+
+
+# Judging a proposed fact -------------------------------------------------------------------
 
 
 def _rejection(candidate: ProposedFact, text: str, batch: Batch) -> str | None:
