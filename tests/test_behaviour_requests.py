@@ -379,7 +379,7 @@ class DiscardLog(logging.Handler):
 @pytest.fixture
 def discard_log() -> Iterator[DiscardLog]:
     log = DiscardLog()
-    logger = logging.getLogger("botmemory.consolidation.consolidator")
+    logger = logging.getLogger("botmemory.consolidation.judgement")
     level = logger.level
     logger.addHandler(log)
     logger.setLevel(logging.INFO)

@@ -312,7 +312,7 @@ def test_bob_saying_alice_likes_sushi_never_becomes_alices_fact(
     events.insert(5, gw.message(gw.ALICE, "I play chess on Sundays", T0 + 5500))
     services.recorder.record(events)
 
-    with caplog.at_level(logging.INFO, logger="botmemory.consolidation.consolidator"):
+    with caplog.at_level(logging.INFO, logger="botmemory.consolidation.judgement"):
         (outcome,) = services.consolidator.consolidate(gw.CHANNEL)
 
     texts = [f["text"]["S"] for f in facts(dynamodb)]
@@ -334,7 +334,7 @@ def test_a_fact_about_someone_absent_from_the_batch_is_discarded_and_logged(
     services = with_model(dynamodb, clock, model)
     services.recorder.record(chat(20))
 
-    with caplog.at_level(logging.INFO, logger="botmemory.consolidation.consolidator"):
+    with caplog.at_level(logging.INFO, logger="botmemory.consolidation.judgement"):
         (outcome,) = services.consolidator.consolidate(gw.CHANNEL)
 
     assert facts(dynamodb) == []

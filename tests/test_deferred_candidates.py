@@ -368,7 +368,7 @@ def test_a_candidate_deferred_for_ever_is_dropped_after_its_rounds_with_a_logged
         clock.advance(seconds=10)
         text = "first" if round_ == 0 else f"dose {round_}"
         services.recorder.record([gw.message(gw.ALICE, text, clock.now_ms())])
-        with caplog.at_level("INFO", logger="botmemory.consolidation.consolidator"):
+        with caplog.at_level("INFO", logger="botmemory.consolidation.judgement"):
             (outcome,) = services.consolidator.consolidate(gw.CHANNEL)
         outcomes.append(outcome)
         waiting = services.repository.candidates(gw.CHANNEL)

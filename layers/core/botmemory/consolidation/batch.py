@@ -1,0 +1,405 @@
+"""The batch a consolidation round reads, prepared and described.
+
+The oldest pending observations of a channel that are still pending: the words of people
+who opted out or are being erased dropped unread, such people named by others redacted,
+trimmed so that the round fits one transaction, and numbered as the memory model reads them
+(a message deleted since is not shown). Beside them, what the model is shown of memory: the
+speakers' current facts (with a persona, its memories of them and its knowledge) and the
+pins. A batch that deletes messages retires the facts drawn from them before the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from botmemory.clock import Clock, ttl_alive
+from botmemory.consolidation.model.contract import NumberedObservation
+from botmemory.memory import fact_history
+from botmemory.memory.personas import PersonaDirectory
+from botmemory.people.names import NameIndex, nobody_named
+from botmemory.people.optout import OptOuts
+from botmemory.records import (
+    Candidate,
+    Fact,
+    HistoryActor,
+    MemoryScope,
+    Observation,
+    ObservationKind,
+    Persona,
+    scope_of,
+)
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
+from botmemory.storage.commit import ConsolidationCommit, Lock, NameSeen
+from botmemory.storage.repository import MemoryRepository
+from botmemory.text import normalized
+
+log = logging.getLogger(__name__)
+
+
+# Observation kinds whose text is a person's own words, and so may be a fact's evidence.
+WORDS = {ObservationKind.MESSAGE, ObservationKind.EDIT}
+
+# Room a batch leaves in its commit for what the model's answer adds: the episode, the
+# episodes it pushes beyond the cap, the channel summary and its archive, and facts.
+ROOM_FOR_ANSWER = 26
+
+# The name registry read per round (one Query of the scope's NAME# items) stops here: in a
+# larger server the names beyond it are not looked for (mentions by id still are).
+MAX_REGISTRY_NAMES = 2000
+# People named by others a round guards in its transaction (two checks each); pointers to
+# anyone beyond are written after the commit, for those not barred by then. A message naming
+# fifty people cannot crowd a batch out of its transaction.
+NAMED_GUARDS = 8
+
+
+@dataclass
+class Batch:
+    """The observations a round consumes, and what the model is shown of them."""
+
+    observations: list[Observation]
+    opted_out: list[Observation]  # words of people who opted out: deleted unread
+    numbered: list[NumberedObservation]
+    by_number: dict[int, Observation]
+    authors: dict[str, str]  # people who spoke (not bots): id -> name
+    scope: str
+    more: bool  # a backlog waits behind this batch
+    waiting: bool  # anything is left pending (a backlog, or rows the index lagged on)
+    names: NameIndex | None = None  # who a text names, in this scope
+    persona: Persona | None = None  # the persona the channel answers as (servers only)
+    staff: set[str] = field(default_factory=set)  # authors who are the server's staff
+    redacted: dict[str, str] = field(default_factory=dict)  # sk -> text without barred people
+    unindexed: list[str] = field(default_factory=list)  # passages of messages deleted since
+    aliases: dict[str, list[str]] = field(default_factory=dict)  # id -> every name they go by
+    candidates: list[Candidate] = field(default_factory=list)  # waiting, read this round
+
+
+def _fit_one_transaction(
+    lock: Lock,
+    observations: list[Observation],
+    opted_out: list[Observation],
+    names: NameIndex,
+    waiting: list[Candidate] | None = None,
+) -> tuple[list[Observation], bool]:
+    """Trim the batch so that consuming it, the profiles of its people, the checks that
+    they are not being erased, their names, the candidates waiting (one action each, and the
+    checks on their people) and what the answer adds fit one transaction. True when it was
+    trimmed."""
+    trimmed = False
+    waiting = waiting or []
+    queued = {p for c in waiting for p in c.people}
+    while observations:
+        people = {(o.scope, o.author_id, "") for o in observations if o.author_id}
+        named = {p for o in observations for p in names.named_in(o.content)}
+        authors = {o.author_id for o in observations if o.author_id}
+        named = set(sorted(named - authors)[:NAMED_GUARDS])
+        # Each name of each author the registry does not have them under yet (plan._names_seen).
+        spoken = {
+            (o.author_id, key)
+            for o in observations
+            if o.author_id
+            for n in [o.author_name or "", *o.author_names]
+            if (key := normalized(n)) and o.author_id not in names.stored.get(key, ())
+        }
+        consuming = ConsolidationCommit(
+            lock=lock,
+            scope="",
+            consumed=observations,
+            discarded=opted_out,
+            people=list(people),
+            guarded=sorted(authors | named | queued),
+            names=[NameSeen("", a, n, ()) for a, n in spoken],
+            candidate_deletes=[keys.candidate_sk(c.fact.fact_id) for c in waiting],
+            now_ms=0,
+        )
+        if consuming.room_left() >= ROOM_FOR_ANSWER:
+            break
+        observations = observations[:-1]
+        trimmed = True
+    return observations, trimmed
+
+
+def deleted_in(observations: Iterable[Observation]) -> set[str]:
+    """The message ids these observations delete."""
+    deleted: set[str] = set()
+    for obs in observations:
+        if obs.kind == ObservationKind.DELETE and obs.message_id:
+            deleted.add(obs.message_id)
+        deleted.update(obs.message_ids)
+    return deleted
+
+
+def _message_of(observation_sk: str) -> str | None:
+    """The message whose words an observation holds (a message or its edit), from its key."""
+    parts = keys.observation_parts(observation_sk)
+    return keys.message_of(observation_sk) if parts and parts[1] in WORDS else None
+
+
+def _channel_scope(observations: Iterable[Observation]) -> str:
+    """The scope of the channel a batch comes from: a channel is in one guild or is a direct
+    message, so an event that arrived without its guild id does not make it a DM."""
+    dm = scope_of(None)
+    guilds = Counter(o.scope for o in observations if o.scope != dm)
+    return guilds.most_common(1)[0][0] if guilds else dm
+
+
+def memory_scope(fact: Fact) -> MemoryScope:
+    """Whose memory a stored fact is, as its address tells (the scope it is kept in)."""
+    if keys.lineage_of(fact.scope) is None:
+        return MemoryScope.USER
+    return MemoryScope.PERSONA if fact.user_id == keys.PERSONA_SUBJECT else MemoryScope.PERSONA_USER
+
+
+def with_persona_memories(people: Iterable[tuple[str, str]], batch: Batch) -> list[tuple[str, str]]:
+    """These (scope, person) and, with a persona, what it keeps of them and its knowledge."""
+    people = list(dict.fromkeys(people))
+    if not people or batch.persona is None:
+        return people
+    held = keys.persona_scope(batch.scope, batch.persona.lineage_id)
+    mine = [(held, user_id) for scope, user_id in people if scope == batch.scope]
+    return people + mine + [(held, keys.PERSONA_SUBJECT)]
+
+
+def _aliases(observations: Iterable[Observation]) -> dict[str, list[str]]:
+    """Every name each author (not a bot) went by in these observations."""
+    aliases: dict[str, list[str]] = {}
+    for o in observations:
+        if o.author_id and not o.author_is_bot and o.kind != ObservationKind.ANSWER:
+            theirs = aliases.setdefault(o.author_id, [])
+            theirs += [n for n in o.author_names if n not in theirs]
+    return aliases
+
+
+def speakers_of(batch: Batch) -> dict[tuple[str, str], str]:
+    """The people who spoke in the batch, each in the scope of their own observations:
+    (scope, user id) -> name."""
+    return {
+        (obs.scope, obs.author_id): batch.authors[obs.author_id]
+        for obs in batch.by_number.values()
+        if obs.author_id in batch.authors
+    }
+
+
+def _describe(obs: Observation, deleted: set[str], number_of_message: dict[str, int]) -> str | None:
+    """What the model reads for one observation; None when it should not see it."""
+    if obs.message_id in deleted and obs.kind in (
+        ObservationKind.MESSAGE,
+        ObservationKind.EDIT,
+    ):
+        return None  # deleted before consolidation: its words are not kept
+    if obs.kind in (ObservationKind.MESSAGE, ObservationKind.ANSWER):
+        if not obs.content:
+            return None
+        if obs.reply_to and obs.reply_to in number_of_message:
+            return f"(reply to #{number_of_message[obs.reply_to]}) {obs.content}"
+        return obs.content
+    if obs.kind == ObservationKind.EDIT:
+        target = number_of_message.get(obs.message_id or "")
+        return f"(edited {'#' + str(target) if target else 'an earlier message'}) {obs.content}"
+    if obs.kind == ObservationKind.REACTION_ADD:
+        target = number_of_message.get(obs.message_id or "")
+        return f"(reacted {obs.emoji} to {'#' + str(target) if target else 'an earlier message'})"
+    return None  # removals and deletions carry nothing to remember
+
+
+class BatchReader:
+    """Reads a round's batch and what the memory model is shown beside it."""
+
+    def __init__(
+        self,
+        repository: MemoryRepository,
+        settings: Settings,
+        clock: Clock,
+        opt_outs: OptOuts,
+        personas: PersonaDirectory | None,
+    ) -> None:
+        self._repository = repository
+        self._settings = settings
+        self._clock = clock
+        self._opt_outs = opt_outs
+        # Which persona a channel answers as (botmemory.memory.personas); None: no personas.
+        self._personas = personas
+
+    def read(self, lock: Lock, waiting: list[Candidate]) -> Batch | None:
+        """The oldest pending observations that are still pending, trimmed to one
+        transaction with room for the `waiting` candidates; None when nothing is left."""
+        channel_id = lock.channel_id
+        limit = self._settings.max_batch
+        if lock.attempts and lock.attempts.split_size:  # a failing batch is being split
+            limit = min(limit, lock.attempts.split_size)
+        candidates, more = self._repository.pending_observations(channel_id, limit)
+        live = self._repository.still_pending(channel_id, (o.sk for o in candidates))
+        observations = [o for o in candidates if o.sk in live]
+        if not observations:
+            return None
+        scope = _channel_scope(observations)
+        names = self._names(scope, observations)
+        # Opted out or being erased, read fresh (never from ingest's cache): the words of
+        # such an author are dropped unread; such a person named by others is redacted.
+        authors = {o.author_id for o in observations if o.author_id and not o.author_is_bot}
+        named = {p for o in observations for p in names.named_in(o.content)}
+        barred = self._opt_outs.barred(authors | named)
+        opted_out = [o for o in observations if o.author_id in barred]
+        observations = [o for o in observations if o not in opted_out]
+        redacted: dict[str, str] = {}
+        if barred:
+            for index, obs in enumerate(observations):
+                text = names.redact(obs.content, barred) if obs.content else obs.content
+                if text != obs.content:
+                    redacted[obs.sk] = text
+                    observations[index] = obs.model_copy(update={"content": text})
+        observations, trimmed = _fit_one_transaction(lock, observations, opted_out, names, waiting)
+        more = more or trimmed
+        batch = self.prepare(
+            observations,
+            opted_out,
+            scope=_channel_scope(observations or opted_out),
+            more=more,
+            # Anything still waiting (a full batch, or a row the index had not caught up on)
+            # keeps the channel on the sweep's list.
+            waiting=more or len(live) < len(candidates),
+        )
+        batch.names = names
+        batch.redacted = {sk: t for sk, t in redacted.items() if sk in {o.sk for o in observations}}
+        return batch
+
+    def persona_of(self, batch: Batch) -> Persona | None:
+        """The persona the batch's channel answers as, read once per round; none in direct
+        messages, none without personas."""
+        if self._personas is None or batch.scope == scope_of(None) or not batch.observations:
+            return None
+        return self._personas.for_channel(batch.scope, batch.observations[0].channel_id)
+
+    def _names(self, scope: str, observations: list[Observation]) -> NameIndex:
+        """Who the batch's texts can name: mentions by id anywhere; names only in a server
+        (the `dm` scope is everyone who talks to the bot, not one community)."""
+        if scope == scope_of(None):
+            return nobody_named()
+        authors = {
+            o.author_id: o.author_name
+            for o in observations
+            if o.author_id and o.author_name and not o.author_is_bot
+        }
+        aliases = _aliases(observations)
+        registry = self._repository.name_registry(scope, MAX_REGISTRY_NAMES)
+        return NameIndex(registry, authors, aliases)
+
+    def prepare(
+        self,
+        observations: list[Observation],
+        opted_out: list[Observation],
+        *,
+        scope: str,
+        more: bool,
+        waiting: bool,
+    ) -> Batch:
+        deleted = deleted_in(observations)
+        # A delete may sit in another batch, before or after this one: look it up by key.
+        words = {o.message_id for o in observations if o.kind in WORDS and o.message_id}
+        if words - deleted:
+            deleted |= self._repository.deleted_messages(
+                observations[0].channel_id, words - deleted
+            )
+        number_of_message: dict[str, int] = {}
+        numbered: list[NumberedObservation] = []
+        by_number: dict[int, Observation] = {}
+        authors: dict[str, str] = {}
+        for obs in observations:
+            text = _describe(obs, deleted, number_of_message)
+            if text is None or not obs.author_id:
+                continue
+            number = len(numbered) + 1
+            numbered.append(
+                NumberedObservation(
+                    number=number,
+                    author_id=obs.author_id,
+                    author_name=obs.author_name or obs.author_id,
+                    kind="bot"
+                    if obs.author_is_bot or obs.kind == ObservationKind.ANSWER
+                    else obs.kind.value,
+                    text=text,
+                )
+            )
+            by_number[number] = obs
+            if obs.message_id and obs.kind in (ObservationKind.MESSAGE, ObservationKind.ANSWER):
+                number_of_message[obs.message_id] = number
+            if not obs.author_is_bot and obs.kind != ObservationKind.ANSWER:
+                authors.setdefault(obs.author_id, obs.author_name or obs.author_id)
+        batch = Batch(
+            observations, opted_out, numbered, by_number, authors, scope, more=more, waiting=waiting
+        )
+        batch.aliases = {a: n for a, n in _aliases(by_number.values()).items() if a in authors}
+        return batch
+
+    def retire_deleted(self, batch: Batch) -> int:
+        """Facts drawn from messages deleted since lose that evidence; a fact left with
+        none is deleted, and so is a persona's knowledge that loses any (it was learned from
+        those words together). With a persona, the authors' facts in its scope and its
+        knowledge are looked at too (the persona the channel answers as now). Returns how
+        many facts were deleted."""
+        deleted = deleted_in(batch.observations)
+        if not deleted:
+            return 0
+        channel_id = batch.observations[0].channel_id
+        for bulk in batch.observations:
+            if bulk.kind == ObservationKind.BULK_DELETE:
+                self._repository.mark_deleted(bulk)
+        messages = self._repository.message_observations(channel_id, deleted)
+        # Deleted means never remembered: their search passages go too (after the commit).
+        batch.unindexed = sorted(
+            {keys.message_passage_id(channel_id, m) for m in deleted}
+            | {p for message in messages for p in message.passages}
+        )
+        authors = {
+            (message.scope, message.author_id)
+            for message in messages
+            if message.author_id and not message.author_is_bot
+        }
+        retired = 0
+        for scope, subject in with_persona_memories(sorted(authors), batch):
+            for fact in self._repository.all_facts(scope, subject):
+                kept = [sk for sk in fact.provenance if _message_of(sk) not in deleted]
+                if len(kept) == len(fact.provenance):
+                    continue
+                if fact.user_id == keys.PERSONA_SUBJECT:
+                    kept = []
+                gone = None
+                if not kept:
+                    gone = fact_history.deleted(
+                        fact,
+                        actor=HistoryActor.CONSOLIDATION,
+                        at_ms=self._clock.now_ms(),
+                        retention_days=self._settings.fact_retention_days,
+                    )
+                self._repository.retire_evidence(fact, kept, gone)
+                retired += not kept
+        if retired:
+            log.info("retired facts of deleted messages", extra={"retired": retired})
+        return retired
+
+    def known_facts(self, batch: Batch) -> dict[str, Fact]:
+        """The speakers' current facts and, with a persona, what it knows of each of them
+        and its own knowledge: each the newest MEMORY_FACTS_PER_PERSON_IN_MODEL."""
+        known: dict[str, Fact] = {}
+        now = self._clock.now_ms()
+        for scope, user_id in with_persona_memories(speakers_of(batch), batch):
+            for fact in self._repository.active_facts(
+                scope, user_id, self._settings.facts_per_person_in_model
+            ):
+                if ttl_alive(fact.expires_at, now):
+                    known[fact.fact_id] = fact
+        return known
+
+    def pin_texts(self, scope: str, channel_id: str) -> list[str]:
+        budget = self._settings.recall_pin_chars
+        texts: list[str] = []
+        for target in ("global", channel_id):
+            for pin in self._repository.pins(scope, target, limit=20):
+                if budget - len(pin.text) < 0:
+                    return texts
+                budget -= len(pin.text)
+                texts.append(pin.text)
+        return texts
