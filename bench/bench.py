@@ -80,16 +80,16 @@ from botmemory.consolidation.model.contract import (  # noqa: E402
 )
 from botmemory.consolidation.model.rules import RulesModel  # noqa: E402
 from botmemory.consolidation.outcome import Outcome, Status  # noqa: E402
-from botmemory.recall.recaller import (  # noqa: E402
+from botmemory.recall.block import (  # noqa: E402
     ELSEWHERE_HEADING,
     EPISODE_HEADING,
     FACT_HEADING,
-    FACT_WINDOW_FACTOR,
     PASSAGE_HEADING,
     PIN_HEADING,
     SUMMARY_HEADING,
-    RecallRequest,
 )
+from botmemory.recall.contract import RecallRequest  # noqa: E402
+from botmemory.recall.recaller import FACT_WINDOW_FACTOR  # noqa: E402
 from botmemory.recall.search_leg import SearchLeg, SearchStatus, search_depth  # noqa: E402
 from botmemory.records import (  # noqa: E402
     ChannelSummary,

@@ -22,7 +22,7 @@ from botmemory.commands.router import Commands
 from botmemory.consolidation.outcome import Outcome, Status, outcome_metrics
 from botmemory.discord.interactions import InteractionResponseType, InteractionType, Permissions
 from botmemory.memory.hot_tier import HotTier
-from botmemory.recall.recaller import RecallRequest
+from botmemory.recall.contract import RecallRequest
 from botmemory.records import (
     Fact,
     FactChange,

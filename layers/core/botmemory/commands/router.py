@@ -55,7 +55,7 @@ from botmemory.memory.personas import (
 from botmemory.memory.visibility import Where, learned_where, place_label
 from botmemory.people.erasure import Eraser, ErasureReport
 from botmemory.people.names import NameIndex, names_pattern
-from botmemory.recall.recaller import MAX_REGISTRY_NAMES, SECTION_HEADINGS
+from botmemory.recall.block import MAX_REGISTRY_NAMES, SECTION_HEADINGS
 from botmemory.records import (
     Fact,
     FactChange,
