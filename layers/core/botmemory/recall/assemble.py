@@ -49,7 +49,7 @@ from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.text import quote_for_prompt, scrub
 
-# The message before a short one (recall_search.SHOWN_WITH_CONTEXT_BELOW) is cut to this,
+# The message before a short one (search_leg.SHOWN_WITH_CONTEXT_BELOW) is cut to this,
 # quotes included.
 CONTEXT_QUOTE_CHARS = 80
 # A message in the short-term section is cut to this many characters, quotes included.
@@ -248,7 +248,7 @@ def _passage_lines(
 ) -> list[FoundMessage]:
     """Best first while they fit; a message already shown (as a hit or as context) is not
     shown again, nor is it repeated as another's context. A long message is shown as its
-    snippet for the query (recall_search.query_snippet)."""
+    snippet for the query (search_leg.query_snippet)."""
     query_tokens = set(tokens(query or ""))
     shown: list[FoundMessage] = []
     seen: set[str] = set()
