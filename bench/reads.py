@@ -35,16 +35,16 @@ from botmemory.answering.prompt import system_prompt_source
 from botmemory.answering.rate import AnswerRateLimiter
 from botmemory.answering.requests import question_of
 from botmemory.answering.triggers import answer_trigger
-from botmemory.recall.recaller import (
+from botmemory.recall.block import (
     ELSEWHERE_HEADING,
     EPISODE_HEADING,
     FACT_HEADING,
-    FACT_WINDOW_FACTOR,
     PASSAGE_HEADING,
     PIN_HEADING,
     SUMMARY_HEADING,
-    RecallRequest,
 )
+from botmemory.recall.contract import RecallRequest
+from botmemory.recall.recaller import FACT_WINDOW_FACTOR
 from botmemory.recall.search_leg import SearchLeg, SearchStatus, search_depth
 from botmemory.settings.config import Settings
 from localrun import gateway as gw

@@ -13,7 +13,7 @@ left out.
 
 from __future__ import annotations
 
-from botmemory.recall.recaller import BLOCK_FOOTER, BLOCK_HEADER
+from botmemory.recall.block import BLOCK_FOOTER, BLOCK_HEADER
 from botmemory.text import quote_for_prompt
 from eval.bm25 import BM25
 from eval.dataset import Turn

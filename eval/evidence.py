@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from botmemory.recall.recaller import RecalledEpisode, RecallResult
+from botmemory.recall.contract import RecalledEpisode, RecallResult
 from botmemory.records import Fact
 from botmemory.storage.keys import message_of
 from botmemory.text import scrub

@@ -34,7 +34,9 @@ from typing import Any
 from botmemory.clock import ManualClock
 from botmemory.consolidation.model.rules import RulesModel
 from botmemory.consolidation.outcome import Outcome, Status
-from botmemory.recall.recaller import BLOCK_FOOTER, BLOCK_HEADER, Recaller, RecallRequest
+from botmemory.recall.block import BLOCK_FOOTER, BLOCK_HEADER
+from botmemory.recall.contract import RecallRequest
+from botmemory.recall.recaller import Recaller
 from botmemory.recall.search_leg import SearchLeg
 from botmemory.records import Fact, scope_of
 from botmemory.runtime import build_services

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from botmemory.recall.recaller import ELSEWHERE_HEADING, PASSAGE_HEADING
+from botmemory.recall.block import ELSEWHERE_HEADING, PASSAGE_HEADING
 from botmemory.records import FactStatus
 from botmemory.storage.keys import ItemKind, kind_of
 from localrun.discord_sink import DISCORD_EPOCH_MS

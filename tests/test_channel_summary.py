@@ -20,7 +20,8 @@ from botmemory.consolidation.model.contract import (
 from botmemory.consolidation.model.rules import RulesModel
 from botmemory.consolidation.outcome import Status
 from botmemory.people.erasure import Eraser
-from botmemory.recall.recaller import BLOCK_FOOTER, SUMMARY_HEADING, RecallResult, parse_request
+from botmemory.recall.block import BLOCK_FOOTER, SUMMARY_HEADING
+from botmemory.recall.contract import RecallResult, parse_request
 from botmemory.records import ChannelSummary
 from botmemory.runtime import build_services
 from botmemory.search.index_sync import passages_to_remove

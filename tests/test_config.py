@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+from botmemory.answering.chat import build_chat_model
 from botmemory.consolidation.model import build_memory_model
 from botmemory.consolidation.model.bedrock import BedrockModel
 from botmemory.consolidation.model.openai_compat import OpenAICompatibleModel
 from botmemory.consolidation.model.rules import RulesModel
-from botmemory.settings.config import ENVIRONMENT, ConfigError, Settings, settings_from
+from botmemory.settings.config import (
+    ENVIRONMENT,
+    ConfigError,
+    ModelSpec,
+    Settings,
+    parse_model_spec,
+    settings_from,
+)
 
 
 def test_defaults_are_the_documented_ones_and_memory_is_off() -> None:
@@ -102,3 +110,32 @@ def test_the_model_is_chosen_by_memory_model() -> None:
     assert isinstance(openai, OpenAICompatibleModel) and openai.name == "openai:gpt-4o-mini"
     with pytest.raises(ConfigError, match="MEMORY_MODEL"):
         build_memory_model(settings_from({"MEMORY_MODEL": "gpt4"}))
+
+
+@pytest.mark.parametrize(
+    ("spec", "parsed"),
+    [
+        ("rules", ModelSpec("rules", "")),
+        ("rules:", ModelSpec("rules", "")),
+        ("bedrock:anthropic.claude-3-haiku", ModelSpec("bedrock", "anthropic.claude-3-haiku")),
+        ("openai:gpt-4o-mini", ModelSpec("openai", "gpt-4o-mini")),
+        ("openai:org/model:tag", ModelSpec("openai", "org/model:tag")),
+    ],
+)
+def test_a_model_spec_is_its_provider_and_name(spec: str, parsed: ModelSpec) -> None:
+    assert parse_model_spec("MEMORY_MODEL", spec) == parsed
+
+
+@pytest.mark.parametrize("spec", ["gpt4", "rules:x", "bedrock", "bedrock:", "openai:", ":gpt"])
+def test_any_other_model_spec_is_refused_by_both_factories_naming_the_variable(spec: str) -> None:
+    forms = "is not one of 'rules', 'bedrock:<model id>', 'openai:<model>'"
+    # Settings refuse a bad CHAT_MODEL already; the factory guards one built without checks.
+    unchecked = settings_from({}).model_copy(update={"memory_model": spec, "chat_model": spec})
+
+    with pytest.raises(ConfigError) as memory:
+        build_memory_model(unchecked)
+    with pytest.raises(ConfigError) as chat:
+        build_chat_model(unchecked)
+
+    assert str(memory.value) == f"MEMORY_MODEL={spec!r} {forms}"
+    assert str(chat.value) == f"CHAT_MODEL={spec!r} {forms}"

@@ -237,7 +237,7 @@ def test_malformed_arguments_are_refused_and_change_nothing(
 
 
 def test_a_memory_block_heading_is_refused(services: MemoryServices) -> None:
-    from botmemory.recall.recaller import SECTION_HEADINGS
+    from botmemory.recall.block import SECTION_HEADINGS
 
     tea = seed(services, "Likes green tea")
 

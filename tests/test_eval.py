@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from botmemory.recall.recaller import RecalledEpisode
+from botmemory.recall.contract import RecalledEpisode
 from eval.bm25 import BM25, stem, tokenize
 from eval.dataset import dia_ids, load_conversation
 from eval.evidence import EvidenceIndex

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from botmemory.ops import fact_channels
-from botmemory.recall.recaller import parse_request
+from botmemory.recall.contract import parse_request
 from botmemory.records import Observation
 from botmemory.services import MemoryServices
 from botmemory.storage import keys

@@ -27,14 +27,9 @@ from botmemory.consolidation.model.contract import (
     render_batch,
 )
 from botmemory.discord.interactions import InteractionType
-from botmemory.recall.recaller import (
-    BLOCK_FOOTER,
-    BLOCK_HEADER,
-    MAX_TEMPLATE_CHARS,
-    SECTION_HEADINGS,
-    RecallRequest,
-    respond,
-)
+from botmemory.recall.block import BLOCK_FOOTER, BLOCK_HEADER, MAX_TEMPLATE_CHARS, SECTION_HEADINGS
+from botmemory.recall.contract import RecallRequest
+from botmemory.recall.recaller import respond
 from botmemory.records import Episode, Pin
 from botmemory.runtime import build_services
 from botmemory.services import MemoryServices

@@ -23,7 +23,13 @@ from botmemory.commands.router import Commands
 from botmemory.consolidation.outcome import Outcome, Status, outcome_metrics
 from botmemory.discord.interactions import InteractionResponseType, InteractionType, Permissions
 from botmemory.memory.hot_tier import HotTier
-from botmemory.recall.recaller import RecallRequest
+from botmemory.recall.contract import (
+    RecalledFact,
+    RecalledPersona,
+    RecallRequest,
+    RecallResult,
+    shown_facts,
+)
 from botmemory.records import (
     Fact,
     FactChange,
@@ -31,11 +37,14 @@ from botmemory.records import (
     FactSource,
     FactStatus,
     HistoryActor,
+    MemoryScope,
+    scope_of,
 )
 from botmemory.runtime import build_services
 from botmemory.search.passages import fact_passage
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
+from botmemory.storage import keys
 from localrun import gateway as gw
 from localrun.storage import put_facts
 from scripts.make_events import command
@@ -577,3 +586,36 @@ def test_a_person_being_erased_is_not_retiered(dynamodb: Any, clock: ManualClock
     assert (report.demoted, report.evicted) == (0, 0)
     assert [status_of(services, f) for f in facts] == [FactStatus.ACTIVE] * 3
     assert all(services.repository.history_of(gw.GUILD, f.fact_id) == [] for f in facts)
+
+
+def test_the_facts_a_block_showed_are_addressed_where_they_are_kept() -> None:
+    # A person's own fact is the server's; what a persona knows of them and its own knowledge
+    # live in its lineage's scope, where the answer path counts their recall hits.
+    def shown(fact_id: str, memory_scope: MemoryScope) -> RecalledFact:
+        return RecalledFact(
+            id=fact_id,
+            text="x",
+            kind="preference",
+            source="self",
+            updated_ms=1,
+            memory_scope=memory_scope,
+        )
+
+    facts = {
+        "101": [shown("f1", MemoryScope.USER), shown("f2", MemoryScope.PERSONA_USER)],
+        keys.PERSONA_SUBJECT: [shown("f3", MemoryScope.PERSONA)],
+    }
+    persona = RecalledPersona(id="bard", name="Bard", lineage="L1")
+    with_persona = RecallResult(
+        memory="", system_prompt=None, enabled=True, facts=facts, persona=persona
+    )
+    server, lineage = scope_of("900"), keys.persona_scope(scope_of("900"), "L1")
+
+    assert shown_facts(with_persona, "900") == [
+        (server, "101", "f1"),
+        (lineage, "101", "f2"),
+        (lineage, keys.PERSONA_SUBJECT, "f3"),
+    ]
+    without = RecallResult(memory="", system_prompt=None, enabled=True, facts=facts)
+    assert {scope for scope, _, _ in shown_facts(without, "900")} == {server}
+    assert shown_facts(with_persona, None)[0] == (scope_of(None), "101", "f1")

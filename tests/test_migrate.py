@@ -15,7 +15,7 @@ import pytest
 from botmemory.clock import ManualClock
 from botmemory.ops import migrate as migrate_module
 from botmemory.ops.migrate import legacy_episode_id, load_source, main, migrate
-from botmemory.recall.recaller import RecallRequest
+from botmemory.recall.contract import RecallRequest
 from botmemory.records import Episode
 from botmemory.runtime import build_services
 from botmemory.settings.config import Settings, get_settings

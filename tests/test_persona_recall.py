@@ -13,7 +13,8 @@ from botmemory.answering.prompt import PromptBuilder
 from botmemory.answering.question import Question
 from botmemory.clock import ManualClock
 from botmemory.people.erasure import Eraser
-from botmemory.recall.recaller import FACT_HEADING, RecallResult, parse_request
+from botmemory.recall.block import FACT_HEADING
+from botmemory.recall.contract import RecallResult, parse_request
 from botmemory.records import Fact, MemoryScope, Persona
 from botmemory.runtime import build_services
 from botmemory.services import MemoryServices
@@ -162,7 +163,7 @@ def test_an_unknown_or_removed_persona_is_said_and_recall_goes_on_without(
 
 
 def test_a_bad_persona_id_is_a_bad_request(world: MemoryServices) -> None:
-    from botmemory.recall.recaller import RecallError
+    from botmemory.recall.contract import RecallError
 
     with pytest.raises(RecallError) as refused:
         parse_request({"channel_id": SUPPORT, "user_id": gw.ALICE, "persona_id": "Bad Id!"})

@@ -7,13 +7,8 @@ from typing import Any
 import pytest
 
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
-from botmemory.recall.recaller import (
-    BLOCK_HEADER,
-    RecallError,
-    RecallRequest,
-    RecallResult,
-    parse_request,
-)
+from botmemory.recall.block import BLOCK_HEADER
+from botmemory.recall.contract import RecallError, RecallRequest, RecallResult, parse_request
 from botmemory.records import Episode, Fact, FactKind, FactSource, FactStatus, Pin
 from botmemory.runtime import build_services
 from botmemory.services import MemoryServices

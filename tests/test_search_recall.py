@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
-from botmemory.recall.recaller import PASSAGE_HEADING, respond
+from botmemory.recall.block import PASSAGE_HEADING
+from botmemory.recall.recaller import respond
 from botmemory.recall.search_leg import SearchStatus, query_snippet
 from botmemory.records import Episode, Fact, Observation
 from botmemory.runtime import build_services

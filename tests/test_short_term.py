@@ -8,7 +8,8 @@ from typing import Any
 
 from botmemory.clock import HOUR_MS, ManualClock
 from botmemory.people.erasure import Eraser
-from botmemory.recall.recaller import ELSEWHERE_HEADING, RecallResult, parse_request
+from botmemory.recall.block import ELSEWHERE_HEADING
+from botmemory.recall.contract import RecallResult, parse_request
 from botmemory.records import ShortTermEntry
 from botmemory.runtime import build_services
 from botmemory.services import MemoryServices

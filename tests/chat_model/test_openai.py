@@ -383,3 +383,20 @@ def test_the_chat_key_secret_is_read_and_the_memory_key_is_then_ignored(
 
 def test_no_chat_model_unless_configured() -> None:
     assert build_chat_model(settings_from({"MEMORY_MODEL": "rules"})) is None
+
+
+def test_limits_left_unset_are_the_chat_models_own(server: ScriptServer) -> None:
+    # Someone is waiting: two attempts, waits capped at 10 s, at most 800 output tokens and a
+    # 20 s timeout when the caller says nothing (its DEFAULTS, ChatCompletionsClient).
+    server.script.extend(Scripted(503, "busy", {"Retry-After": "3600"}) for _ in range(2))
+    server.script.append(Scripted(200, completion({"content": "ok"})))
+    sleep = SleepRecorder()
+    model = OpenAIChatModel("gpt-chat", base_url=server.base_url, api_key=None, sleep=sleep)
+
+    with pytest.raises(ChatModelError, match="after 2 attempts"):
+        model.reply(request())
+    model.reply(request(max_output_tokens=5000))
+
+    assert sleep.calls == [10.0]
+    assert server.requests[-1].body["max_tokens"] == 800
+    assert model._endpoint.client is not None and model._endpoint.client.timeout.read == 20.0

@@ -20,7 +20,7 @@ from botmemory.answering.chat.rules import (
     RulesChatModel,
     fact_ids,
 )
-from botmemory.recall.recaller import (
+from botmemory.recall.block import (
     BLOCK_FOOTER,
     BLOCK_HEADER,
     EPISODE_HEADING,

@@ -430,3 +430,20 @@ def test_client_is_created_lazily(server: ScriptServer) -> None:
     assert model._endpoint.client is not None
     model.close()
     assert model._endpoint.client is None
+
+
+def test_limits_left_unset_are_the_memory_models_own(server: ScriptServer) -> None:
+    # A background batch may wait: three attempts, waits capped at 60 s, 2000 output tokens
+    # and a 30 s timeout when the caller says nothing (its DEFAULTS, ChatCompletionsClient).
+    server.script.extend(Scripted(503, "busy", {"Retry-After": "3600"}) for _ in range(3))
+    server.script.append(Scripted(200, completion(json.dumps(GOOD_ANSWER))))
+    sleep = SleepRecorder()
+    model = OpenAICompatibleModel("gpt-test", base_url=server.base_url, api_key=None, sleep=sleep)
+
+    with pytest.raises(MemoryModelError, match="after 3 attempts"):
+        model.consolidate(batch())
+    model.consolidate(batch())
+
+    assert sleep.calls == [60.0, 60.0]
+    assert server.requests[-1].body["max_tokens"] == 2000
+    assert model._endpoint.client is not None and model._endpoint.client.timeout.read == 30.0

@@ -40,8 +40,9 @@ from botmemory.answering.prompt import AnswerPrompt, PromptBuilder, asker_is_sta
 from botmemory.answering.question import Question, Reply
 from botmemory.answering.rate import AnswerRateLimiter, RateDecision
 from botmemory.discord.rest import DiscordApiError, DiscordRateLimited
-from botmemory.memory.hot_tier import record_hits, shown_facts
+from botmemory.memory.hot_tier import record_hits
 from botmemory.memory.visibility import learned_where
+from botmemory.recall.contract import shown_facts
 from botmemory.records import GuildStaff, Observation, scope_of
 from botmemory.services import MemoryServices
 from botmemory.text import scrub, split_message

@@ -31,7 +31,7 @@ from botmemory.memory import fact_history
 from botmemory.memory.behaviour import behaviour_request
 from botmemory.memory.personas import may_change
 from botmemory.memory.visibility import Where
-from botmemory.recall.recaller import SECTION_HEADINGS
+from botmemory.recall.block import SECTION_HEADINGS
 from botmemory.records import (
     Fact,
     FactChange,

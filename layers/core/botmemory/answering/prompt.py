@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from botmemory.answering.question import Question
 from botmemory.clock import day
 from botmemory.memory.visibility import Visibility
-from botmemory.recall.recaller import NAME_CHARS, Recaller, RecallRequest, RecallResult
+from botmemory.recall.block import NAME_CHARS
+from botmemory.recall.contract import RecallRequest, RecallResult
+from botmemory.recall.recaller import Recaller
 from botmemory.records import Fact, GuildStaff, Observation, ObservationKind, Persona, scope_of
 from botmemory.settings.config import Settings
 from botmemory.storage import keys

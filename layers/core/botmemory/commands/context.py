@@ -21,7 +21,7 @@ from botmemory.memory import fact_history
 from botmemory.memory.personas import MAX_PERSONAS_PER_SERVER
 from botmemory.memory.visibility import Where, learned_where
 from botmemory.people.erasure import Eraser
-from botmemory.recall.recaller import SECTION_HEADINGS
+from botmemory.recall.block import SECTION_HEADINGS
 from botmemory.records import Fact, Forgotten, HistoryActor, Persona
 from botmemory.services import MemoryServices
 from botmemory.storage import keys

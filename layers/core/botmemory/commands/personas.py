@@ -30,7 +30,7 @@ from botmemory.memory.personas import (
     new_lineage,
 )
 from botmemory.people.names import NameIndex
-from botmemory.recall.recaller import MAX_REGISTRY_NAMES
+from botmemory.recall.block import MAX_REGISTRY_NAMES
 from botmemory.records import Fact, FactKind, FactSource, HistoryActor, MemoryScope, Persona
 from botmemory.storage import keys
 from botmemory.storage.personas import PersonaConflict, PersonaPurge

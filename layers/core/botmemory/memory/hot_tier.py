@@ -4,9 +4,9 @@ are the ones answers use.
 Two halves, both off recall's latency path (recall itself never writes):
 
 - **Recall hits.** Once an answer's reply is posted, the answer path counts one recall hit
-  on each fact its memory block showed (`record_hits`, botmemory.answering.answerer): one
-  transaction for all of them, conditioned on each fact still existing; a failure is logged
-  and counted (`RecallHitsFailed`), never the answer's. The standalone RecallFunction
+  on each fact its memory block showed (`record_hits`, botmemory.answering.answerer, given
+  the addresses of botmemory.recall.contract.shown_facts): one transaction for all of them,
+  conditioned on each fact still existing; a failure is logged and counted (`RecallHitsFailed`), never the answer's. The standalone RecallFunction
   records none: it cannot know whether the block it returned was used.
 - **Demotion.** After a consolidation round commits, each person who spoke in it keeps at
   most MEMORY_HOT_FACTS_PER_PERSON active facts of at most MEMORY_HOT_FACT_CHARS characters
@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -42,15 +41,9 @@ from botmemory.records import (
     FactSource,
     FactStatus,
     HistoryActor,
-    MemoryScope,
-    scope_of,
 )
 from botmemory.settings.config import Settings
-from botmemory.storage import keys
 from botmemory.storage.repository import MemoryRepository
-
-if TYPE_CHECKING:
-    from botmemory.recall.recaller import RecallResult
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +57,6 @@ FactAddress = tuple[str, str, str]  # scope, user id, fact id
 class HitReport:
     recorded: int = 0  # facts counted (a fact gone meanwhile is not)
     failed: bool = False  # the write failed: logged, counted, the answer stands
-
-
-def shown_facts(result: RecallResult, guild_id: str | None) -> list[FactAddress]:
-    """The facts a recall block showed, as addresses: the server's, and with a persona, its
-    own (kept in its scope, botmemory.memory.personas)."""
-    scope = scope_of(guild_id)
-    persona_scope = keys.persona_scope(scope, result.persona.lineage) if result.persona else None
-    return [
-        (
-            scope if fact.memory_scope == MemoryScope.USER else persona_scope or scope,
-            user_id,
-            fact.id,
-        )
-        for user_id, facts in result.facts.items()
-        for fact in facts
-    ]
 
 
 def record_hits(

@@ -2,6 +2,8 @@
 a bearer key only when there is one, bounded attempts, retries on 408/429/5xx, timeouts and
 transport errors with jittered exponential backoff or the server's numeric Retry-After, an
 immediate failure on any other 4xx, and error text that is short and never carries the key.
+`ChatCompletionsClient` is what the two chat-completions providers (the chat model and the
+memory model) share: the constructor, with each one's own defaults.
 
 httpx is imported at the top: only the OpenAI providers import this module, and they do so
 lazily, when one is chosen and used, so a cold start that never calls them does not pay for it.
@@ -14,7 +16,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import httpx
 
@@ -168,25 +170,54 @@ class OpenAIEndpoint:
         return text.replace(self._api_key, "***") if self._api_key else text
 
 
-def chat_completions_endpoint(
-    model: str,
-    *,
-    base_url: str,
-    api_key: str | None,
-    timeout_seconds: float,
-    max_attempts: int,
-    retry: RetryPolicy,
-    transport: httpx.BaseTransport | None,
-    sleep: Callable[[float], None],
-) -> OpenAIEndpoint:
-    """The chat-completions endpoint of the server at `base_url`, named `openai:<model>`."""
-    return OpenAIEndpoint(
-        f"openai:{model}",
-        f"{base_url.rstrip('/')}/chat/completions",
-        api_key=api_key,
-        timeout_seconds=timeout_seconds,
-        max_attempts=max_attempts,
-        retry=retry,
-        transport=transport,
-        sleep=sleep,
-    )
+@dataclass(frozen=True)
+class ChatDefaults:
+    """What a chat-completions provider uses where its caller says nothing: each path bounds
+    its own waits (an answer someone waits for, a consolidation batch in the background)."""
+
+    timeout_seconds: float
+    max_attempts: int
+    max_output_tokens: int
+    retry: RetryPolicy
+
+
+class ChatCompletionsClient:
+    """The part every chat-completions provider shares: the model it names, its output cap
+    and the endpoint it POSTs to (`<base_url>/chat/completions`, named `openai:<model>`).
+    A subclass sets DEFAULTS and builds its request bodies and reads the answers."""
+
+    DEFAULTS: ClassVar[ChatDefaults]
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str,
+        api_key: str | None,
+        timeout_seconds: float | None = None,
+        max_attempts: int | None = None,
+        max_output_tokens: int | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        defaults = self.DEFAULTS
+        self._model = model
+        self._max_output_tokens = (
+            defaults.max_output_tokens if max_output_tokens is None else max_output_tokens
+        )
+        self._endpoint = OpenAIEndpoint(
+            f"openai:{model}",
+            f"{base_url.rstrip('/')}/chat/completions",
+            api_key=api_key,
+            timeout_seconds=defaults.timeout_seconds
+            if timeout_seconds is None
+            else timeout_seconds,
+            max_attempts=defaults.max_attempts if max_attempts is None else max_attempts,
+            retry=defaults.retry,
+            transport=transport,
+            sleep=sleep,
+        )
+        self.name = self._endpoint.name
+
+    def close(self) -> None:
+        self._endpoint.close()

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -350,6 +350,30 @@ def _problem(error: Mapping[str, Any]) -> str:
 def get_settings() -> Settings:
     """The process's settings, read from os.environ on first use."""
     return settings_from(os.environ)
+
+
+# The models' `provider:name` form -----------------------------------------------------
+
+
+class ModelSpec(NamedTuple):
+    provider: Literal["rules", "bedrock", "openai"]
+    name: str  # the model id or name; empty for `rules`
+
+
+def parse_model_spec(variable: str, spec: str) -> ModelSpec:
+    """A model setting (MEMORY_MODEL, CHAT_MODEL) as its provider and model name: `rules`,
+    `bedrock:<model id>` or `openai:<model>`; any other form is a ConfigError naming the
+    variable. The model factories choose by it, and import only the provider chosen."""
+    provider, _, name = spec.partition(":")
+    if provider == "rules" and not name:
+        return ModelSpec("rules", "")
+    if provider == "bedrock" and name:
+        return ModelSpec("bedrock", name)
+    if provider == "openai" and name:
+        return ModelSpec("openai", name)
+    raise ConfigError(
+        f"{variable}={spec!r} is not one of 'rules', 'bedrock:<model id>', 'openai:<model>'"
+    )
 
 
 # The models' API keys, read when first needed (never at import) --------------------

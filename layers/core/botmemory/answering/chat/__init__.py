@@ -13,7 +13,7 @@ from botmemory.answering.chat.contract import (
     ToolCall,
     ToolSpec,
 )
-from botmemory.settings.config import ConfigError, Settings, chat_api_key
+from botmemory.settings.config import Settings, chat_api_key, parse_model_spec
 
 __all__ = [
     "UPDATE_MEMORY",
@@ -34,12 +34,14 @@ def build_chat_model(settings: Settings) -> ChatModel | None:
     spec = settings.chat_model
     if not spec:
         return None
-    provider, _, name = spec.partition(":")
-    if provider == "rules" and not name:
+    # Settings already refuse any other form; parse_model_spec still guards a Settings built
+    # without validation.
+    provider, name = parse_model_spec("CHAT_MODEL", spec)
+    if provider == "rules":
         from botmemory.answering.chat.rules import RulesChatModel
 
         return RulesChatModel()
-    if provider == "bedrock" and name:
+    if provider == "bedrock":
         from botmemory.answering.chat.bedrock import BedrockChatModel
 
         return BedrockChatModel(
@@ -48,20 +50,15 @@ def build_chat_model(settings: Settings) -> ChatModel | None:
             timeout_seconds=settings.chat_timeout_seconds,
             max_attempts=settings.chat_max_attempts,
         )
-    if provider == "openai" and name:
-        from botmemory.answering.chat.openai_compat import OpenAIChatModel
+    from botmemory.answering.chat.openai_compat import OpenAIChatModel
 
-        return OpenAIChatModel(
-            name,
-            base_url=settings.chat_base_url or settings.model_base_url,
-            # Read now, when the model is built (CHAT_MODEL_API_KEY_SECRET: from Secrets
-            # Manager): a bad key setting fails the build, not the first answer.
-            api_key=chat_api_key(settings),
-            timeout_seconds=settings.chat_timeout_seconds,
-            max_attempts=settings.chat_max_attempts,
-            max_output_tokens=settings.chat_max_output_tokens,
-        )
-    # Settings already refuse any other form; this guards a Settings built without validation.
-    raise ConfigError(
-        f"CHAT_MODEL={spec!r} is not one of 'rules', 'bedrock:<model id>', 'openai:<model>'"
+    return OpenAIChatModel(
+        name,
+        base_url=settings.chat_base_url or settings.model_base_url,
+        # Read now, when the model is built (CHAT_MODEL_API_KEY_SECRET: from Secrets
+        # Manager): a bad key setting fails the build, not the first answer.
+        api_key=chat_api_key(settings),
+        timeout_seconds=settings.chat_timeout_seconds,
+        max_attempts=settings.chat_max_attempts,
+        max_output_tokens=settings.chat_max_output_tokens,
     )

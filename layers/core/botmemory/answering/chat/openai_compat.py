@@ -7,8 +7,6 @@ error text are botmemory.providers.openai_http's.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -22,46 +20,30 @@ from botmemory.answering.chat.contract import (
     generated_call_id,
     parsed_arguments,
 )
-from botmemory.providers.openai_http import EndpointError, RetryPolicy, chat_completions_endpoint
-
-# Someone is waiting for the answer: waits stay short, and a server asking for a long pause
-# gets the apology instead.
-_RETRY = RetryPolicy(
-    backoff_base_seconds=0.5,
-    backoff_cap_seconds=4.0,
-    jitter_seconds=0.25,
-    max_retry_after_seconds=10.0,
+from botmemory.providers.openai_http import (
+    ChatCompletionsClient,
+    ChatDefaults,
+    EndpointError,
+    RetryPolicy,
 )
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(ChatCompletionsClient):
     """One chat-completions call per answer, with bounded retries on transient failures."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str,
-        api_key: str | None,
-        timeout_seconds: float = 20.0,
-        max_attempts: int = 2,
-        max_output_tokens: int = 800,
-        sleep: Callable[[float], None] = time.sleep,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self._model = model
-        self._max_output_tokens = max_output_tokens
-        self._endpoint = chat_completions_endpoint(
-            model,
-            base_url=base_url,
-            api_key=api_key,
-            timeout_seconds=timeout_seconds,
-            max_attempts=max_attempts,
-            retry=_RETRY,
-            transport=transport,
-            sleep=sleep,
-        )
-        self.name = self._endpoint.name
+    # Someone is waiting for the answer: waits stay short, and a server asking for a long
+    # pause gets the apology instead.
+    DEFAULTS = ChatDefaults(
+        timeout_seconds=20.0,
+        max_attempts=2,
+        max_output_tokens=800,
+        retry=RetryPolicy(
+            backoff_base_seconds=0.5,
+            backoff_cap_seconds=4.0,
+            jitter_seconds=0.25,
+            max_retry_after_seconds=10.0,
+        ),
+    )
 
     def reply(self, request: ChatRequest) -> ChatReply:
         try:
@@ -69,9 +51,6 @@ class OpenAIChatModel:
         except EndpointError as exc:
             raise ChatModelError(str(exc)) from exc
         return self._parse_response(response)
-
-    def close(self) -> None:
-        self._endpoint.close()
 
     # -- request -------------------------------------------------------------------------------
 

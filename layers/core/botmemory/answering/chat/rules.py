@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 
 from botmemory.answering.chat.contract import UPDATE_MEMORY, ChatReply, ChatRequest, ToolCall
-from botmemory.recall.recaller import BLOCK_FOOTER, BLOCK_HEADER
+from botmemory.recall.block import BLOCK_FOOTER, BLOCK_HEADER
 from botmemory.search.keywords import clip_query, rank
 
 ANSWER_PREFIX = "From what I remember: "

@@ -8,8 +8,6 @@ every compatible server enforces the schema.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -27,45 +25,29 @@ from botmemory.consolidation.model.contract import (
     render_batch,
     render_recompression,
 )
-from botmemory.providers.openai_http import EndpointError, RetryPolicy, chat_completions_endpoint
-
-# Waits are bounded so a misbehaving server cannot hold a Lambda for its whole timeout.
-_RETRY = RetryPolicy(
-    backoff_base_seconds=0.5,
-    backoff_cap_seconds=8.0,
-    jitter_seconds=0.25,
-    max_retry_after_seconds=60.0,
+from botmemory.providers.openai_http import (
+    ChatCompletionsClient,
+    ChatDefaults,
+    EndpointError,
+    RetryPolicy,
 )
 
 
-class OpenAICompatibleModel:
+class OpenAICompatibleModel(ChatCompletionsClient):
     """One chat-completions call per batch, with bounded retries on transient failures."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str,
-        api_key: str | None,
-        timeout_seconds: float = 30.0,
-        max_attempts: int = 3,
-        max_output_tokens: int = 2000,
-        sleep: Callable[[float], None] = time.sleep,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self._model = model
-        self._max_output_tokens = max_output_tokens
-        self._endpoint = chat_completions_endpoint(
-            model,
-            base_url=base_url,
-            api_key=api_key,
-            timeout_seconds=timeout_seconds,
-            max_attempts=max_attempts,
-            retry=_RETRY,
-            transport=transport,
-            sleep=sleep,
-        )
-        self.name = self._endpoint.name
+    # Waits are bounded so a misbehaving server cannot hold a Lambda for its whole timeout.
+    DEFAULTS = ChatDefaults(
+        timeout_seconds=30.0,
+        max_attempts=3,
+        max_output_tokens=2000,
+        retry=RetryPolicy(
+            backoff_base_seconds=0.5,
+            backoff_cap_seconds=8.0,
+            jitter_seconds=0.25,
+            max_retry_after_seconds=60.0,
+        ),
+    )
 
     def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
         try:
@@ -86,9 +68,6 @@ class OpenAICompatibleModel:
         except EndpointError as exc:
             raise MemoryModelError(str(exc)) from exc
         return parse_recompression(self._content(response))
-
-    def close(self) -> None:
-        self._endpoint.close()
 
     # -- request -------------------------------------------------------------------------------
 

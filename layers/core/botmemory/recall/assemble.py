@@ -1,0 +1,295 @@
+"""The memory block built from what recall read, each section within its own character
+budget (botmemory.recall.block): pins, the channel summary, the facts by tier, the other
+channels lately, the passages search found and the episodes; or, with memory off, the
+channel's legacy notes.
+
+Stored text is data (invariant 11): every stored string enters the block only as
+`quote_for_prompt` makes it, one quoted, escaped value that never starts a line and holds no
+angle bracket. Only the block's own lines start a line: the markers, the headings and the
+`- ` items that carry the quoted values. Budgets are measured on those emitted lines.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from botmemory.clock import day, moment
+from botmemory.memory.short_term import RecentElsewhere
+from botmemory.recall.block import (
+    BLOCK_FOOTER,
+    BLOCK_HEADER,
+    ELSEWHERE_HEADING,
+    EPISODE_HEADING,
+    FACT_HEADING,
+    LEGACY_HEADING,
+    NAME_CHARS,
+    PASSAGE_HEADING,
+    PERSONA_KNOWLEDGE_LINE,
+    PIN_HEADING,
+    SUMMARY_HEADING,
+    Section,
+    fill_template,
+)
+from botmemory.recall.contract import (
+    RecalledElsewhere,
+    RecalledEpisode,
+    RecalledFact,
+    RecalledPassage,
+    RecalledPersona,
+    RecalledPin,
+    RecalledSummary,
+    RecallRequest,
+    RecallResult,
+)
+from botmemory.recall.search_leg import SHOWN_WITH_CONTEXT_BELOW, FoundMessage, query_snippet
+from botmemory.records import ChannelSummary, Episode, Fact, Persona, Pin
+from botmemory.search.keywords import tokens
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
+from botmemory.text import quote_for_prompt, scrub
+
+# The message before a short one (search_leg.SHOWN_WITH_CONTEXT_BELOW) is cut to this,
+# quotes included.
+CONTEXT_QUOTE_CHARS = 80
+# A message in the short-term section is cut to this many characters, quotes included.
+SHORT_TERM_QUOTE_CHARS = 160
+# Where a summary too long for its budget is cut: between sentences, its oldest first.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def assemble(
+    settings: Settings,
+    request: RecallRequest,
+    pins: list[Pin],
+    summary: ChannelSummary | None,
+    tiers: list[dict[str, list[Fact]]],
+    elsewhere: list[RecentElsewhere],
+    messages: list[FoundMessage],
+    episodes: list[Episode],
+    names: dict[str, str],
+    persona: Persona | None = None,
+) -> RecallResult:
+    """The block and what it shows, each section within its budget."""
+    pin_section = Section(PIN_HEADING, settings.recall_pin_chars)
+    shown_pins = [
+        RecalledPin(id=p.pin_id, target=p.target, text=_line(p.text))
+        for p in pins
+        if pin_section.add(f"- {quote_for_prompt(p.text)}")
+    ]
+    summary_section = Section(SUMMARY_HEADING, settings.recall_summary_chars)
+    shown_summary = _summary_line(summary_section, summary) if summary else None
+    fact_section = Section(FACT_HEADING, settings.recall_fact_chars)
+    shown_facts = _fact_lines(fact_section, tiers, names, persona)
+    elsewhere_section = Section(ELSEWHERE_HEADING, settings.recall_short_term_chars)
+    shown_elsewhere = _elsewhere_lines(elsewhere_section, elsewhere)
+    episode_section = Section(EPISODE_HEADING, settings.recall_episode_chars)
+    shown_episodes = [
+        RecalledEpisode(
+            id=e.episode_id,
+            summary=_line(e.summary),
+            participants=e.participant_ids,
+            start_ms=e.start_ms,
+            end_ms=e.end_ms,
+        )
+        for e in episodes
+        if episode_section.add(f"- {day(e.end_ms)}: {quote_for_prompt(e.summary)}")
+    ]
+    # Passages are what a query needs most: they also get the room facts and episodes
+    # left unused, so the block is never larger than the sum of the budgets.
+    spare = fact_section.unused() + episode_section.unused()
+    passage_section = Section(PASSAGE_HEADING, settings.recall_search_chars + spare)
+    shown_passages = _passage_lines(passage_section, messages, request.query) if messages else []
+    sections = [
+        s.text()
+        for s in (
+            pin_section,
+            summary_section,
+            fact_section,
+            elsewhere_section,
+            passage_section,
+            episode_section,
+        )
+        if s.lines
+    ]
+    memory = "\n\n".join([BLOCK_HEADER, *sections, BLOCK_FOOTER]) if sections else ""
+    return RecallResult(
+        memory=memory,
+        system_prompt=fill_template(request.template, memory),
+        pins=shown_pins,
+        summary=shown_summary,
+        facts=shown_facts,
+        elsewhere=shown_elsewhere,
+        persona=RecalledPersona(
+            id=persona.persona_id, name=_line(persona.name), lineage=persona.lineage_id
+        )
+        if persona
+        else None,
+        passages=[_recalled_passage(m) for m in shown_passages],
+        episodes=shown_episodes,
+        enabled=True,
+    )
+
+
+def assemble_legacy(settings: Settings, request: RecallRequest, legacy: str | None) -> RecallResult:
+    """Memory off: the channel's legacy memory string, read-only."""
+    section = Section(LEGACY_HEADING, settings.recall_episode_chars)
+    for line in scrub(legacy or "", keep_newlines=True).splitlines():
+        if not section.add(f"- {quote_for_prompt(line)}"):
+            # The first line that does not fit is cut to the room left, and ends the notes.
+            room = section.room() - len("- ")
+            if room >= len('"x…"'):
+                section.add(f"- {quote_for_prompt(line, limit=room)}")
+            break
+    memory = "\n\n".join([BLOCK_HEADER, section.text(), BLOCK_FOOTER]) if section.lines else ""
+    return RecallResult(
+        memory=memory, system_prompt=fill_template(request.template, memory), enabled=False
+    )
+
+
+def _fact_lines(
+    section: Section,
+    tiers: list[dict[str, list[Fact]]],
+    names: dict[str, str],
+    persona: Persona | None = None,
+) -> dict[str, list[RecalledFact]]:
+    """The facts section: tiers fill the budget in priority order (with a persona: what it
+    knows of each person, then its own knowledge, then the people's own facts; without one,
+    the people's own facts alone), each fact while it fits with its subject's heading line;
+    then each subject's lines are shown together under that heading, in the tiers' order. A
+    subject none of whose facts fit is left out entirely."""
+    chosen: dict[str, list[Fact]] = {}
+    room = section.room() + 1  # what the section can still take, line breaks included
+    for tier in tiers:
+        for subject, facts in tier.items():
+            for fact in facts:
+                cost = len(_fact_line(fact)) + 1
+                if subject not in chosen:
+                    cost += len(_subject_line(subject, names, persona)) + 1
+                if cost <= room:
+                    room -= cost
+                    chosen.setdefault(subject, []).append(fact)
+    shown: dict[str, list[RecalledFact]] = {}
+    for subject, facts in chosen.items():
+        section.add(_subject_line(subject, names, persona))
+        for fact in facts:
+            section.add(_fact_line(fact))
+        shown[subject] = [
+            RecalledFact(
+                id=f.fact_id,
+                text=_line(f.text),
+                kind=f.kind.value,
+                source=f.source.value,
+                updated_ms=f.updated_ms,
+                memory_scope=f.memory_scope,
+            )
+            for f in facts
+        ]
+    return shown
+
+
+def _subject_line(subject: str, names: dict[str, str], persona: Persona | None) -> str:
+    if subject == keys.PERSONA_SUBJECT and persona is not None:
+        return PERSONA_KNOWLEDGE_LINE.format(name=_who(persona.name))
+    return f"- {_who(names.get(subject, ''))} (user {subject}):"
+
+
+def _fact_line(fact: Fact) -> str:
+    return f"  - {quote_for_prompt(fact.text)}"
+
+
+def _summary_line(section: Section, summary: ChannelSummary) -> RecalledSummary | None:
+    """The summary as one quoted line; over the budget, its newest sentences that fit."""
+    text = _line(summary.summary)
+    sentences = _SENTENCE_END.split(text)
+    while sentences and not section.add(f"- {quote_for_prompt(' '.join(sentences))}"):
+        sentences = sentences[1:]
+    if not sentences:
+        return None
+    return RecalledSummary(
+        id=summary.episode_id,
+        text=" ".join(sentences),
+        start_ms=summary.start_ms,
+        end_ms=summary.end_ms,
+    )
+
+
+def _elsewhere_lines(section: Section, elsewhere: list[RecentElsewhere]) -> list[RecalledElsewhere]:
+    """`- 2023-05-08 14:05, "Alice" in <#123>: "..." / "..."`, newest first while they fit."""
+    shown: list[RecalledElsewhere] = []
+    for recent in elsewhere:
+        entry, messages = recent.entry, recent.messages
+        said = " / ".join(
+            quote_for_prompt(m.content, limit=SHORT_TERM_QUOTE_CHARS) for m in messages
+        )
+        name = messages[-1].author_name or ""
+        line = f"- {moment(entry.at_ms)}, {_who(name)} in <#{entry.channel_id}>: {said}"
+        if section.add(line):
+            shown.append(
+                RecalledElsewhere(
+                    user_id=entry.user_id,
+                    channel_id=entry.channel_id,
+                    time_ms=entry.at_ms,
+                    texts=[_line(m.content) for m in messages],
+                    provenance=[m.sk for m in messages],
+                )
+            )
+    return shown
+
+
+def _who(name: str) -> str:
+    """A stored display name as the block shows it: quoted like any stored text."""
+    plain = _line(name)
+    return quote_for_prompt(plain, limit=NAME_CHARS) if plain else "someone"
+
+
+def _passage_lines(
+    section: Section, messages: list[FoundMessage], query: str | None
+) -> list[FoundMessage]:
+    """Best first while they fit; a message already shown (as a hit or as context) is not
+    shown again, nor is it repeated as another's context. A long message is shown as its
+    snippet for the query (search_leg.query_snippet)."""
+    query_tokens = set(tokens(query or ""))
+    shown: list[FoundMessage] = []
+    seen: set[str] = set()
+    for found in messages:
+        if found.message.sk in seen:
+            continue
+        if found.context is not None and (
+            found.context.sk in seen or len(found.message.content) >= SHOWN_WITH_CONTEXT_BELOW
+        ):
+            found = replace(found, context=None)
+        if section.add(_passage_line(found, query_tokens)):
+            shown.append(found)
+            seen.update(o.sk for o in (found.message, found.context) if o is not None)
+    return shown
+
+
+def _passage_line(found: FoundMessage, query_tokens: set[str]) -> str:
+    """`- 2023-05-08, "Caroline": "..."`, with the message before it when it has one."""
+    message = found.message
+    line = f"- {day(message.at_ms)}, {_who(message.author_name or '')}: "
+    line += quote_for_prompt(query_snippet(message.content, query_tokens))
+    if found.context is not None:
+        context = found.context
+        line += f" (after {_who(context.author_name or '')}: "
+        line += f"{quote_for_prompt(context.content, limit=CONTEXT_QUOTE_CHARS)})"
+    return line
+
+
+def _recalled_passage(found: FoundMessage) -> RecalledPassage:
+    shown = [o for o in (found.context, found.message) if o is not None]
+    return RecalledPassage(
+        id=found.passage_id,
+        channel_id=found.channel_id,
+        time_ms=found.message.at_ms,
+        authors=list(dict.fromkeys(o.author_id for o in shown if o.author_id)),
+        author_names=list(dict.fromkeys(_line(o.author_name) for o in shown if o.author_name)),
+        text=_line(found.message.content),
+        context=_line(found.context.content) if found.context is not None else None,
+        provenance=[o.sk for o in shown],
+    )
+
+
+def _line(text: str) -> str:
+    return scrub(text)
