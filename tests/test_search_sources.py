@@ -21,9 +21,9 @@ from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.items import observation_values
+from localrun.storage import put_items
 from scripts.make_events import snowflake
 from tests.conftest import START_MS, CountingModel
-from tests.storage import put_items
 
 GUILD = "1100000000000000001"
 CHANNEL = "1200000000000000001"
