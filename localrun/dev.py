@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--dynamodb-host",
         default=LOOPBACK,
         help="address the local DynamoDB listens on (default 127.0.0.1; for `sam local "
-        "invoke` on Linux, the Docker bridge's address, e.g. 172.17.0.1: see README)",
+        "invoke` on Linux, the Docker bridge's address, e.g. 172.17.0.1: see docs/operations.md)",
     )
     return parser.parse_args(argv)
 

@@ -1,4 +1,4 @@
-"""Recall with a query (DESIGN.md section 9): consolidation indexes what it consumed, and
+"""Recall with a query (docs/architecture.md section 9): consolidation indexes what it consumed, and
 recall shows the passages most relevant to the message being answered, checked against the
 table, within their own budget; facts and episodes are ranked by relevance first; search
 fails open; a hostile query is clipped or ignored, never an error."""

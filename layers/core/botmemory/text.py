@@ -4,7 +4,7 @@ Stored strings reach a system prompt and Discord messages, so control characters
 bidirectional overrides and zero-width characters are removed: they can hide
 instructions from a human reviewer or reorder what staff read.
 
-Stored text is data wherever it goes (invariant 11): `quote_for_prompt` is the only form
+Stored text is data wherever it goes (docs/architecture.md, invariant 11): `quote_for_prompt` is the only form
 in which it enters a prompt, `as_discord_text` the only form in which Discord shows it,
 and `markup_in` names the markup that `/memory remember` and staff pins refuse to store.
 """

@@ -1,5 +1,5 @@
 """Answering: a message that mentions or replies to the bot, a DM, or /ask, answered with
-memory (DESIGN.md section 10).
+memory (docs/architecture.md section 10).
 
 One answer is: the rate limit (one conditional write), the typing indicator, the prompt
 (recall with the message as query, the channel's history, the speaker's facts, whether they

@@ -1,4 +1,4 @@
-"""Which proposed facts a consolidation round keeps (invariant 4), and its episode.
+"""Which proposed facts a consolidation round keeps (docs/architecture.md, invariant 4), and its episode.
 
 A fact about a person is kept only when that person wrote every observation cited as its
 evidence; a persona's memory of a person likewise; a persona's knowledge only when members'
@@ -96,7 +96,7 @@ def _rejection(candidate: ProposedFact, text: str, batch: Batch) -> str | None:
 
 
 def _self_rejection(candidate: ProposedFact, text: str, batch: Batch) -> str | None:
-    """A fact about a person: from that person's own words only (invariant 4)."""
+    """A fact about a person: from that person's own words only (docs/architecture.md, invariant 4)."""
     if candidate.user_id not in batch.authors:
         return "subject did not speak in this batch"
     if not text:

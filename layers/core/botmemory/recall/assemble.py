@@ -3,7 +3,7 @@ budget (botmemory.recall.block): pins, the channel summary, the facts by tier, t
 channels lately, the passages search found and the episodes; or, with memory off, the
 channel's legacy notes.
 
-Stored text is data (invariant 11): every stored string enters the block only as
+Stored text is data (docs/architecture.md, invariant 11): every stored string enters the block only as
 `quote_for_prompt` makes it, one quoted, escaped value that never starts a line and holds no
 angle bracket. Only the block's own lines start a line: the markers, the headings and the
 `- ` items that carry the quoted values. Budgets are measured on those emitted lines.

@@ -9,7 +9,7 @@ the reads, side by side in two waves, and `respond()`; the block's format is
 botmemory.recall.block, its assembly botmemory.recall.assemble, the request and result
 botmemory.recall.contract.
 
-Stored text is data (invariant 11): every stored string enters the block only as
+Stored text is data (docs/architecture.md, invariant 11): every stored string enters the block only as
 `quote_for_prompt` makes it, one quoted, escaped value that never starts a line and holds
 no angle bracket. Only the block's own lines start a line: the markers, the headings and
 the `- ` items that carry the quoted values. A new section (passages, say) must quote its

@@ -1,5 +1,5 @@
 """What a query changes in recall: the passages search finds, checked against the table, and
-relevance-first order for facts and episodes (DESIGN.md section 9).
+relevance-first order for facts and episodes (docs/architecture.md section 9).
 
 Search fails open: it runs with its own time budget beside the table reads, and a timeout
 or an error of the index or the embedding model leaves the block without its passages,

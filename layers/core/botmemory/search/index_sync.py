@@ -1,4 +1,4 @@
-"""The search index follows the table (invariant 14): written after a consolidation commits,
+"""The search index follows the table (docs/architecture.md, invariant 14): written after a consolidation commits,
 emptied of whatever the table stops holding.
 
 Writing: a round's passages go to the index after its commit, then their sources are read

@@ -4,7 +4,7 @@ adapter implements.
 A passage is what search returns: a remembered message with enough neighbouring context
 to stand alone, a fact, or an episode summary, with where it lives in the table (its
 sources), so recall can check that the table still holds it before showing it. The index
-is a copy that follows the table (invariant 14): entries are written at consolidation and
+is a copy that follows the table (docs/architecture.md, invariant 14): entries are written at consolidation and
 removed by id when their table items go (botmemory.search.index_sync).
 """
 

@@ -1,6 +1,6 @@
 """Settings, read once from the environment.
 
-Every knob has a documented default (see the README's configuration table). A
+Every knob has a documented default (see docs/configuration.md). A
 deployment with `MEMORY_MODEL` unset runs with memory off: nothing is recorded and
 recall returns the channel's legacy memory string.
 """
@@ -56,7 +56,7 @@ class Settings(BaseModel):
     max_batch: int = Field(default=50, ge=1, le=60)
     episodes_per_channel: int = Field(default=10, ge=1, le=50)
     fact_retention_days: int = Field(default=180, ge=1)
-    # Long enough to search the history a community refers back to (DESIGN.md section 9).
+    # Long enough to search the history a community refers back to (docs/architecture.md section 9).
     observation_retention_days: int = Field(default=365, ge=1)
     episode_retention_days: int = Field(default=90, ge=1)
     lock_lease_seconds: int = Field(default=900, ge=10)
@@ -102,10 +102,10 @@ class Settings(BaseModel):
     recall_episodes: int = Field(default=3, ge=0, le=20)
     recall_max_participants: int = Field(default=8, ge=1, le=25)
 
-    # Search over the whole history (DESIGN.md section 9). `sqlite:<path>` (embedded, local
+    # Search over the whole history (docs/architecture.md section 9). `sqlite:<path>` (embedded, local
     # runs), `s3vectors:<bucket>/<index>` (AWS, needs an embedding model), unset: no search.
     search_index: str | None = None
-    # `channel`: a channel's passages only; `guild`: every channel of the server (README warns).
+    # `channel`: a channel's passages only; `guild`: every channel of the server (docs/configuration.md warns).
     search_scope: Literal["channel", "guild"] = "channel"
     search_timeout_ms: int = Field(default=800, ge=50, le=10_000)
     recall_search_chars: int = Field(default=2000, ge=0)
@@ -116,7 +116,7 @@ class Settings(BaseModel):
     embedding_api_key_secret: str | None = None  # at most one of the two
     embedding_dimensions: int = Field(default=512, ge=64, le=4096)
 
-    # The chat model that answers (DESIGN.md section 10): `bedrock:<model id>`,
+    # The chat model that answers (docs/architecture.md section 10): `bedrock:<model id>`,
     # `openai:<model>` or `rules`; None: the bot does not answer.
     chat_model: str | None = None
     chat_base_url: str | None = None  # unset: MEMORY_MODEL_BASE_URL
@@ -238,7 +238,7 @@ class Settings(BaseModel):
         return self
 
 
-# Environment variable -> Settings field. Kept as one table so the README can mirror it.
+# Environment variable -> Settings field. Kept as one table so docs/configuration.md can mirror it.
 ENVIRONMENT: dict[str, str] = {
     "TABLE_NAME": "table_name",
     "MEMORY_MODEL": "memory_model",

@@ -1,4 +1,4 @@
-"""Chat models, chosen by CHAT_MODEL (DESIGN.md section 10). Provider modules are imported
+"""Chat models, chosen by CHAT_MODEL (docs/architecture.md section 10). Provider modules are imported
 only when chosen, so a function that never answers never pays for httpx or a Bedrock client."""
 
 from __future__ import annotations

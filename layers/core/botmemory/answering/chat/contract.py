@@ -1,4 +1,4 @@
-"""What a chat model is given and what it answers, whatever the provider (DESIGN.md section 10).
+"""What a chat model is given and what it answers, whatever the provider (docs/architecture.md section 10).
 
 One call per answer: the request carries the whole system prompt (the memory block included),
 the conversation oldest first, ending with the message being answered, and the tools the
