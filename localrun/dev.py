@@ -38,7 +38,7 @@ from localrun.stack import TEST_PUBLIC_KEY, LocalStack
 SAMPLE_ENV = Path(__file__).resolve().parent.parent / "events" / "env.json"
 TOLERANCE_ENV = "DISCORD_TIMESTAMP_TOLERANCE_SECONDS"
 MAX_BODY = 1_000_000
-# What events/env.json points `sam local invoke` at (tests/test_sam_local.py checks both).
+# What events/env.json points `sam local invoke` at (tests/stack/test_sam_local.py checks both).
 DYNAMODB_PORT = 8000
 TABLE_NAME = "MemoryTable"
 

@@ -18,7 +18,7 @@ and for reads that return hundreds of them.
   by value: most of a read's time (a BatchGetItem of 100 items: about 80 ms of 100). A
   read's result is already DynamoDB JSON, so GetItem, BatchGetItem, Query and Scan results
   are written with `json.dumps` instead; a result holding anything else (bytes, None) goes
-  the generic way. tests/test_fastmoto.py checks that clients parse both the same.
+  the generic way. tests/localrun/test_fastmoto.py checks that clients parse both the same.
 
 Used in process by `make bench`, `make eval` and the tests (tests/conftest.py), and by
 `make demo`/`make dev` (the moto server child: `python -m localrun.fastmoto -H 127.0.0.1

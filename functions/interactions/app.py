@@ -6,7 +6,7 @@ DISCORD_TIMESTAMP_TOLERANCE_SECONDS from this function's clock gets 401 too, so 
 request replayed later does nothing. A signed body that is not a JSON object with an
 integer `type` gets 400, whatever it holds. PING is answered from this module alone: the
 memory core, pydantic and boto3 load only when a command arrives, so a cold PING stays far
-inside Discord's 3 seconds (tests/test_interactions_cold_start.py checks it in a fresh
+inside Discord's 3 seconds (tests/stack/test_interactions_cold_start.py checks it in a fresh
 interpreter). Its settings are read at cold start: a missing or malformed one fails the
 init with one line naming the variable, before any request is answered.
 """

@@ -2,7 +2,7 @@
 
 The same rule as the core's `botmemory.discord.rest.bot_token_from_environment` (the relay
 image carries no core package, so the rule is written twice and
-tests/test_bot_token_rule.py holds both to one table of cases).
+tests/botmemory/discord/test_bot_token_rule.py holds both to one table of cases).
 
 Never from a file in the image, and never logged.
 """

@@ -25,10 +25,10 @@ from botmemory.discord.interactions import OptionType
 from localrun import gateway as gw
 from localrun.motoserver import free_port
 from scripts.make_events import TEST_SEED, command
+from tests.botmemory.commands.test_commands import STAFF
 from tests.relay import guild_events as ge
 from tests.relay.fake_discord import FakeGateway, complete
 from tests.relay.fake_model import KNOWLEDGE, FakeModel
-from tests.test_commands import STAFF
 
 ROOT = Path(__file__).resolve().parents[2]
 ELSEWHERE_HEADING = "Lately in this server's other channels:"
@@ -111,7 +111,7 @@ class Dev:
 
 @contextlib.contextmanager
 def make_dev(settings: dict[str, str] | None = None) -> Iterator[Dev]:
-    """`make dev` (localrun.dev), as tests/test_localrun.py starts it, with these settings
+    """`make dev` (localrun.dev), as tests/localrun/test_localrun.py starts it, with these settings
     in its shell."""
     http_port = free_port()
     process = subprocess.Popen(

@@ -28,7 +28,7 @@ from relay.identify import IdentifyLedger
 from relay.logs import HEALTH_EVENT, REFUSED_EVENT
 from relay.sinks import Outcome, SendResult
 from tests.relay.helpers import Clock, RecordingSink, make_forwarder
-from tests.sam_tools import assert_lint_clean, assert_sam_validates, load_template
+from tests.support.sam_tools import assert_lint_clean, assert_sam_validates, load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "relay" / "template.yaml"

@@ -13,7 +13,7 @@ without an SDK in the layer. Powertools' Tracer would bring the X-Ray SDK and it
 copy of botocore (two thirds of the layer), so there is none here.
 
 Imports stay light: the interactions function answers PING from this module's logger
-without pydantic or boto3 (tests/test_interactions_cold_start.py).
+without pydantic or boto3 (tests/stack/test_interactions_cold_start.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ numbers by name.
 
 Only PyNaCl, the standard library and botmemory.clock (itself standard library only) are
 imported here, so the interactions function answers PING without loading pydantic, boto3
-or the memory core (tests/test_interactions_cold_start.py holds it to that).
+or the memory core (tests/stack/test_interactions_cold_start.py holds it to that).
 
 The enumerations carry Discord's documented values and only the members this bot uses.
 They are `int`s, so `json.dumps` writes them as plain numbers and they compare equal to

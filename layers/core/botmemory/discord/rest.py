@@ -413,7 +413,7 @@ def api_base_from_environment(environ: Mapping[str, str] | None = None) -> str:
 
 def bot_token_from_environment(environ: Mapping[str, str] | None = None) -> str:
     """The bot token, by the one rule the relay follows too (relay/relay/credentials.py;
-    tests/test_bot_token_rule.py holds both to it):
+    tests/botmemory/discord/test_bot_token_rule.py holds both to it):
 
     - exactly one of `DISCORD_BOT_TOKEN` (the token) and `DISCORD_BOT_TOKEN_SECRET` (the
       name or ARN of a Secrets Manager secret holding it) is set; both or neither is an error;

@@ -1,0 +1,155 @@
+"""What search reads back of the table (botmemory.search.sources): a message whose delete was
+observed counts as gone before that delete is consolidated, both when a round's passages are
+written (the index writer withdraws them) and when recall checks a hit. And storage, below
+search, imports nothing of consolidation, search or recall."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
+from botmemory.recall.recaller import respond
+from botmemory.records import Observation
+from botmemory.runtime import build_services
+from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.services import MemoryServices
+from botmemory.settings.config import Settings
+from botmemory.storage import keys
+from botmemory.storage.items import observation_values
+from localrun.storage import put_items
+from scripts.make_events import snowflake
+from tests.conftest import START_MS, CountingModel
+
+GUILD = "1100000000000000001"
+CHANNEL = "1200000000000000001"
+ALICE, BOB = "1300000000000000001", "1300000000000000002"
+_sequence = iter(range(1, 4096))
+STORAGE = Path(__file__).resolve().parents[3] / "layers" / "core" / "botmemory" / "storage"
+
+
+def said(author: str, content: str, at_ms: int) -> Observation:
+    message_id = snowflake(at_ms, next(_sequence))  # Discord ids carry their time
+    return Observation(
+        channel_id=CHANNEL,
+        scope=GUILD,
+        sk=keys.observation_sk(at_ms, "msg", message_id),
+        kind="msg",
+        at_ms=at_ms,
+        author_id=author,
+        author_name="Alice" if author == ALICE else "Bob",
+        message_id=message_id,
+        content=content,
+        expires_at=epoch_seconds(at_ms + 30 * DAY_MS),
+    )
+
+
+def chat() -> list[Observation]:
+    return [
+        said(ALICE, "I signed up for a pottery class at the community centre in 2022.", START_MS),
+        said(
+            BOB,
+            "My sister went to Lisbon for her honeymoon last spring and came back with a suitcase "
+            "full of tiles, sardine tins and a very sunburnt husband.",
+            START_MS + 1,
+        ),
+    ]
+
+
+@pytest.fixture
+def index() -> Iterator[SqliteSearchIndex]:
+    search_index = SqliteSearchIndex(":memory:")
+    yield search_index
+    search_index.close()
+
+
+@pytest.fixture
+def services(
+    dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
+) -> MemoryServices:
+    return build_services(
+        settings, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
+    )
+
+
+def observe_delete(services: MemoryServices, message: Observation) -> None:
+    """The message's delete, as ingest stores it: pending, not consolidated yet."""
+    event = {
+        "t": "MESSAGE_DELETE",
+        "d": {"id": message.message_id, "channel_id": CHANNEL, "guild_id": GUILD},
+    }
+    assert services.recorder.record([event]).stored == 1
+
+
+def pottery_passages(index: SqliteSearchIndex) -> list[str]:
+    return [p.id for p in index.passages() if "pottery" in p.text]
+
+
+def test_a_passage_whose_message_delete_is_observed_meanwhile_is_withdrawn_by_the_write(
+    services: MemoryServices, index: SqliteSearchIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The delete arrives between the commit and the index write; it is still pending, so
+    the message's observation is still in the table, unchanged: the delete alone tells."""
+    messages = chat()
+    original = index.add
+
+    def add_after_delete(passages: Any) -> int:
+        observe_delete(services, messages[0])
+        return original(passages)
+
+    monkeypatch.setattr(index, "add", add_after_delete)
+    put_items(services.repository, (observation_values(o) for o in messages))
+    services.consolidator.consolidate(CHANNEL, force=True)
+
+    assert services.repository.still_pending(CHANNEL, [messages[0].sk]) == set()
+    assert pottery_passages(index) == []
+    assert any("Lisbon" in p.text for p in index.passages())  # the other message stays
+
+
+def test_a_hit_whose_message_delete_is_not_consolidated_yet_is_never_shown(
+    services: MemoryServices, index: SqliteSearchIndex
+) -> None:
+    messages = chat()
+    put_items(services.repository, (observation_values(o) for o in messages))
+    services.consolidator.consolidate(CHANNEL, force=True)
+    assert pottery_passages(index)
+    observe_delete(services, messages[0])  # no stream follows here: the index keeps it
+
+    status, body = respond(
+        services.recaller,
+        {
+            "guild_id": GUILD,
+            "channel_id": CHANNEL,
+            "user_id": ALICE,
+            "participants": [BOB],
+            "query": "pottery class",
+        },
+    )
+
+    assert status == 200, body
+    assert all("pottery" not in p["text"] for p in body["passages"])
+    assert pottery_passages(index)  # still in the index: recall's read-back dropped it
+
+
+def test_storage_imports_nothing_of_the_packages_above_it() -> None:
+    allowed = ("storage", "records", "clock", "text", "snowflake", "settings", "providers")
+    above: list[str] = []
+    for path in sorted(STORAGE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "botmemory" and len(parts) > 1 and parts[1] not in allowed:
+                    above.append(f"{path.name}: {name}")
+
+    assert above == []

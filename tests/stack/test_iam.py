@@ -1,0 +1,303 @@
+"""What each function may touch, read from the template as CloudFormation receives it (after
+the SAM transform): no wildcard that template.yaml does not justify, secrets only where they
+are read, models only by their configured ids, the self-invoke by the function's own ARN.
+tests/stack/test_least_privilege.py checks the other direction: that each role allows what its
+code really calls."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.sam_tools import TEMPLATE, translated_template
+
+FUNCTIONS = (
+    "InteractionsFunction",
+    "IngestFunction",
+    "ConsolidateFunction",
+    "RecallFunction",
+    "SweepFunction",
+    "SearchIndexFunction",
+    "AnswerFunction",
+)
+# AWS managed policies a role may carry, and why: their statements are not in the template.
+MANAGED_POLICIES = {
+    # logs:CreateLogStream and logs:PutLogEvents; the function's log group is its own.
+    "AWSLambdaBasicExecutionRole": "CloudWatch Logs for the function",
+    # X-Ray has no resource-level permissions: Tracing: Active needs PutTraceSegments on *.
+    "AWSXrayWriteOnlyAccess": "Lambda's active tracing",
+}
+# Functions that hash a person's id (opt-outs, erasure markers) and so read the hash key.
+# AnswerFunction records its own answers as observations, which checks the opt-out list.
+HASHERS = {
+    "InteractionsFunction",
+    "IngestFunction",
+    "ConsolidateFunction",
+    "SweepFunction",
+    "AnswerFunction",
+}
+WILDCARD = re.compile(r"[*?]")
+
+
+@pytest.fixture(scope="module")
+def translated() -> dict[str, Any]:
+    return translated_template()
+
+
+def branches(value: Any) -> Iterator[Any]:
+    """Every value a conditional may take (both sides of each Fn::If; NoValue dropped)."""
+    if isinstance(value, dict) and set(value) == {"Fn::If"}:
+        for side in value["Fn::If"][1:]:
+            yield from branches(side)
+    elif value != {"Ref": "AWS::NoValue"}:
+        yield value
+
+
+def listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def documents(resource: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    properties = resource.get("Properties", {})
+    if resource["Type"] == "AWS::IAM::Role":
+        for policy in properties.get("Policies", []):
+            yield policy["PolicyDocument"]
+    elif resource["Type"] in {"AWS::IAM::ManagedPolicy", "AWS::IAM::RolePolicy"}:
+        yield properties["PolicyDocument"]
+
+
+def statements_of(resource: dict[str, Any]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for document in documents(resource):
+        for statement in listed(document["Statement"]):
+            found += [s for s in branches(statement) if isinstance(s, dict)]
+    return found
+
+
+def role_of(translated: dict[str, Any], function: str) -> str:
+    role = translated["Resources"][function]["Properties"]["Role"]
+    assert set(role) == {"Fn::GetAtt"}, f"{function}: role {role}"
+    name: str = role["Fn::GetAtt"][0]
+    return name
+
+
+def role_statements(translated: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    """A role's inline policies, its customer managed policies and its role policies."""
+    resources = translated["Resources"]
+    found = statements_of(resources[role])
+    for arn in resources[role]["Properties"].get("ManagedPolicyArns", []):
+        if isinstance(arn, dict) and "Ref" in arn:
+            found += statements_of(resources[arn["Ref"]])
+    for resource in resources.values():
+        if resource["Type"] == "AWS::IAM::RolePolicy" and resource["Properties"]["RoleName"] == {
+            "Ref": role
+        }:
+            found += statements_of(resource)
+    return found
+
+
+def function_statements(translated: dict[str, Any], function: str) -> list[dict[str, Any]]:
+    return role_statements(translated, role_of(translated, function))
+
+
+def text_of(value: Any) -> str:
+    """The literal text of an ARN, however it is written (`Fn::Sub` keeps its placeholders)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Sub" in value:
+        sub = value["Fn::Sub"]
+        return sub if isinstance(sub, str) else str(sub[0])
+    return ""  # Ref / GetAtt: one named resource
+
+
+def wildcards(statement: dict[str, Any]) -> list[str]:
+    values = listed(statement.get("Action", [])) + listed(statement.get("Resource", []))
+    return [text_of(v) for v in values if WILDCARD.search(text_of(v))]
+
+
+def justification(sid: str) -> str | None:
+    """The `# Wildcard: ...` comment written above the statement `Sid` in template.yaml
+    (above its `- !If` and condition lines when it is conditional). Every statement with
+    that Sid needs one; None when any lacks it, or there is no such statement."""
+    lines = TEMPLATE.read_text(encoding="utf-8").splitlines()
+    found = []
+    for index, line in enumerate(lines):
+        if line.strip() != f"- Sid: {sid}":
+            continue
+        comments: list[str] = []
+        for above in reversed(lines[:index]):
+            text = above.strip()
+            if text.startswith("#"):
+                comments.append(text)
+            elif not re.fullmatch(r"- (!If|[A-Za-z0-9]+)", text):
+                break
+        reasons = [c for c in comments if re.fullmatch(r"# Wildcard: .{10,}", c)]
+        if not reasons:
+            return None
+        found.append(reasons[0])
+    return found[0] if found else None
+
+
+def all_statements(translated: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for logical_id, resource in translated["Resources"].items():
+        for statement in statements_of(resource):
+            yield logical_id, statement
+
+
+def test_every_wildcard_is_justified_in_the_template(translated: dict[str, Any]) -> None:
+    unjustified = []
+    for owner, statement in all_statements(translated):
+        found = wildcards(statement)
+        if found and not (statement.get("Sid") and justification(statement["Sid"])):
+            unjustified.append(f"{owner} {statement.get('Sid', '(no Sid)')}: {found}")
+    assert unjustified == [], "wildcards without a `# Wildcard:` comment:\n" + "\n".join(
+        unjustified
+    )
+
+
+def test_no_statement_grants_a_whole_service(translated: dict[str, Any]) -> None:
+    for owner, statement in all_statements(translated):
+        for action in listed(statement.get("Action", [])):
+            assert action != "*" and not action.endswith(":*"), f"{owner}: {action}"
+
+
+def test_the_wildcard_check_catches_an_unjustified_wildcard() -> None:
+    # The check itself: a statement with a wildcard and no comment above its Sid fails.
+    assert wildcards({"Sid": "Nowhere", "Action": "s3:GetObject", "Resource": "*"}) == ["*"]
+    assert justification("Nowhere") is None
+    assert justification("ReadTableStream") is None  # no wildcard there, no comment
+    assert justification("ListTableStreams") is not None
+
+
+def test_only_known_aws_managed_policies_are_attached(translated: dict[str, Any]) -> None:
+    for logical_id, resource in translated["Resources"].items():
+        if resource["Type"] != "AWS::IAM::Role":
+            continue
+        for attached in resource["Properties"].get("ManagedPolicyArns", []):
+            # A conditional policy (Fn::If) is one of its branches, or none (AWS::NoValue).
+            branches = attached["Fn::If"][1:] if "Fn::If" in attached else [attached]
+            for arn in branches:
+                if arn == {"Ref": "AWS::NoValue"}:
+                    continue
+                if isinstance(arn, dict) and "Ref" in arn:
+                    kind = translated["Resources"][arn["Ref"]]["Type"]
+                    assert kind == "AWS::IAM::ManagedPolicy"  # one of ours, checked above
+                    continue
+                name = text_of(arn).rsplit("/", 1)[-1]
+                assert name in MANAGED_POLICIES, f"{logical_id}: AWS managed policy {name}"
+
+
+def _secret_readers(translated: dict[str, Any], secret: str | dict[str, Any]) -> set[str]:
+    readers = set()
+    for function in FUNCTIONS:
+        for statement in function_statements(translated, function):
+            if "secretsmanager:GetSecretValue" not in listed(statement["Action"]):
+                continue
+            for resource in listed(statement["Resource"]):
+                if resource == secret or (isinstance(secret, str) and secret in text_of(resource)):
+                    readers.add(function)
+    return readers
+
+
+def _environment(translated: dict[str, Any], function: str) -> dict[str, Any]:
+    properties = translated["Resources"][function]["Properties"]
+    variables: dict[str, Any] = properties.get("Environment", {}).get("Variables", {})
+    return variables
+
+
+def test_the_hash_key_reaches_only_the_functions_that_hash(translated: dict[str, Any]) -> None:
+    assert _secret_readers(translated, {"Ref": "HashKeySecret"}) == HASHERS
+    for function in FUNCTIONS:
+        environment = _environment(translated, function)
+        assert environment.get("MEMORY_HASH_KEY", "") == ""  # never a key in plain sight
+        if function in HASHERS:
+            assert environment["MEMORY_HASH_KEY_SECRET"] == {"Ref": "HashKeySecret"}
+
+
+def test_api_keys_are_secrets_read_only_by_their_callers(translated: dict[str, Any]) -> None:
+    model_key = "${MemoryModelApiKeySecretName}"
+    embedding_key = "${EmbeddingModelApiKeySecretName}"
+    assert _secret_readers(translated, model_key) == {"ConsolidateFunction", "SweepFunction"}
+    assert _secret_readers(translated, embedding_key) == {
+        "ConsolidateFunction",
+        "SweepFunction",
+        "RecallFunction",
+        "AnswerFunction",  # its recall embeds the question
+    }
+    chat_key = "${ChatModelApiKeySecretName}"
+    assert _secret_readers(translated, chat_key) == {"AnswerFunction"}
+    for function in FUNCTIONS:
+        environment = _environment(translated, function)
+        # Only the secret's name travels in the environment, never a key.
+        assert "MEMORY_MODEL_API_KEY" not in environment
+        assert "EMBEDDING_MODEL_API_KEY" not in environment
+    # No parameter is a secret typed into the stack (NoEcho values end up in plain sight).
+    assert not any(p.get("NoEcho") for p in translated["Parameters"].values())
+
+
+def test_only_the_answering_function_reads_the_bot_token(translated: dict[str, Any]) -> None:
+    # Only answers are posted as the bot; commands' follow-ups use the interaction's webhook.
+    readers = {f for f in FUNCTIONS if "DISCORD_BOT_TOKEN_SECRET" in _environment(translated, f)}
+    assert readers == {"AnswerFunction"}
+    assert _secret_readers(translated, "${BotTokenSecretName}") == {"AnswerFunction"}
+
+
+def test_bedrock_is_allowed_only_on_the_configured_models(translated: dict[str, Any]) -> None:
+    for function in FUNCTIONS:
+        for statement in function_statements(translated, function):
+            if "bedrock:InvokeModel" not in listed(statement["Action"]):
+                continue
+            assert listed(statement["Action"]) == ["bedrock:InvokeModel"]
+            for resource in listed(statement["Resource"]):
+                arn = text_of(resource)
+                if arn.endswith("foundation-model/*"):
+                    # Any region's model, only through the configured inference profile.
+                    condition = statement["Condition"]["StringEquals"]
+                    profile = condition["bedrock:InferenceProfileArn"]
+                    assert "inference-profile/${ModelId}" in text_of(profile)
+                else:
+                    assert arn.endswith("/${ModelId}"), arn
+                    assert "${AWS::Region}" in arn
+    model_users = {
+        f
+        for f in FUNCTIONS
+        if any(
+            "bedrock:InvokeModel" in listed(s["Action"]) for s in function_statements(translated, f)
+        )
+    }
+    assert model_users == {
+        "ConsolidateFunction",
+        "SweepFunction",
+        "RecallFunction",
+        "AnswerFunction",
+    }
+
+
+def test_functions_invoke_only_themselves_or_the_answer_function(
+    translated: dict[str, Any],
+) -> None:
+    invokers: dict[str, list[str]] = {}
+    for function in FUNCTIONS:
+        for statement in function_statements(translated, function):
+            if "lambda:InvokeFunction" in listed(statement["Action"]):
+                (target,) = listed(statement["Resource"])
+                assert set(target) == {"Fn::GetAtt"}, target  # one function, by its ARN
+                invokers.setdefault(function, []).append(target["Fn::GetAtt"][0])
+    assert {f: sorted(t) for f, t in invokers.items()} == {
+        # Deferred command work (itself) and /ask.
+        "InteractionsFunction": ["AnswerFunction", "InteractionsFunction"],
+        "IngestFunction": ["AnswerFunction"],  # mentions, replies to the bot, DMs
+    }
+
+
+def test_stream_readers_read_only_the_memory_tables_stream(translated: dict[str, Any]) -> None:
+    for function in ("ConsolidateFunction", "SearchIndexFunction"):
+        readers = [
+            s
+            for s in function_statements(translated, function)
+            if "dynamodb:GetRecords" in listed(s["Action"])
+        ]
+        assert [s["Resource"] for s in readers] == [{"Fn::GetAtt": ["MemoryTable", "StreamArn"]}]

@@ -1,0 +1,350 @@
+"""Each function's role allows what its code really calls, and no more than it needs.
+
+Every function runs through its template handler (tests/support/lambda_local.py) on in-process AWS,
+through the flows a deployment sees: ingest, the stream into consolidation, the sweep,
+recall with a query, the search index following deletions, and every slash command up to
+/forgetme. Each AWS call is recorded against the function that made it and checked against
+the actions its role grants in the translated template (tests/stack/test_iam.py reads those).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.client import BaseClient
+
+from botmemory.answering.requests import register_local_target
+from botmemory.discord.interactions import Permissions
+from botmemory.records import FactStatus, scope_of
+from botmemory.storage.keys import GUILD_PREFIX, OPT_OUT_PK
+from localrun import gateway as gw
+from localrun.samtemplate import passes_filters
+from scripts.make_events import BOB, BOT
+from tests.botmemory.commands.test_commands import Discord, confirm_flow, seed_fact
+from tests.botmemory.commands.test_personas import PROMPT, persona, purge
+from tests.stack.test_iam import FUNCTIONS, function_statements, listed
+from tests.stack.test_sam_local import stream_records
+from tests.support.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
+from tests.support.lambda_local import EVENTS, ROOT, TABLE
+from tests.support.sam_tools import translated_template
+
+STAFF = "32"  # MANAGE_GUILD
+VIEW_CHANNEL = int(Permissions.VIEW_CHANNEL)
+PACKAGE = ROOT / "layers" / "core" / "botmemory"
+# The parts of a transaction are authorised as the single-item actions they stand for.
+TRANSACTION_PARTS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+}
+# The name followup.py gives the thread that finishes deferred work locally; in Lambda that
+# work runs in an asynchronous invoke of InteractionsFunction itself.
+DEFERRED_THREAD = "deferred-interaction"
+
+
+class CallLog:
+    """Every AWS API call made while a function runs, by function."""
+
+    def __init__(self) -> None:
+        self.running: str | None = None
+        self.calls: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+
+    def record(self, service: str, operation: str, params: dict[str, Any]) -> None:
+        function = (
+            "InteractionsFunction"
+            if threading.current_thread().name == DEFERRED_THREAD
+            else self.running
+        )
+        if function is not None:
+            self.calls[function].append((f"{service}:{operation}", params))
+
+    def actions(self, function: str) -> set[str]:
+        """The IAM actions the recorded calls need."""
+        needed = set()
+        for action, params in self.calls[function]:
+            if action == "dynamodb:TransactWriteItems":
+                for item in params["TransactItems"]:
+                    needed |= {f"dynamodb:{TRANSACTION_PARTS[part]}" for part in item}
+            elif action == "lambda:Invoke":
+                needed.add("lambda:InvokeFunction")
+            else:
+                needed.add(action)
+        return needed
+
+
+@pytest.fixture
+def call_log(monkeypatch: pytest.MonkeyPatch) -> CallLog:
+    log = CallLog()
+    make_api_call = BaseClient._make_api_call
+
+    def recording(self: BaseClient, operation: str, params: dict[str, Any]) -> Any:
+        prefix = self.meta.service_model.signing_name or self.meta.service_model.endpoint_prefix
+        log.record(prefix, operation, params)
+        return make_api_call(self, operation, params)
+
+    monkeypatch.setattr(BaseClient, "_make_api_call", recording)
+    return log
+
+
+@pytest.fixture
+def discord(
+    monkeypatch: pytest.MonkeyPatch,
+    fake_discord: FakeDiscordRest,
+    dynamodb: Any,
+    call_log: CallLog,
+) -> Iterator[Discord]:
+    client = Discord(monkeypatch, fake_discord, dynamodb)
+    client.local._overrides["AnswerFunction"].update(
+        DISCORD_API_BASE=fake_discord.url, DISCORD_BOT_TOKEN=BOT_TOKEN, CHAT_MODEL="rules"
+    )
+    invoke = client.local.invoke
+
+    def recorded(logical_id: str, event: Any) -> Any:
+        call_log.running = logical_id
+        try:
+            return invoke(logical_id, event)
+        finally:
+            call_log.running = None
+
+    monkeypatch.setattr(client.local, "invoke", recorded)
+    yield client
+
+
+def run_stream(discord: Discord, function: str, after: set[str]) -> None:
+    """Deliver the table's new stream records to a stream-triggered function, through its
+    template filter, as Lambda's event source mapping would."""
+    template = discord.local.template
+    filters = template.stream_filters(function)
+    stream_arn = discord.dynamodb.describe_table(TableName=TABLE)["Table"]["LatestStreamArn"]
+    records = stream_records(discord.dynamodb, stream_arn, after)
+    after |= {r["dynamodb"]["SequenceNumber"] for r in records}
+    delivered = [r for r in records if passes_filters(filters, r)]
+    if delivered:
+        answer = discord.local.invoke(function, {"Records": delivered})
+        assert answer == {"batchItemFailures": []}
+
+
+def channel_events() -> list[dict[str, Any]]:
+    everyone_denied = {"id": gw.GUILD, "type": 0, "allow": "0", "deny": str(VIEW_CHANNEL)}
+    other = "200000000000000077"
+    return [
+        {
+            "t": "GUILD_CREATE",
+            "d": {
+                "id": gw.GUILD,
+                "roles": [{"id": gw.GUILD, "permissions": str(VIEW_CHANNEL)}],
+                "channels": [{"id": gw.CHANNEL, "type": 0}, {"id": other, "type": 0}],
+            },
+        },
+        {
+            "t": "CHANNEL_UPDATE",
+            "d": {
+                "id": other,
+                "type": 0,
+                "guild_id": gw.GUILD,
+                "permission_overwrites": [everyone_denied],
+            },
+        },
+        {"t": "CHANNEL_DELETE", "d": {"id": other, "type": 0, "guild_id": gw.GUILD}},
+        # A thread, a role made staff, and @everyone losing View Channel (its channels
+        # recomputed).
+        {
+            "t": "THREAD_CREATE",
+            "d": {
+                "id": "200000000000000078",
+                "type": 11,
+                "guild_id": gw.GUILD,
+                "parent_id": gw.CHANNEL,
+            },
+        },
+        {
+            "t": "GUILD_ROLE_UPDATE",
+            "d": {"guild_id": gw.GUILD, "role": {"id": "500000000000000001", "permissions": "32"}},
+        },
+        {
+            "t": "GUILD_ROLE_UPDATE",
+            "d": {"guild_id": gw.GUILD, "role": {"id": gw.GUILD, "permissions": "0"}},
+        },
+    ]
+
+
+def a_deployments_day(discord: Discord) -> None:
+    seen_by_consolidation: set[str] = set()
+    seen_by_index: set[str] = set()
+    sample = json.loads((EVENTS / "ingest" / "gateway-batch.json").read_text())
+    discord.local.invoke("IngestFunction", sample)
+    # The relay's guild and channel events: which channels @everyone can view.
+    discord.local.invoke("IngestFunction", {"events": channel_events()})
+    talk = [
+        gw.message(
+            [gw.ALICE, gw.BOB, gw.CAROL][i % 3],
+            "I love hiking in the Alps." if i == 0 else f"small talk {i}",
+            1_767_225_600_000 + i * 1000,
+        )
+        for i in range(40)
+    ]
+    discord.local.invoke("IngestFunction", {"events": talk})
+    run_stream(discord, "ConsolidateFunction", seen_by_consolidation)
+    # A quiet channel's leftovers wait for the sweep.
+    discord.local.invoke(
+        "IngestFunction",
+        {"events": [gw.message(gw.BOB, "see you tomorrow", 1_767_225_700_000, channel="77")]},
+    )
+    discord.local.invoke(
+        "SweepFunction", json.loads((EVENTS / "sweep" / "schedule.json").read_text())
+    )
+    recall = {
+        "guild_id": gw.GUILD,
+        "channel_id": gw.CHANNEL,
+        "user_id": gw.ALICE,
+        "query": "where does Alice like hiking?",
+    }
+    assert discord.local.invoke("RecallFunction", recall)["enabled"] is True
+    # The bot answers a mention (rules chat model), then corrects what it was shown.
+    started: list[dict[str, Any]] = []
+    register_local_target("AnswerFunction", started.append)
+    hiking = discord.services().repository.active_facts(scope_of(gw.GUILD), gw.ALICE, 8)[0]
+    for n, text in enumerate(
+        ["where do I like hiking?", f"correct {hiking.fact_id} to Alice loves the Dolomites"]
+    ):
+        asked = gw.message(gw.ALICE, f"<@{BOT}> {text}", 1_767_225_800_000 + n * 1000)
+        asked["d"]["mentions"] = [{"id": BOT, "username": "memorybot", "bot": True}]
+        discord.local.invoke("IngestFunction", {"events": [asked]})
+        assert len(started) == 1
+        assert discord.local.invoke("AnswerFunction", started.pop())["posted"] == 1
+    corrected = discord.services().repository.fact_by_id(hiking.fact_id)
+    assert corrected is not None and corrected.text == "Alice loves the Dolomites"
+    # After posting, each answer counted a recall hit of the facts its block showed.
+    assert corrected.recall_hits >= 1
+
+    discord.text("memory", "show")
+    discord.text("memory", "remember", {"text": "I grow chillies on my balcony"})
+    discord.text("memory", "forget", {"what": "chillies"})
+    discord.text("memory-staff", "pin", {"where": "channel", "text": "Be kind"}, permissions=STAFF)
+    discord.run("memory-staff", "user", {"member": BOB}, permissions=STAFF)
+    # A fact consolidation demoted out of the hot tier, restored by staff.
+    tuba = seed_fact(discord.services(), BOB, "Plays the tuba")
+    discord.services().repository.put_fact(tuba.model_copy(update={"status": FactStatus.DEMOTED}))
+    restored = discord.text(
+        "memory-staff", "restore-fact", {"member": BOB, "id": tuba.fact_id}, permissions=STAFF
+    )
+    assert restored.startswith("Restored")
+    discord.run("memory-staff", "quarantine", permissions=STAFF)
+    discord.text("memory-staff", "reset-summary", permissions=STAFF)
+    # Personas: staff define one, teach it, list them, remove it and purge it.
+    assert persona(discord, "set", {"id": "bard", "name": "Bard", "prompt": PROMPT}).startswith(
+        "Created"
+    )
+    assert persona(discord, "teach", {"id": "bard", "text": "The tavern opens at dusk"}).startswith(
+        "Taught"
+    )
+    persona(discord, "list")
+    discord.text("memory", "show")  # with a persona's partition to read
+    persona(discord, "remove", {"id": "bard"})
+    assert purge(discord, "bard").startswith("Purged `bard`")
+    confirm_flow(discord, "memory", "optout", "optout:confirm")
+    discord.text("memory", "optin")
+    confirm_flow(discord, "forgetme", "", "forgetme:confirm")
+    # The deletions and rewrites above reach the search index through the stream.
+    run_stream(discord, "SearchIndexFunction", seen_by_index)
+
+
+@pytest.fixture
+def day(discord: Discord, call_log: CallLog) -> CallLog:
+    a_deployments_day(discord)
+    return call_log
+
+
+def granted(function: str) -> set[str]:
+    statements = function_statements(translated_template(), function)
+    return {action for s in statements for action in listed(s["Action"])}
+
+
+def test_every_call_a_function_makes_is_allowed_by_its_role(day: CallLog) -> None:
+    # The day reached every function that touches the table (so this is not vacuous); the
+    # search index function needs no table access at all.
+    for function in FUNCTIONS:
+        if function != "SearchIndexFunction":
+            assert any(a.startswith("dynamodb:") for a in day.actions(function)), function
+    missing = {
+        function: sorted(day.actions(function) - granted(function))
+        for function in FUNCTIONS
+        if day.actions(function) - granted(function)
+    }
+    assert missing == {}, f"calls the role does not allow: {missing}"
+
+
+# Read by Lambda's event source mapping with the function's role, never by its code.
+STREAM_READS = {
+    "dynamodb:DescribeStream",
+    "dynamodb:GetRecords",
+    "dynamodb:GetShardIterator",
+    "dynamodb:ListStreams",
+}
+
+
+def table_operations_in_the_code() -> set[str]:
+    """Every DynamoDB action the package can need: the client methods its code calls (a
+    transaction needs the single-item actions of its parts)."""
+    source = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))
+    called = {
+        "dynamodb:" + "".join(part.title() for part in name.split("_"))
+        for name in re.findall(r"_client\.([a-z_]+)\(", source)
+    }
+    if "dynamodb:TransactWriteItems" in called:
+        called |= {f"dynamodb:{action}" for action in TRANSACTION_PARTS.values()}
+    return called
+
+
+def test_no_role_is_granted_a_table_action_the_code_never_calls() -> None:
+    code = table_operations_in_the_code()
+    assert {"dynamodb:PutItem", "dynamodb:Query", "dynamodb:TransactWriteItems"} <= code
+    for function in FUNCTIONS:
+        table = {a for a in granted(function) - STREAM_READS if a.startswith("dynamodb:")}
+        assert table <= code, f"{function}: {sorted(table - code)} (never called)"
+        assert "dynamodb:Scan" not in table
+
+
+def table_actions(function: str) -> set[str]:
+    return {a for a in granted(function) if a.startswith("dynamodb:")}
+
+
+def test_recall_reads_and_the_search_index_never_touches_the_table() -> None:
+    assert table_actions("RecallFunction") == {
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "dynamodb:BatchGetItem",
+    }
+    assert table_actions("SearchIndexFunction") == STREAM_READS  # the stream, never the table
+
+
+def test_ingest_writes_observations_and_reads_only_the_opt_out_list(day: CallLog) -> None:
+    visibility = {
+        "dynamodb:GetItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:BatchWriteItem",
+        "dynamodb:DeleteItem",
+    }
+    assert table_actions("IngestFunction") == {"dynamodb:PutItem", "dynamodb:Query"} | visibility
+    assert day.actions("IngestFunction") == table_actions("IngestFunction")
+    queries = [p for a, p in day.calls["IngestFunction"] if a == "dynamodb:Query"]
+    assert queries
+    for params in queries:  # the opt-out list, or a guild's channels (as the conditions)
+        pk = params["ExpressionAttributeValues"][":pk"]["S"]
+        assert pk == OPT_OUT_PK or pk.startswith(GUILD_PREFIX)
+    # Channel visibility reads and deletes only guild partitions (as the role's condition).
+    for action, params in day.calls["IngestFunction"]:
+        if action in {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}:
+            assert params["Key"]["pk"]["S"].startswith(GUILD_PREFIX)
+        if action == "dynamodb:BatchWriteItem":
+            for (requests,) in [params["RequestItems"].values()]:
+                assert all(
+                    r["PutRequest"]["Item"]["pk"]["S"].startswith(GUILD_PREFIX) for r in requests
+                )
