@@ -22,6 +22,12 @@ from botmemory.storage.schema import create_table
 from localrun.fakeaws import fake_aws_environment
 from localrun.fastmoto import fast_dynamodb
 
+# The fake Discord REST server, for every test that asks for `fake_discord`.
+from tests.support.fake_discord import fake_discord_fixture  # noqa: F401
+
+# A scripted chat or memory model endpoint, for every test that asks for `chat_server`.
+from tests.support.fake_providers import chat_server  # noqa: F401
+
 TABLE = "MemoryTable"
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 

@@ -10,9 +10,7 @@ commands through InteractionsFunction, signed as Discord signs them.
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +26,11 @@ from botmemory.settings.config import Settings
 from localrun import gateway as gw
 from localrun.samtemplate import passes_filters
 from scripts.make_events import command, signed
-from tests.botmemory.consolidation.model.test_openai_compat import Scripted, ScriptServer
 from tests.conftest import TABLE
 from tests.stack.test_sam_local import stream_records
 from tests.support.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.support.fake_memory_model import RunningWriter, Teaching, fact_writer  # noqa: F401
+from tests.support.fake_providers import Scripted, ScriptServer
 from tests.support.lambda_local import LocalLambda, sample_env
 
 GENERAL = gw.CHANNEL  # public
@@ -71,22 +69,6 @@ def made_private(channel: str) -> dict[str, Any]:
         "t": "CHANNEL_UPDATE",
         "d": {"id": channel, "type": 0, "guild_id": gw.GUILD, "permission_overwrites": [hidden]},
     }
-
-
-@pytest.fixture
-def chat_server() -> Iterator[ScriptServer]:
-    server = ScriptServer()
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    )
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.stop.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def chat_reply(text: str, tool_calls: list[tuple[str, dict[str, Any]]] = ()) -> Scripted:  # type: ignore[assignment]

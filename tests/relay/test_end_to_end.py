@@ -29,6 +29,7 @@ from tests.botmemory.commands.test_commands import STAFF
 from tests.relay import guild_events as ge
 from tests.relay.fake_discord import FakeGateway, complete
 from tests.relay.fake_model import KNOWLEDGE, FakeModel
+from tests.support.fake_providers import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 ELSEWHERE_HEADING = "Lately in this server's other channels:"
@@ -274,7 +275,7 @@ def test_a_member_made_staff_by_a_role_update_teaches_a_persona_alone(tmp_path: 
         message = gw.message(gw.ALICE, text, now_ms + i * 10, channel=ge.GENERAL)
         message["d"]["member"]["roles"] = [ge.MODS]
         talk.append(complete(message))
-    with FakeModel() as model:
+    with serving(FakeModel()) as model:
         settings = {"MEMORY_MODEL": "openai:fake", "MEMORY_MODEL_BASE_URL": model.base_url}
         with make_dev(settings) as dev:
             body, headers = signed(persona_set("tutor", "Tutor", "You are Tutor.\n\n{memory}"))
@@ -306,7 +307,7 @@ def test_a_member_made_staff_by_a_role_update_teaches_a_persona_alone(tmp_path: 
                         return KNOWLEDGE in answer.get("memory", "")
 
                     wait_or_explain(taught, "the persona's knowledge in recall", relay, dev)
-                    assert model.requests >= 1
+                    assert model.calls >= 1
                 finally:
                     if relay.poll() is None:
                         relay.send_signal(signal.SIGTERM)

@@ -5,15 +5,14 @@ author citing it. ConsolidateFunction reaches it through the project's own `open
 
 from __future__ import annotations
 
-import json
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
+from tests.support.fake_providers import CompletionServer, serving
 
 # One observation line of the rendered batch: `#3 [msg] "Carol" (user_id 42): "words"`.
 _OBSERVATION = re.compile(r'^#(\d+) \[(\w+)\] "(.*?)" \(user_id (\d+)\): "(.*)"$')
@@ -60,49 +59,14 @@ class FactWriter:
         }
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _Server(CompletionServer):
     def __init__(self, writer: FactWriter) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__()
         self.writer = writer
 
-    @property
-    def base_url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}/v1/"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-        batch = body["messages"][-1]["content"]
-        self.server.writer.batches.append(batch)
-        content = json.dumps(self.server.writer.answer(batch))
-        payload = json.dumps(
-            {
-                "id": "chatcmpl-memory",
-                "object": "chat.completion",
-                "model": "memory-test",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
-                    }
-                ],
-            }
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+    def answer(self, user_message: str) -> dict[str, Any]:
+        self.writer.batches.append(user_message)
+        return self.writer.answer(user_message)
 
 
 @dataclass
@@ -123,14 +87,5 @@ class RunningWriter:
 @pytest.fixture
 def fact_writer() -> Iterator[RunningWriter]:
     writer = FactWriter()
-    server = _Server(writer)
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    )
-    thread.start()
-    try:
+    with serving(_Server(writer)) as server:
         yield RunningWriter(writer, server.base_url)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

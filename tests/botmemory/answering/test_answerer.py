@@ -9,8 +9,6 @@ queues an asynchronous invoke) and run after ingest returns.
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,29 +19,13 @@ from botmemory.runtime import build_services
 from botmemory.settings.config import Settings
 from botmemory.storage.keys import channel_pk
 from localrun import gateway as gw
-from tests.botmemory.consolidation.model.test_openai_compat import Scripted, ScriptServer
 from tests.conftest import START_MS, TABLE
 from tests.support.facts import a_fact
 from tests.support.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
+from tests.support.fake_providers import Scripted, ScriptServer
 from tests.support.lambda_local import LocalLambda, sample_env
 
 ANSWER = "AnswerFunction"
-
-
-@pytest.fixture
-def chat_server() -> Iterator[ScriptServer]:
-    server = ScriptServer()
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    )
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.stop.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def completion(text: str, tool_calls: list[dict[str, Any]] | None = None) -> Scripted:

@@ -23,16 +23,15 @@ from localrun import gateway as gw
 from localrun.stack import parse_emf
 from tests.botmemory.answering.test_answerer import (  # noqa: F401
     Bot,
-    chat_server,
     completion,
     mention,
     openai_bot,
     rules_bot,
     seed_fact,
 )
-from tests.botmemory.consolidation.model.test_openai_compat import ScriptHandler, ScriptServer
 from tests.conftest import START_MS
 from tests.support.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
+from tests.support.fake_providers import ScriptHandler, ScriptServer
 
 STAFF_ROLE = "500000000000000009"
 OTHER_ROLE = "500000000000000008"
@@ -80,7 +79,7 @@ def staff_line(bot: Bot, server: ScriptServer, event: dict[str, Any]) -> str:
 
 def test_the_speaker_note_says_staff_from_the_stored_roles_and_the_guilds_staff(
     openai_bot: Bot,  # noqa: F811
-    chat_server: ScriptServer,  # noqa: F811
+    chat_server: ScriptServer,
 ) -> None:
     openai_bot.say(guild_create(owner=gw.CAROL))
 
@@ -98,7 +97,7 @@ def test_the_speaker_note_says_staff_from_the_stored_roles_and_the_guilds_staff(
 
 def test_in_a_direct_message_nobody_is_staff(
     openai_bot: Bot,  # noqa: F811
-    chat_server: ScriptServer,  # noqa: F811
+    chat_server: ScriptServer,
 ) -> None:
     openai_bot.say(guild_create(owner=gw.ALICE))
     event = asked_with_roles(gw.ALICE, [], START_MS, guild=None, channel=DM_CHANNEL)
@@ -108,7 +107,7 @@ def test_in_a_direct_message_nobody_is_staff(
 
 def test_staff_is_not_known_only_when_the_guild_was_never_seen(
     openai_bot: Bot,  # noqa: F811
-    chat_server: ScriptServer,  # noqa: F811
+    chat_server: ScriptServer,
 ) -> None:
     event = asked_with_roles(gw.BOB, [STAFF_ROLE], START_MS)
 
@@ -130,7 +129,7 @@ class RacingHandler(ScriptHandler):
 
 
 @pytest.fixture
-def racing_chat(chat_server: ScriptServer) -> Iterator[ScriptServer]:  # noqa: F811
+def racing_chat(chat_server: ScriptServer) -> Iterator[ScriptServer]:
     chat_server.RequestHandlerClass = RacingHandler
     try:
         yield chat_server

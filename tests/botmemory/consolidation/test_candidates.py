@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -40,6 +38,7 @@ from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from localrun import gateway as gw
 from tests.conftest import ScriptedModel, scan_all
+from tests.support.fake_providers import CompletionServer, serving
 from tests.support.lambda_local import TABLE, LambdaContext, LocalLambda, sample_env
 
 T0 = 1_767_225_600_000
@@ -63,77 +62,33 @@ class Shown:
 Writer = Callable[[list[Shown]], list[dict[str, Any]]]
 
 
-class FactWriterServer(ThreadingHTTPServer):
+class FactWriterServer(CompletionServer):
     """Chat completions on 127.0.0.1: each answer's facts are written by `writer` from the
     observations of the batch the request renders (an answer of the contract, as JSON)."""
 
-    daemon_threads = True
-
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _FactWriterHandler)
+        super().__init__()
         self.writer: Writer = lambda shown: []
         self.batches: list[list[Shown]] = []
 
-    @property
-    def base_url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}/v1/"
-
-
-class _FactWriterHandler(BaseHTTPRequestHandler):
-    server: FactWriterServer
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    def answer(self, user_message: str) -> dict[str, Any]:
         shown = [
             Shown(int(m[1]), m[2], m[4], m[5])
-            for line in user.splitlines()
+            for line in user_message.splitlines()
             if (m := _LINE.match(line))
         ]
-        self.server.batches.append(shown)
-        answer = {
-            "facts": self.server.writer(shown),
+        self.batches.append(shown)
+        return {
+            "facts": self.writer(shown),
             "episode": {"summary": "They talked.", "participants": []},
             "channel_summary": "",
         }
-        payload = json.dumps(
-            {
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "model": "fake-memory",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": json.dumps(answer)},
-                        "finish_reason": "stop",
-                    }
-                ],
-            }
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture(name="memory_model")
 def memory_model_fixture() -> Iterator[FactWriterServer]:
-    server = FactWriterServer()
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    )
-    thread.start()
-    try:
+    with serving(FactWriterServer()) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def proposed(

@@ -10,8 +10,6 @@ as an HTTP-date, waits bounded by the time left.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from email.utils import formatdate
 from typing import Any
 
@@ -23,10 +21,10 @@ from botmemory.discord.rest import DiscordApi, DiscordApiError, DiscordRateLimit
 from botmemory.text import split_message
 from localrun import gateway as gw
 from tests.botmemory.answering.test_answerer import Bot, completion, mention
-from tests.botmemory.consolidation.model.test_openai_compat import ScriptServer
 from tests.conftest import START_MS
 from tests.support import lambda_local
 from tests.support.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
+from tests.support.fake_providers import ScriptServer
 
 OTHER_CHANNEL = "200000000000000002"
 BUCKET = "abcd1234"
@@ -35,22 +33,6 @@ LONG_REPLY = " ".join(
     f"Sentence number {i} tells a little more about the long story of the hiking trip."
     for i in range(125)
 )
-
-
-@pytest.fixture
-def chat_server() -> Iterator[ScriptServer]:
-    server = ScriptServer()
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    )
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.stop.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture

@@ -9,12 +9,9 @@ InteractionsFunction. (The chat model's corrections: tests/botmemory/answering/t
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -45,6 +42,7 @@ from tests.botmemory.commands.test_commands import Discord, discord  # noqa: F40
 from tests.conftest import TABLE
 from tests.stack.test_sam_local import stream_records
 from tests.support.fake_discord import fake_discord_fixture  # noqa: F401
+from tests.support.fake_providers import CompletionServer, serving
 from tests.support.lambda_local import LocalLambda, sample_env
 
 # The rule ---------------------------------------------------------------------------------
@@ -220,25 +218,17 @@ T0 = 1_767_225_600_000
 _OBSERVATION_LINE = re.compile(r"^#(\d+) \[\w+\] .*? \(user_id (\d+)\): \"(.*)\"$")
 
 
-class FakeMemoryModel(ThreadingHTTPServer):
+class FakeMemoryModel(CompletionServer):
     """An OpenAI-compatible chat completions endpoint that consolidates as a model that
     believes every request it reads: for each observation holding one of `writes`' phrases,
     it proposes those facts, citing that observation (and, for a persona's knowledge, the
     observations of `also_cite`)."""
 
-    daemon_threads = True
-
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _MemoryModelHandler)
+        super().__init__()
         # phrase said -> (fact text, kind, scope) proposed for its author
         self.writes: dict[str, list[tuple[str, str, str]]] = {}
         self.also_cite: list[str] = []  # phrases whose observations a persona fact also cites
-        self.calls = 0
-
-    @property
-    def base_url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}/v1/"
 
     def answer(self, batch: str) -> dict[str, Any]:
         observations = [m.groups() for m in map(_OBSERVATION_LINE.match, batch.splitlines()) if m]
@@ -268,50 +258,10 @@ class FakeMemoryModel(ThreadingHTTPServer):
         }
 
 
-class _MemoryModelHandler(BaseHTTPRequestHandler):
-    server: FakeMemoryModel
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-        self.server.calls += 1
-        content = json.dumps(self.server.answer(body["messages"][-1]["content"]))
-        payload = json.dumps(
-            {
-                "id": "chatcmpl-fake",
-                "object": "chat.completion",
-                "model": body.get("model", "fake"),
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
-                    }
-                ],
-            }
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def memory_model() -> Iterator[FakeMemoryModel]:
-    server = FakeMemoryModel()
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    )
-    thread.start()
-    try:
+    with serving(FakeMemoryModel()) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def functions(monkeypatch: pytest.MonkeyPatch, memory_model: FakeMemoryModel) -> LocalLambda:

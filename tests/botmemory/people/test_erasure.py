@@ -16,7 +16,7 @@ from botmemory.discord.followup import finish_and_reply
 from botmemory.discord.rest import DiscordApiError
 from botmemory.people.erasure import Eraser, ErasureReport
 from botmemory.people.names import REDACTED
-from botmemory.records import Episode, Fact, FactKind, FactSource, Named, Observation
+from botmemory.records import Episode, Fact, Named, Observation
 from botmemory.services import MemoryServices
 from botmemory.storage import keys
 from botmemory.storage.items import named_values, observation_values
@@ -24,6 +24,7 @@ from botmemory.text import normalized
 from localrun.storage import put_episode, put_items
 from scripts.make_events import ALICE, BOB, CHANNEL, GUILD
 from tests.conftest import READ_OPERATIONS, START_MS, TABLE, scan_all
+from tests.support.facts import a_fact
 from tests.support.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
 
 MALLORY = "1300000000000000066"
@@ -102,16 +103,7 @@ def pointer(user: str, channel: str, target_sk: str) -> dict[str, Any]:
 
 
 def fact(user: str, text: str) -> Fact:
-    return Fact(
-        fact_id=f"f{abs(hash((user, text))) % 10**7:07d}",
-        scope=GUILD,
-        user_id=user,
-        text=text,
-        kind=FactKind.FACT,
-        source=FactSource.SELF,
-        created_ms=START_MS,
-        updated_ms=START_MS,
-    )
+    return a_fact(user, text, scope=GUILD, at_ms=START_MS, expires_at=None)
 
 
 def eraser(services: MemoryServices) -> Eraser:

@@ -22,11 +22,8 @@ from botmemory.answering.chat.contract import (
 )
 from botmemory.answering.chat.openai_compat import OpenAIChatModel
 from botmemory.settings.config import chat_api_key, settings_from
-from tests.botmemory.consolidation.model.test_openai_compat import (
-    Scripted,
-    ScriptServer,
-    SleepRecorder,
-)
+from tests.botmemory.consolidation.model.test_openai_compat import SleepRecorder
+from tests.support.fake_providers import Scripted, ScriptServer
 
 CHAT_KEY = "sk-chat-secret-456"
 SYSTEM = 'You answer briefly.\n\n<memory>\n- "Ada likes Rust."\n</memory>'

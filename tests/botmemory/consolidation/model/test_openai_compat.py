@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -21,6 +17,7 @@ from botmemory.consolidation.model.contract import (
     NumberedObservation,
 )
 from botmemory.consolidation.model.openai_compat import OpenAICompatibleModel
+from tests.support.fake_providers import Received, Scripted, ScriptHandler, ScriptServer, serving  # noqa: F401
 
 API_KEY = "sk-test-secret-123"
 
@@ -38,91 +35,10 @@ GOOD_ANSWER: dict[str, Any] = {
 }
 
 
-@dataclass
-class Scripted:
-    status: int = 200
-    body: bytes | str | dict[str, Any] = b""
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0  # seconds to stall before answering, to provoke client timeouts
-
-
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-
-class ScriptServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), ScriptHandler)
-        self.script: deque[Scripted] = deque()
-        self.requests: list[Received] = []
-        self.stop = threading.Event()  # cuts stalled handlers short at teardown
-
-    @property
-    def base_url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}/v1/"
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # Writes to a client that already timed out fail; that is the point of the test.
-        pass
-
-
-class ScriptHandler(BaseHTTPRequestHandler):
-    server: ScriptServer
-
-    def do_POST(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        try:
-            body: Any = json.loads(raw)
-        except ValueError:
-            body = raw
-        self.server.requests.append(
-            Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-        )
-        if self.server.script:
-            reply = self.server.script.popleft()
-        else:
-            reply = Scripted(500, "no scripted response left")
-        if reply.delay and self.server.stop.wait(reply.delay):
-            return
-        payload = reply.body
-        if isinstance(payload, dict):
-            payload = json.dumps(payload)
-        if isinstance(payload, str):
-            payload = payload.encode()
-        try:
-            self.send_response(reply.status)
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-        except OSError:
-            pass  # the client gave up (timeout case)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # keep pytest output quiet
-
-
 @pytest.fixture
 def server() -> Iterator[ScriptServer]:
-    srv = ScriptServer()
-    # A short poll interval keeps shutdown() from adding half a second to every test.
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    try:
+    with serving(ScriptServer()) as srv:
         yield srv
-    finally:
-        srv.stop.set()
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
 
 
 class SleepRecorder:
