@@ -16,6 +16,7 @@ from botmemory.clock import ManualClock
 from botmemory.consolidation.model.contract import ConsolidationAnswer, MemoryModelError, ModelInput
 from botmemory.consolidation.model.rules import RulesModel
 from botmemory.runtime import build_services
+from botmemory.search.sqlite_index import SqliteSearchIndex
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage.schema import create_table
@@ -164,6 +165,24 @@ def services(
     dynamodb: Any, settings: Settings, clock: ManualClock, model: CountingModel
 ) -> MemoryServices:
     return build_services(settings, dynamodb=dynamodb, clock=clock, model=model)
+
+
+@pytest.fixture
+def index() -> Iterator[SqliteSearchIndex]:
+    """The embedded search index, in memory, for one test."""
+    search_index = SqliteSearchIndex(":memory:")
+    yield search_index
+    search_index.close()
+
+
+@pytest.fixture
+def searching(
+    dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
+) -> MemoryServices:
+    """The services with that index: consolidation writes passages, recall searches them."""
+    return build_services(
+        settings, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
+    )
 
 
 @pytest.fixture

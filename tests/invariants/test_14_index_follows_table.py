@@ -6,24 +6,21 @@ scans the whole index, as the erasure tests scan the whole table."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
+from botmemory.clock import DAY_MS, epoch_seconds
 from botmemory.people.erasure import Eraser
 from botmemory.records import Observation
-from botmemory.runtime import build_services
 from botmemory.search.index_sync import IndexFollower, passages_to_remove
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from botmemory.services import MemoryServices
-from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.items import observation_values
 from localrun.storage import StreamTail, put_items
 from scripts.make_events import snowflake
-from tests.conftest import START_MS, CountingModel
+from tests.conftest import START_MS
 
 GUILD = "1100000000000000001"
 CHANNEL = "1200000000000000001"
@@ -54,19 +51,9 @@ def said(author: str, content: str, at_ms: int, kind: str = "msg") -> Observatio
 
 
 @pytest.fixture
-def index() -> Iterator[SqliteSearchIndex]:
-    search_index = SqliteSearchIndex(":memory:")
-    yield search_index
-    search_index.close()
-
-
-@pytest.fixture
-def services(
-    dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
-) -> MemoryServices:
-    return build_services(
-        settings, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
-    )
+def services(searching: MemoryServices) -> MemoryServices:
+    """Here every service runs with the search index (conftest's `searching`)."""
+    return searching
 
 
 @pytest.fixture

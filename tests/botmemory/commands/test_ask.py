@@ -16,21 +16,8 @@ from botmemory.runtime import build_services
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from scripts.make_events import ALICE, BOB, CHANNEL, GUILD, command
-from tests.botmemory.commands.test_commands import (
-    STAFF as STAFF,
-)
-from tests.botmemory.commands.test_commands import (
-    Discord as Discord,
-)
-from tests.botmemory.commands.test_commands import (
-    _ids as _ids,
-)
-from tests.botmemory.commands.test_commands import (
-    discord as discord,
-)
-from tests.botmemory.commands.test_commands import (
-    facts_of as facts_of,
-)
+from tests.botmemory.commands.test_commands import STAFF, Discord, _ids, facts_of
+from tests.botmemory.commands.test_commands import discord as discord
 from tests.conftest import TABLE
 
 # /ask ----------------------------------------------------------------------------------

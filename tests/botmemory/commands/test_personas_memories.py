@@ -1,4 +1,5 @@
-"""Persona commands, continued: teach, what members see and forget of a persona's memories, and the protocol of the subcommand group."""
+"""Persona commands, continued: teach, what members see and forget of a persona's memories, and
+the protocol of the subcommand group."""
 
 from __future__ import annotations
 
@@ -22,26 +23,14 @@ from localrun.storage import put_items
 from scripts.make_events import ALICE, BOB, CHANNEL, GUILD, command
 from tests.botmemory.commands.test_commands import OTHER_GUILD, STAFF, Discord, seed_fact
 from tests.botmemory.commands.test_personas import (
-    PROMPT as PROMPT,
+    PROMPT,
+    _ids,
+    persona,
+    persona_fact,
+    persona_interaction,
+    stored,
 )
-from tests.botmemory.commands.test_personas import (
-    _ids as _ids,
-)
-from tests.botmemory.commands.test_personas import (
-    discord as discord,
-)
-from tests.botmemory.commands.test_personas import (
-    persona as persona,
-)
-from tests.botmemory.commands.test_personas import (
-    persona_fact as persona_fact,
-)
-from tests.botmemory.commands.test_personas import (
-    persona_interaction as persona_interaction,
-)
-from tests.botmemory.commands.test_personas import (
-    stored as stored,
-)
+from tests.botmemory.commands.test_personas import discord as discord
 
 # teach --------------------------------------------------------------------------------
 

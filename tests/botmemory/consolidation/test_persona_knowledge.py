@@ -1,4 +1,5 @@
-"""A persona's own knowledge: who may teach it (two members, or staff alone), what it may not hold, and its own cap."""
+"""A persona's own knowledge: who may teach it (two members, or staff alone), what it may not
+hold, and its own cap."""
 
 from __future__ import annotations
 
@@ -15,49 +16,21 @@ from botmemory.storage import keys
 from botmemory.text import content_hash, normalized, short_id
 from localrun import gateway as gw
 from tests.botmemory.consolidation.test_personas import (
-    DAVE as DAVE,
-)
-from tests.botmemory.consolidation.test_personas import (
-    OTHER_BOT as OTHER_BOT,
-)
-from tests.botmemory.consolidation.test_personas import (
-    OTHER_CHANNEL as OTHER_CHANNEL,
-)
-from tests.botmemory.consolidation.test_personas import (
-    T0 as T0,
-)
-from tests.botmemory.consolidation.test_personas import (
-    TUTOR as TUTOR,
-)
-from tests.botmemory.consolidation.test_personas import (
-    TUTOR_SCOPE as TUTOR_SCOPE,
-)
-from tests.botmemory.consolidation.test_personas import (
-    answer as answer,
-)
-from tests.botmemory.consolidation.test_personas import (
-    fact as fact,
-)
-from tests.botmemory.consolidation.test_personas import (
-    knowledge as knowledge,
-)
-from tests.botmemory.consolidation.test_personas import (
-    persona_items as persona_items,
-)
-from tests.botmemory.consolidation.test_personas import (
-    reasons as reasons,
-)
-from tests.botmemory.consolidation.test_personas import (
-    round_in as round_in,
-)
-from tests.botmemory.consolidation.test_personas import (
-    said as said,
-)
-from tests.botmemory.consolidation.test_personas import (
-    services_with as services_with,
-)
-from tests.botmemory.consolidation.test_personas import (
-    stored as stored,
+    DAVE,
+    OTHER_BOT,
+    OTHER_CHANNEL,
+    T0,
+    TUTOR,
+    TUTOR_SCOPE,
+    answer,
+    fact,
+    knowledge,
+    persona_items,
+    reasons,
+    round_in,
+    said,
+    services_with,
+    stored,
 )
 from tests.conftest import ScriptedModel
 

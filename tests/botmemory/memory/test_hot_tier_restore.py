@@ -1,4 +1,5 @@
-"""The hot tier, continued: staff restore a demoted fact, the races a retiering loses, and the addresses of the facts a block showed."""
+"""The hot tier, continued: staff restore a demoted fact, the races a retiering loses, and the
+addresses of the facts a block showed."""
 
 from __future__ import annotations
 
@@ -25,28 +26,14 @@ from botmemory.storage import keys
 from localrun import gateway as gw
 from scripts.make_events import command
 from tests.botmemory.memory.test_hot_tier import (
-    STAFF as STAFF,
-)
-from tests.botmemory.memory.test_hot_tier import (
-    _ids as _ids,
-)
-from tests.botmemory.memory.test_hot_tier import (
-    round_with as round_with,
-)
-from tests.botmemory.memory.test_hot_tier import (
-    run as run,
-)
-from tests.botmemory.memory.test_hot_tier import (
-    seed as seed,
-)
-from tests.botmemory.memory.test_hot_tier import (
-    services_with as services_with,
-)
-from tests.botmemory.memory.test_hot_tier import (
-    status_of as status_of,
-)
-from tests.botmemory.memory.test_hot_tier import (
-    stored as stored,
+    STAFF,
+    _ids,
+    round_with,
+    run,
+    seed,
+    services_with,
+    status_of,
+    stored,
 )
 
 # Staff restore ---------------------------------------------------------------------------

@@ -54,22 +54,6 @@ def said(
     )
 
 
-@pytest.fixture
-def index() -> Iterator[SqliteSearchIndex]:
-    search_index = SqliteSearchIndex(":memory:")
-    yield search_index
-    search_index.close()
-
-
-@pytest.fixture
-def searching(
-    dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
-) -> MemoryServices:
-    return build_services(
-        settings, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
-    )
-
-
 def consolidated(services: MemoryServices, observations: Sequence[Observation]) -> None:
     """Record the observations as ingest would, then consolidate each channel they are in."""
     put_items(services.repository, (observation_values(o) for o in observations))

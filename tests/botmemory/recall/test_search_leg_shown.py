@@ -1,4 +1,5 @@
-"""What recall shows of what search found: the one setting that picks the index, the words read back, context, who said it, hostile hits and snippets."""
+"""What recall shows of what search found: the one setting that picks the index, the words read
+back, context, who said it, hostile hits and snippets."""
 
 from __future__ import annotations
 
@@ -16,31 +17,14 @@ from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from localrun.storage import put_facts
 from tests.botmemory.recall.test_search_leg import (
-    ALICE as ALICE,
-)
-from tests.botmemory.recall.test_search_leg import (
-    BOB as BOB,
-)
-from tests.botmemory.recall.test_search_leg import (
-    CAROL as CAROL,
-)
-from tests.botmemory.recall.test_search_leg import (
-    CHANNEL as CHANNEL,
-)
-from tests.botmemory.recall.test_search_leg import (
-    ask as ask,
-)
-from tests.botmemory.recall.test_search_leg import (
-    consolidated as consolidated,
-)
-from tests.botmemory.recall.test_search_leg import (
-    fact as fact,
-)
-from tests.botmemory.recall.test_search_leg import (
-    said as said,
-)
-from tests.botmemory.recall.test_search_leg import (
-    searching as searching,
+    ALICE,
+    BOB,
+    CAROL,
+    CHANNEL,
+    ask,
+    consolidated,
+    fact,
+    said,
 )
 from tests.conftest import START_MS
 

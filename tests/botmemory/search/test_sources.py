@@ -6,24 +6,21 @@ search, imports nothing of consolidation, search or recall."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
+from botmemory.clock import DAY_MS, epoch_seconds
 from botmemory.recall.recaller import respond
 from botmemory.records import Observation
-from botmemory.runtime import build_services
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from botmemory.services import MemoryServices
-from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.items import observation_values
 from localrun.storage import put_items
 from scripts.make_events import snowflake
-from tests.conftest import START_MS, CountingModel
+from tests.conftest import START_MS
 
 GUILD = "1100000000000000001"
 CHANNEL = "1200000000000000001"
@@ -61,19 +58,9 @@ def chat() -> list[Observation]:
 
 
 @pytest.fixture
-def index() -> Iterator[SqliteSearchIndex]:
-    search_index = SqliteSearchIndex(":memory:")
-    yield search_index
-    search_index.close()
-
-
-@pytest.fixture
-def services(
-    dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
-) -> MemoryServices:
-    return build_services(
-        settings, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
-    )
+def services(searching: MemoryServices) -> MemoryServices:
+    """Here every service runs with the search index (conftest's `searching`)."""
+    return searching
 
 
 def observe_delete(services: MemoryServices, message: Observation) -> None:
