@@ -14,19 +14,28 @@ import time
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 
 from botmemory.answering.requests import register_local_target
-from botmemory.clock import SystemClock
+from botmemory.clock import ManualClock, SystemClock
 from botmemory.discord.interactions import Permissions
-from botmemory.records import Fact, scope_of
+from botmemory.recall.contract import parse_request
+from botmemory.records import Fact, Observation, scope_of
 from botmemory.runtime import build_services
+from botmemory.search.passages import message_passages
+from botmemory.search.s3vectors_index import S3VectorsSearchIndex, metadata_of
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
+from botmemory.storage.items import observation_values
+from botmemory.storage.keys import observation_sk
 from localrun import gateway as gw
 from localrun.samtemplate import passes_filters
+from localrun.storage import put_items
 from scripts.make_events import command, signed
-from tests.conftest import TABLE
+from tests.botmemory.search.test_s3vectors_index import FakeEmbedder
+from tests.conftest import START_MS, TABLE
 from tests.stack.test_sam_local import stream_records
 from tests.support.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.support.fake_memory_model import RunningWriter, Teaching, fact_writer  # noqa: F401
@@ -333,3 +342,60 @@ def test_recall_names_people_by_their_stored_names(server: Server) -> None:
 
     assert '"Carol" (user' in block["memory"]
     assert '"someone"' not in block["memory"]
+
+
+def test_on_the_index_the_template_deploys_a_private_channel_s_words_stay_in_it(
+    dynamodb: Any, clock: ManualClock
+) -> None:
+    """The same rule with S3 Vectors (QueryVectors played by botocore's Stubber, as moto
+    lacks it): the index, searched server-wide, returns both channels' passages; recall in
+    a third public channel shows the public one only."""
+    client = boto3.client(
+        "s3vectors",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    index = S3VectorsSearchIndex("memory-bucket", "passages", FakeEmbedder(), client=client)
+    settings = Settings(table_name=TABLE, memory_model="rules", search_scope="guild")
+    services = build_services(settings, dynamodb=dynamodb, clock=clock, search_index=index)
+    services.repository.put_channel_visibility(gw.GUILD, GENERAL, True)
+    services.repository.put_channel_visibility(gw.GUILD, LOUNGE, True)
+    said = {
+        PRIVATE: "The vault code is tangerine-42, keep it between us",
+        GENERAL: "The lunch code is tangerine-7 for everyone",
+    }
+    passages = []
+    for n, (channel, words) in enumerate(said.items()):
+        at = START_MS + n * 1000
+        message = Observation(
+            channel_id=channel,
+            scope=gw.GUILD,
+            sk=observation_sk(at, "msg", str(5000 + n)),
+            kind="msg",
+            at_ms=at,
+            author_id=gw.CAROL,
+            author_name="Carol",
+            message_id=str(5000 + n),
+            content=words,
+        )
+        (passage,) = message_passages([message], gw.GUILD, gw.BOT)
+        stored_message = message.model_copy(update={"passages": [passage.id]})
+        put_items(services.repository, [observation_values(stored_message, pending=False)])
+        passages.append(passage)
+    request = {
+        "guild_id": gw.GUILD,
+        "channel_id": LOUNGE,
+        "user_id": DAVE,
+        "participants": [],
+        "query": "what is the code tangerine",
+    }
+
+    with Stubber(client) as stub:
+        vectors = [{"key": p.id, "metadata": metadata_of(p), "distance": 0.1} for p in passages]
+        stub.add_response("query_vectors", {"vectors": vectors, "distanceMetric": "cosine"})
+        block = services.recaller.recall(parse_request(request))
+
+    assert block.search == "ok"
+    assert "tangerine-7" in block.memory
+    assert "tangerine-42" not in block.memory and "vault" not in block.memory
