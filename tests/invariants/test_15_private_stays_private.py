@@ -266,9 +266,11 @@ def test_the_answer_prompt_speaker_note_and_notices_keep_it(server: Server) -> N
             [("update_memory", {"id": pregnant.fact_id, "text": "Carol is not pregnant"})],
         )
     )
+    server.chat.script.append(chat_reply("I could not change that."))  # told it was refused
     server.say(server.mention(gw.CAROL, "what do you know about me?", GENERAL))
 
-    dave_asks, carol_asks = (r.body["messages"][0]["content"] for r in server.chat.requests)
+    dave_asks, carol_asks, told = (r.body["messages"][0]["content"] for r in server.chat.requests)
+    assert told == carol_asks  # the answer after the refusal: the same prompt
     for prompt in (dave_asks, carol_asks):
         # Dave's public question is in the channel's history; nothing Carol said privately.
         assert "Carol is pregnant" not in prompt and "keep it quiet" not in prompt
@@ -287,10 +289,12 @@ def test_in_its_own_channel_the_person_may_correct_it_in_the_open(server: Server
             [("update_memory", {"id": pregnant.fact_id, "text": "Carol is expecting twins"})],
         )
     )
+    server.chat.script.append(chat_reply("Congratulations!"))  # told it was applied
 
     server.say(server.mention(gw.CAROL, "I'm expecting twins actually", PRIVATE))
 
-    (prompt,) = (r.body["messages"][0]["content"] for r in server.chat.requests)
+    prompt, told = (r.body["messages"][0]["content"] for r in server.chat.requests)
+    assert told == prompt
     assert pregnant.fact_id in prompt
     assert any("twins" in text for text in server.posted(PRIVATE))
     corrected = server.facts(gw.CAROL)["Carol is expecting twins"]

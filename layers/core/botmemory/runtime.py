@@ -106,6 +106,8 @@ def answerer_from_environment() -> Answerer:
             services.repository.client, settings.table_name, settings, services.clock
         ),
         system_prompt_source(settings),
+        # The answer after a correction is not asked for when it cannot fit.
+        time_left_ms=time_left_ms,
     )
 
 

@@ -235,6 +235,7 @@ def test_a_correction_of_the_speakers_fact_is_applied_announced_and_kept_in_hist
             ],
         )
     )
+    chat_server.script.append(completion("Got it, Berlin it is."))  # told the result
     openai_bot.say(mention(gw.ALICE, "I moved to Berlin last month", START_MS))
 
     services = openai_bot.services()
@@ -260,6 +261,7 @@ def test_a_tool_call_on_a_fact_not_in_the_prompt_changes_nothing(
                 [{"name": "update_memory", "arguments": {"id": target.fact_id, "text": ""}}],
             )
         )
+        chat_server.script.append(completion("I could not change that."))
     openai_bot.say(mention(gw.ALICE, "forget what Bob does", START_MS))
     openai_bot.say(mention(gw.ALICE, "forget my bees", START_MS + 1000))
 

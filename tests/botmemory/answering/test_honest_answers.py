@@ -156,6 +156,7 @@ def test_a_fact_deleted_while_the_model_answers_is_not_announced_as_corrected(
             ],
         )
     )
+    racing_chat.script.append(completion("I could not change that."))
     capsys.readouterr()
 
     openai_bot.say(mention(gw.ALICE, "I moved to Berlin last month", START_MS))
@@ -193,9 +194,12 @@ def test_a_correction_the_table_refuses_is_said_as_refused_not_noted(
     stored = repository.fact_by_id(city.fact_id)
     assert stored is not None and stored.text == "Alice lives in Lyon"
     (posted,) = rules_bot.posts()
+    # The refusal, then the model's answer once told of it (the rules model says why).
     assert posted["content"] == (
         'I did not change what I remember about Alice "Alice lives in Paris": the fact changed '
-        "meanwhile, or its subject is being erased or opted out."
+        "meanwhile, or its subject is being erased or opted out.\n"
+        "I could not change that: the fact changed meanwhile, or its subject is being erased "
+        "or opted out."
     )
     report = rules_bot.reports[-1]
     assert (report["corrections"], report["refused_corrections"]) == (0, 1)

@@ -4,7 +4,8 @@ memory (docs/architecture.md section 10).
 One answer is: the rate limit (one conditional write), the typing indicator, the prompt
 (recall with the message as query, the channel's history, the speaker's facts, whether they
 are staff), one chat model call, the model's corrections applied and announced (a refused
-one as refused), the reply posted (split at sentence ends, pinging nobody), and each posted
+one as refused) and their results handed back for one more call that writes the answer
+(botmemory.answering.follow_up), the reply posted (split at sentence ends, pinging nobody), and each posted
 message recorded as an observation of kind answer, under the same key the relay's copy of it
 gets, so it is stored once. Then, after the reply, the facts the memory block showed count
 one recall hit each (botmemory.memory.hot_tier).
@@ -29,12 +30,22 @@ from botmemory.answering.chat.contract import (
     ChatReply,
     ChatRequest,
     ChatTurn,
+    ToolCall,
+    ToolResult,
 )
 from botmemory.answering.corrections import (
     Correction,
+    Refusal,
     apply_update_memory,
     correction_notice,
     refusal_notice,
+)
+from botmemory.answering.follow_up import (
+    FollowUpStatus,
+    answer_after,
+    applied_result,
+    needed_ms,
+    refused_result,
 )
 from botmemory.answering.prompt import AnswerPrompt, PromptBuilder, asker_is_staff
 from botmemory.answering.question import Question, Reply
@@ -54,6 +65,7 @@ RATE_REFUSAL = "I'm answering a lot right now; please ask me again in a few minu
 NOTHING_TO_SAY = "Noted."
 # Tool calls applied from one answer, at most: a model asked to rewrite everything gets one.
 MAX_CORRECTIONS = 3
+TOO_MANY = f"not applied: at most {MAX_CORRECTIONS} corrections per answer"
 # Discord's answers that mean the bot may not post there: never retried.
 REFUSED_STATUSES = (403, 404)
 
@@ -96,6 +108,9 @@ class AnswerReport:
     posted: int = 0  # messages posted
     corrections: int = 0
     refused_corrections: int = 0
+    model_calls: int = 0  # chat model calls made: 2 when it answered after correcting
+    follow_up: FollowUpStatus = FollowUpStatus.NONE  # how the answer after acting went
+    ignored_tool_calls: int = 0  # tool calls of that second reply: never applied
     prompt_chars: int = 0
     recorded: int = 0  # answer observations newly stored
     recall_hits: int = 0  # facts of the memory block whose recall hit was recorded
@@ -111,12 +126,16 @@ class Answerer:
         poster: Poster,
         limiter: AnswerRateLimiter,
         template: Callable[[], str],
+        time_left_ms: Callable[[], int | None] = lambda: None,
     ) -> None:
+        """`time_left_ms`: the invocation's time left (botmemory.invocation), None unbounded;
+        the answer after acting is asked for only when its worst case fits."""
         self._services = services
         self._model = model
         self._poster = poster
         self._limiter = limiter
         self._template = template
+        self._time_left_ms = time_left_ms
         self._prompts = PromptBuilder(services.repository, services.recaller, services.settings)
 
     def answer(self, question: Question, reply: Reply | None = None) -> AnswerReport:
@@ -145,15 +164,15 @@ class Answerer:
                 pool.submit(self._typing, question.channel_id)
             prompt = self._prompts.build(question, self._template(), persona)
         report = AnswerReport(AnswerStatus.ANSWERED, prompt_chars=prompt.chars)
+        request = ChatRequest(
+            system=prompt.system,
+            turns=[ChatTurn(role="user", content=prompt.user_turn)],
+            tools=[UPDATE_MEMORY],
+            max_output_tokens=self._services.settings.chat_max_output_tokens,
+        )
         try:
-            answer = self._model.reply(
-                ChatRequest(
-                    system=prompt.system,
-                    turns=[ChatTurn(role="user", content=prompt.user_turn)],
-                    tools=[UPDATE_MEMORY],
-                    max_output_tokens=self._services.settings.chat_max_output_tokens,
-                )
-            )
+            report.model_calls = 1
+            answer = self._model.reply(request)
         except ChatModelError as error:
             log.warning(
                 "chat model failed",
@@ -161,8 +180,11 @@ class Answerer:
             )
             report.status = AnswerStatus.MODEL_FAILED
             return self._post(question, reply, APOLOGY, report)
-        notices = self._corrections(question, prompt, answer, report)
-        text = answer.text.strip() or ("" if notices else NOTHING_TO_SAY)
+        notices, acted = self._corrections(question, prompt, answer, report)
+        if acted:  # the model answers once it knows what its calls did
+            text = self._answer_after(request, answer, acted, report)
+        else:
+            text = answer.text.strip() or NOTHING_TO_SAY
         report = self._post(question, reply, "\n\n".join([*notices, text]).strip(), report)
         if report.status == AnswerStatus.ANSWERED:
             self._record_hits(question, prompt, report)
@@ -205,11 +227,19 @@ class Answerer:
 
     def _corrections(
         self, question: Question, prompt: AnswerPrompt, answer: ChatReply, report: AnswerReport
-    ) -> list[str]:
-        """Apply the model's update_memory calls; the notices to post, in the open."""
+    ) -> tuple[list[str], list[tuple[ToolCall, ToolResult]]]:
+        """Apply the model's update_memory calls: the notices to post, in the open, and each
+        call with its result, for the model's next turn. Calls past MAX_CORRECTIONS are
+        refused unread; calls of tools never offered are left out (not answered back)."""
         notices: list[str] = []
+        acted: list[tuple[ToolCall, ToolResult]] = []
         calls = [c for c in answer.tool_calls if c.name == UPDATE_MEMORY.name]
-        for call in calls[:MAX_CORRECTIONS]:
+        for call in calls[MAX_CORRECTIONS:]:
+            named = call.arguments.get("id")
+            fact_id = named[:64] if isinstance(named, str) else ""
+            acted.append((call, refused_result(call, Refusal(fact_id=fact_id, reason=TOO_MANY))))
+        report.refused_corrections += len(acted)
+        for index, call in enumerate(calls[:MAX_CORRECTIONS]):
             outcome = apply_update_memory(
                 self._services,
                 call.arguments,
@@ -225,7 +255,9 @@ class Answerer:
             if isinstance(outcome, Correction):
                 report.corrections += 1
                 notices.append(correction_notice(outcome, question.author_name or "you"))
+                acted.insert(index, (call, applied_result(call, outcome)))  # in call order
             else:  # said as refused: the answer must not read as if it were done
+                acted.insert(index, (call, refused_result(call, outcome)))
                 report.refused_corrections += 1
                 report.notes.append(f"correction refused: {outcome.reason}")
                 shown = prompt.correctable.get(outcome.fact_id)
@@ -234,8 +266,31 @@ class Answerer:
                     "correction refused",
                     extra={"fact_id": outcome.fact_id[:80], "reason": outcome.reason},
                 )
-        report.refused_corrections += max(len(calls) - MAX_CORRECTIONS, 0)
-        return notices
+        return notices, acted
+
+    def _answer_after(
+        self,
+        request: ChatRequest,
+        first: ChatReply,
+        acted: list[tuple[ToolCall, ToolResult]],
+        report: AnswerReport,
+    ) -> str:
+        """The answer once the corrections are applied (botmemory.answering.follow_up)."""
+        assert self._model is not None  # answer() returned OFF otherwise
+        follow_up = answer_after(
+            self._model,
+            request,
+            first,
+            acted,
+            time_left_ms=self._time_left_ms,
+            needed=needed_ms(self._services.settings),
+        )
+        report.model_calls += int(follow_up.called)
+        report.follow_up = follow_up.status
+        report.ignored_tool_calls = follow_up.ignored_calls
+        if follow_up.status != FollowUpStatus.ANSWERED:
+            report.notes.append(f"answer after corrections: {follow_up.status.value}")
+        return follow_up.text
 
     def _record_hits(self, question: Question, prompt: AnswerPrompt, report: AnswerReport) -> None:
         """Once the reply is posted (so never on recall's latency path, nor the reply's):

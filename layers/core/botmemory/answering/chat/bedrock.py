@@ -5,6 +5,9 @@ turns of one role travel as one message (one text block each), and assistant tur
 the first user turn are left out; a blank turn is sent as EMPTY_TURN (Converse refuses an
 empty text block). Tools are offered through `toolConfig` (the model chooses
 whether to call them); text blocks make the reply's text, `toolUse` blocks its tool calls.
+Tool results go back as the assistant message with its `toolUse` blocks, then a user message
+of `toolResult` blocks, one per `toolUseId`, each a text block. Their `status` is left out:
+only some models take it; the text says applied or refused.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from botmemory.answering.chat.contract import (
     effective_max_tokens,
     generated_call_id,
     parsed_arguments,
+    usable_call_ids,
 )
 from botmemory.providers.aws_clients import ConverseCaller
 
@@ -31,7 +35,7 @@ _ERROR_MESSAGE_CHARS = 300
 
 
 class BedrockChatModel:
-    """One Converse call per answer. Timeouts and retries (throttling, 5xx, transport errors)
+    """One Converse call per model turn. Timeouts and retries (throttling, 5xx, transport errors)
     are botocore's, configured from the chat settings by botmemory.providers.aws_clients."""
 
     def __init__(
@@ -114,17 +118,34 @@ class BedrockChatModel:
 
 def converse_messages(turns: list[ChatTurn]) -> list[dict[str, Any]]:
     """The turns as Converse messages: from the first user turn on, one message per run of
-    turns of one role."""
+    turns of one role (a tool turn is the user's: Converse carries results in a user
+    message)."""
     messages: list[dict[str, Any]] = []
     for turn in turns:
+        role = "assistant" if turn.role == "assistant" else "user"
         if not messages and turn.role != "user":
             continue
-        block = {"text": turn.content if turn.content.strip() else EMPTY_TURN}
-        if messages and messages[-1]["role"] == turn.role:
-            messages[-1]["content"].append(block)
+        blocks = _blocks(turn)
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(blocks)
         else:
-            messages.append({"role": turn.role, "content": [block]})
+            messages.append({"role": role, "content": blocks})
     return messages
+
+
+def _blocks(turn: ChatTurn) -> list[dict[str, Any]]:
+    if turn.role == "tool":
+        return [
+            {"toolResult": {"toolUseId": result.call_id, "content": [{"text": result.content}]}}
+            for result in turn.tool_results
+        ]
+    uses = [
+        {"toolUse": {"toolUseId": call.id, "name": call.name, "input": call.arguments}}
+        for call in turn.tool_calls
+    ]
+    if uses and not turn.content.strip():
+        return uses  # calls alone: no placeholder text in front of them
+    return [{"text": turn.content if turn.content.strip() else EMPTY_TURN}, *uses]
 
 
 def _tool_calls(blocks: list[dict[str, Any]]) -> list[ToolCall]:
@@ -143,4 +164,4 @@ def _tool_calls(blocks: list[dict[str, Any]]) -> list[ToolCall]:
                 arguments=parsed_arguments(use.get("input")),
             )
         )
-    return calls
+    return usable_call_ids(calls)

@@ -1,12 +1,14 @@
 """A chat model behind any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama).
 
 Tools are offered as `type: function`; a tool call's `arguments` is a JSON string the model
-wrote, parsed defensively (anything but a JSON object becomes {}). Transport, retries and
-error text are botmemory.providers.openai_http's.
+wrote, parsed defensively (anything but a JSON object becomes {}). Tool results go back as
+the assistant message with its `tool_calls`, then one `role: "tool"` message per call
+(`tool_call_id`). Transport, retries and error text are botmemory.providers.openai_http's.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -15,10 +17,12 @@ from botmemory.answering.chat.contract import (
     ChatModelError,
     ChatReply,
     ChatRequest,
+    ChatTurn,
     ToolCall,
     effective_max_tokens,
     generated_call_id,
     parsed_arguments,
+    usable_call_ids,
 )
 from botmemory.providers.openai_http import (
     ChatCompletionsClient,
@@ -29,7 +33,7 @@ from botmemory.providers.openai_http import (
 
 
 class OpenAIChatModel(ChatCompletionsClient):
-    """One chat-completions call per answer, with bounded retries on transient failures."""
+    """One chat-completions call per model turn, with bounded retries on transient failures."""
 
     # Someone is waiting for the answer: waits stay short, and a server asking for a long
     # pause gets the apology instead.
@@ -59,7 +63,7 @@ class OpenAIChatModel(ChatCompletionsClient):
             "model": self._model,
             "messages": [
                 {"role": "system", "content": request.system},
-                *({"role": turn.role, "content": turn.content} for turn in request.turns),
+                *(message for turn in request.turns for message in chat_messages(turn)),
             ],
             "max_tokens": effective_max_tokens(request, self._max_output_tokens),
         }
@@ -110,6 +114,32 @@ class OpenAIChatModel(ChatCompletionsClient):
         return message, choices[0].get("finish_reason")
 
 
+def chat_messages(turn: ChatTurn) -> list[dict[str, Any]]:
+    """One turn as chat-completions messages: a tool turn is one message per result."""
+    if turn.role == "tool":
+        return [
+            {"role": "tool", "tool_call_id": result.call_id, "content": result.content}
+            for result in turn.tool_results
+        ]
+    if not turn.tool_calls:
+        return [{"role": turn.role, "content": turn.content}]
+    return [
+        {
+            "role": "assistant",
+            # The API's own form for "no text, only calls".
+            "content": turn.content or None,
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "id": call.id,
+                    "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                }
+                for call in turn.tool_calls
+            ],
+        }
+    ]
+
+
 def _text(message: dict[str, Any]) -> str:
     """The message's text: a string, or (some servers) a list of text parts; a refusal is the
     model's answer to the person when there is no content."""
@@ -144,4 +174,4 @@ def _tool_calls(raw: Any) -> list[ToolCall]:
                 arguments=parsed_arguments(function.get("arguments")),
             )
         )
-    return calls
+    return usable_call_ids(calls)

@@ -20,8 +20,10 @@ message being answered says:
 
 and only when `<id>` appears in the system prompt as a fact id, `[fact <id>]`, outside any
 quoted value (stored text cannot make up an id). Its text is then "": the caller announces
-the correction. It lets the whole answering path run, be demonstrated and be tested with no
-network; it understands nothing, and it says only what the block holds.
+the correction. Handed the call's result (a request ending with a tool turn), it never calls
+again and answers from the results alone: what it now remembers, that it forgot, or why it
+could not change it. It lets the whole answering path run, be demonstrated and be tested
+with no network; it understands nothing, and it says only what the block holds.
 """
 
 from __future__ import annotations
@@ -29,12 +31,27 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from botmemory.answering.chat.contract import UPDATE_MEMORY, ChatReply, ChatRequest, ToolCall
+from botmemory.answering.chat.contract import (
+    APPLIED,
+    UPDATE_MEMORY,
+    ChatReply,
+    ChatRequest,
+    ToolCall,
+    ToolResult,
+    result_fields,
+)
 from botmemory.recall.block import BLOCK_FOOTER, BLOCK_HEADER
 from botmemory.search.keywords import clip_query, rank
+from botmemory.text import clip, quote_for_prompt
 
 ANSWER_PREFIX = "From what I remember: "
 NOTHING_REMEMBERED = "I don't remember anything about that."
+# The second turn, from a call's result.
+NOW_REMEMBERED = "Done: I now remember "
+FORGOTTEN = "Done: I no longer remember that."
+NOT_CHANGED = "I could not change that: "
+UNKNOWN_RESULT = "I could not tell what became of that."
+_REASON_CHARS = 200
 
 _BLOCK_OPEN = BLOCK_HEADER.splitlines()[0]  # "<memory>"
 # A quoted value as quote_for_prompt writes it: backslash and double quote escaped inside.
@@ -63,10 +80,26 @@ class RulesChatModel:
     name = "rules"
 
     def reply(self, request: ChatRequest) -> ChatReply:
+        if request.results:  # its calls were carried out: say what became of them
+            return ChatReply(text=" ".join(_said(result) for result in request.results))
         call = _tool_call(request.question, fact_ids(request.system))
         if call is not None:
             return ChatReply(text="", tool_calls=[call])
         return ChatReply(text=_answer(request.question, memory_items(request.system)))
+
+
+def _said(result: ToolResult) -> str:
+    """One result in words; its text only ever quoted."""
+    fields = result_fields(result)
+    text, reason = fields.get("text"), fields.get("reason")
+    if fields.get("status") == APPLIED:
+        if fields.get("deleted") is True:
+            return FORGOTTEN
+        if isinstance(text, str) and text:
+            return NOW_REMEMBERED + quote_for_prompt(text) + "."
+    elif isinstance(reason, str) and reason:
+        return NOT_CHANGED + clip(reason, _REASON_CHARS).rstrip(".") + "."
+    return UNKNOWN_RESULT
 
 
 def _answer(question: str, items: list[_Item]) -> str:
