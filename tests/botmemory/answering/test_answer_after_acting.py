@@ -18,6 +18,7 @@ from botocore.stub import ANY, Stubber
 
 from botmemory.answering.answerer import MAX_CORRECTIONS, TOO_MANY, Answerer
 from botmemory.answering.chat.bedrock import BedrockChatModel
+from botmemory.answering.chat.contract import ChatReply, ChatRequest, ToolCall
 from botmemory.answering.follow_up import AFTER_ACTING
 from botmemory.answering.prompt import DEFAULT_SYSTEM_PROMPT
 from botmemory.answering.question import Question
@@ -404,3 +405,40 @@ def test_bedrock_hands_back_a_tool_result_and_posts_the_answer(
     assert posted.startswith("I corrected what I remember about Alice")
     assert posted.endswith("\nWelcome to Berlin!")
     assert (report.model_calls, report.follow_up, report.corrections) == (2, "answered", 1)
+
+
+class DuplicateIdModel:
+    """A chat model (any ChatModel, not one of ours) whose calls share an id: no provider
+    would take them back, so the second call is not asked, and the answer still has words."""
+
+    def __init__(self, fact_id: str) -> None:
+        self.fact_id = fact_id
+        self.requests: list[ChatRequest] = []
+
+    def reply(self, request: ChatRequest) -> ChatReply:
+        self.requests.append(request)
+        call = ToolCall(id="same", name="update_memory", arguments={"id": self.fact_id, "text": ""})
+        return ChatReply(text="", tool_calls=[call, call])
+
+
+def test_calls_no_provider_could_take_back_are_not_sent_and_words_go_out(
+    services: MemoryServices,
+) -> None:
+    fact = a_fact(gw.ALICE, "Alice lives in Paris", scope=scope_of(gw.GUILD), at_ms=START_MS)
+    services.repository.put_fact(fact)
+    settings = services.settings
+    limiter = AnswerRateLimiter(
+        services.repository.client, settings.table_name, settings, services.clock
+    )
+    poster, model = RecordingPoster(), DuplicateIdModel(fact.fact_id)
+    answerer = Answerer(services, model, poster, limiter, lambda: DEFAULT_SYSTEM_PROMPT)
+
+    report = answerer.answer(
+        Question(gw.GUILD, gw.CHANNEL, gw.ALICE, "Alice", "forget where I live", "1234")
+    )
+
+    assert len(model.requests) == 1
+    (posted,) = poster.posted
+    assert posted.startswith("I forgot what I remembered about Alice")
+    assert posted.endswith("\n" + AFTER_ACTING)
+    assert (report.model_calls, report.follow_up) == (1, "failed")

@@ -5,8 +5,8 @@ One answer is: the rate limit (one conditional write), the typing indicator, the
 (recall with the message as query, the channel's history, the speaker's facts, whether they
 are staff), one chat model call, the model's corrections applied and announced (a refused
 one as refused) and their results handed back for one more call that writes the answer
-(botmemory.answering.follow_up), the reply posted (split at sentence ends, pinging nobody), and each posted
-message recorded as an observation of kind answer, under the same key the relay's copy of it
+(botmemory.answering.follow_up), the reply posted (split at sentence ends, pinging nobody),
+and each posted message recorded as an observation of kind answer, under the same key the relay's copy of it
 gets, so it is stored once. Then, after the reply, the facts the memory block showed count
 one recall hit each (botmemory.memory.hot_tier).
 
@@ -129,7 +129,7 @@ class Answerer:
         time_left_ms: Callable[[], int | None] = lambda: None,
     ) -> None:
         """`time_left_ms`: the invocation's time left (botmemory.invocation), None unbounded;
-        the answer after acting is asked for only when its worst case fits."""
+        the answer after acting is asked for only when its attempt fits (follow_up.needed_ms)."""
         self._services = services
         self._model = model
         self._poster = poster

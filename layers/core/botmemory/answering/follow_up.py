@@ -97,8 +97,13 @@ def answer_after(
         )
         return FollowUp(fallback, FollowUpStatus.NO_TIME, called=False, ignored_calls=0)
     try:
-        second = model.reply(follow_up_request(request, first, acted))
-    except (ChatModelError, ValueError) as error:  # ValueError: a request the contract refuses
+        asked = follow_up_request(request, first, acted)
+    except ValueError as error:  # a conversation the contract refuses: never sent
+        log.error("answer after the corrections not asked", extra={"error": str(error)[:300]})
+        return FollowUp(fallback, FollowUpStatus.FAILED, called=False, ignored_calls=0)
+    try:
+        second = model.reply(asked)
+    except ChatModelError as error:
         log.warning("answer after the corrections failed", extra={"error": str(error)[:300]})
         return FollowUp(fallback, FollowUpStatus.FAILED, called=True, ignored_calls=0)
     if second.tool_calls:
