@@ -171,7 +171,9 @@ def test_layer_ships_the_package(resources: dict[str, Any]) -> None:
     content = ROOT / layer["Properties"]["ContentUri"]
     assert (content / "botmemory" / "__init__.py").is_file()
     assert (content / "requirements.txt").is_file()
-    assert layer["Metadata"]["BuildMethod"] == "python3.13"
+    # layers/core/Makefile: pip --require-hashes for python3.13 on arm64, then pruned.
+    assert layer["Metadata"]["BuildMethod"] == "makefile"
+    assert (content / "Makefile").is_file() and (content / "layer_build.py").is_file()
     assert layer["Metadata"]["BuildArchitecture"] == "arm64"
 
 
