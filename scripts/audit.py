@@ -24,7 +24,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -53,7 +52,7 @@ def lock_pins(path: Path) -> list[Pin]:
         if "==" not in requirement:
             raise SystemExit(f"{path.name}: not an exact pin: {raw!r}")
         name, version = requirement.split("==", 1)
-        found.append((canonicalize_name(name.strip()), version.strip()))
+        found.append((str(canonicalize_name(name.strip())), version.strip()))
     return found
 
 
@@ -80,9 +79,9 @@ def _in_range(version: Version, events: list[dict[str, str]]) -> bool:
         (kind, value), *_ = event.items()
         if kind == "introduced" and (value == "0" or version >= Version(value)):
             affected = True
-        elif kind == "fixed" and version >= Version(value):
-            affected = False
-        elif kind == "last_affected" and version > Version(value):
+        elif (kind == "fixed" and version >= Version(value)) or (
+            kind == "last_affected" and version > Version(value)
+        ):
             affected = False
     return affected
 
@@ -120,12 +119,13 @@ def offline(pins: list[Pin], snapshot: dict[str, Any]) -> tuple[list[str], list[
     return found, unaudited
 
 
-def pip_audit(locks: Iterable[Path]) -> tuple[int, str, str]:
+def pip_audit(lock: Path) -> tuple[int, str, str]:
+    """pip-audit on one lock (one at a time: a hashed and an unhashed file do not mix)."""
     args = [str(SCAN_BIN / "pip-audit"), "--strict", "--no-deps", "--disable-pip"]
     args += ["--progress-spinner", "off", "--vulnerability-service", "pypi", "--format", "json"]
-    for lock in locks:
-        args += ["--requirement", str(lock)]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [*args, "--requirement", str(lock)], capture_output=True, text=True, timeout=900
+    )
     return result.returncode, result.stdout, result.stderr
 
 
@@ -145,7 +145,9 @@ def pip_audit_vulnerabilities(stdout: str) -> list[str] | None:
 def report(source: str, found: list[str], ignore: dict[str, str], pins: int) -> int:
     kept = [f for f in found if f.split(": ", 1)[1].split()[0] not in ignore]
     print(f"audit source: {source}")
-    print(f"{pins} pins audited: {len(kept)} known vulnerabilities, {len(found) - len(kept)} ignored")
+    print(
+        f"{pins} pins audited: {len(kept)} known vulnerabilities, {len(found) - len(kept)} ignored"
+    )
     for advisory, reason in ignore.items():
         print(f"  ignored {advisory}: {reason}")
     for line in kept:
@@ -158,11 +160,17 @@ def audit() -> int:
     ignore = ignored()
     if not (SCAN_BIN / "pip-audit").exists():
         raise SystemExit(".venv-scan/bin/pip-audit is missing: run `make scan-venv`")
-    code, stdout, stderr = pip_audit(LOCKS)
-    vulnerabilities = pip_audit_vulnerabilities(stdout)
-    if vulnerabilities is not None and (code == 0 or vulnerabilities):
+    vulnerabilities: list[str] = []
+    reason = ""
+    for lock in LOCKS:
+        code, stdout, stderr = pip_audit(lock)
+        found = pip_audit_vulnerabilities(stdout)
+        if found is None or (code != 0 and not found):
+            reason = f"{lock.name}: " + (stderr.strip().splitlines() or ["no output"])[-1]
+            break
+        vulnerabilities += found
+    else:
         return report("pip-audit --strict, its pypi service", vulnerabilities, ignore, len(pins))
-    reason = (stderr.strip().splitlines() or ["no output"])[-1]
     print(f"pip-audit could not audit here ({reason[:200]}); using the offline source")
     if not ADVISORIES.is_file():
         print(f"audit: no offline source ({ADVISORIES.name}): cannot audit", file=sys.stderr)
@@ -192,7 +200,7 @@ def vendor(database: Path) -> None:
         capture_output=True,
         text=True,
     ).stdout.split()
-    folders = {canonicalize_name(p.name): p for p in (database / "vulns").iterdir()}
+    folders = {str(canonicalize_name(p.name)): p for p in (database / "vulns").iterdir()}
     advisories = []
     for name in names:
         for path in sorted(folders[name].glob("*.yaml")) if name in folders else []:
@@ -207,7 +215,9 @@ def vendor(database: Path) -> None:
                     "affected": [
                         {
                             "package": {"name": a["package"]["name"]},
-                            "ranges": [r for r in a.get("ranges", []) if r.get("type") == "ECOSYSTEM"],
+                            "ranges": [
+                                r for r in a.get("ranges", []) if r.get("type") == "ECOSYSTEM"
+                            ],
                             "versions": a.get("versions", []),
                         }
                         for a in record.get("affected", [])

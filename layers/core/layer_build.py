@@ -12,7 +12,7 @@ and that no code of ours imports a pruned module. Last, the botmemory package is
 from __future__ import annotations
 
 import shutil
-import subprocess
+import subprocess  # nosec B404 # runs pip, with fixed arguments
 import sys
 from pathlib import Path
 
@@ -38,6 +38,12 @@ PRUNED = {
     "aws_lambda_powertools/utilities/auth_alpha": "never imported",
     # pydantic's v1 compatibility copy: our models are v2 and define no __get_validators__.
     "pydantic/v1": "v1 models are never used",
+    "pydantic/experimental": "never imported",
+    "pydantic/mypy.py": "the mypy plugin, a type-checking tool",
+    # httpx's async side: httpcore imports anyio only if it is there, and no code of ours is
+    # async (tests/stack/test_layer.py checks both). httpx's command line needs click and rich.
+    "anyio": "async only",
+    "httpx/_main.py": "the httpx command line",
     # PyNaCl's compiled _sodium needs only _cffi_backend at run time; cffi's Python package
     # and pycparser parse C declarations, which happens only when building.
     "cffi": "build-time only (nacl._sodium is compiled)",
@@ -58,6 +64,10 @@ PRUNED_MODULES = (
     "aws_lambda_powertools.utilities.validation",
     "aws_lambda_powertools.utilities.circuit_breaker",
     "aws_lambda_powertools.utilities.auth_alpha",
+    "pydantic.experimental",
+    "pydantic.mypy",
+    "anyio",
+    "httpx._main",
     "pydantic.v1",
     "cffi",
     "pycparser",
@@ -79,7 +89,7 @@ def prune(site: Path) -> None:
 
 def build(artifacts: Path) -> None:
     site = artifacts / "python"
-    subprocess.run(
+    subprocess.run(  # nosec B603 # this interpreter's pip, fixed arguments and our own file
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--require-hashes"]
         + ["--only-binary=:all:", *PLATFORM, *PYTHON, "--target", str(site)]
         + ["--requirement", str(HERE / "requirements.txt")],

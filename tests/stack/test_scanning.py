@@ -163,7 +163,8 @@ def test_every_nosec_in_the_code_names_a_test_and_its_reason() -> None:
 
 
 @pytest.mark.parametrize(
-    "line", ["x = 1  # nosec", "x = 1  # nosec B101", "x = 1  # nosec: why", "x = 1  # nosec B101 #"]
+    "line",
+    ["x = 1  # nosec", "x = 1  # nosec B101", "x = 1  # nosec: why", "x = 1  # nosec B101 #"],
 )
 def test_a_nosec_without_a_test_id_or_a_reason_is_reported(tmp_path: Path, line: str) -> None:
     source = tmp_path / "probe.py"

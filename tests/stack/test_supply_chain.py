@@ -79,8 +79,7 @@ def assert_is_closed_subset_of_the_lock(path: Path, roots: list[Requirement]) ->
     lock = versions(DEV_LOCK, DEPLOYED)
     for name, version in pinned.items():
         assert lock.get(name) == version, (
-            f"{path.name} pins {name}=={version}, the lock {lock.get(name)}: "
-            "run `make lock`"
+            f"{path.name} pins {name}=={version}, the lock {lock.get(name)}: run `make lock`"
         )
     for root in roots:
         name = canonicalize_name(root.name)
@@ -89,9 +88,7 @@ def assert_is_closed_subset_of_the_lock(path: Path, roots: list[Requirement]) ->
     for name in pinned:
         for requirement in required_by(name):
             dependency = canonicalize_name(requirement.name)
-            assert dependency in pinned, (
-                f"{name} requires {requirement}, missing from {path.name}"
-            )
+            assert dependency in pinned, f"{name} requires {requirement}, missing from {path.name}"
 
 
 @pytest.mark.parametrize("path", [LAYER, RELAY, *TOOL_LOCKS.values()], ids=lambda p: p.name)
@@ -118,7 +115,9 @@ def test_the_relay_image_is_the_relay_group_and_its_sinks_clients_at_the_locks_v
 
 def test_a_layer_pin_that_drifts_from_the_lock_fails(tmp_path: Path) -> None:
     drifted = tmp_path / "requirements.txt"
-    drifted.write_text(re.sub(r"^pydantic==[^ ]+", "pydantic==2.7.0", LAYER.read_text(), flags=re.M))
+    drifted.write_text(
+        re.sub(r"^pydantic==[^ ]+", "pydantic==2.7.0", LAYER.read_text(), flags=re.M)
+    )
     roots = [r for r in runtime() if canonicalize_name(r.name) not in RUNTIME_PROVIDED]
     with pytest.raises(AssertionError, match="run `make lock`"):
         assert_is_closed_subset_of_the_lock(drifted, roots)
@@ -170,7 +169,11 @@ def makefile_recipe(target: str) -> str:
 )
 def test_the_tool_virtualenvs_install_their_hashed_locks(target: str, lock: str) -> None:
     recipe = makefile_recipe(target)
-    installs = [line for line in recipe.splitlines() if "pip install" in line and "--upgrade pip" not in line]
+    installs = [
+        line
+        for line in recipe.splitlines()
+        if "pip install" in line and "--upgrade pip" not in line
+    ]
     assert installs and all(f"--require-hashes --requirement {lock}" in line for line in installs)
 
 
@@ -206,7 +209,11 @@ def advisory(name: str, events: list[dict[str, str]], listed: list[str] = []) ->
         "id": "PYSEC-0000-1",
         "summary": "a test advisory",
         "affected": [
-            {"package": {"name": name}, "ranges": [{"type": "ECOSYSTEM", "events": events}], "versions": listed}
+            {
+                "package": {"name": name},
+                "ranges": [{"type": "ECOSYSTEM", "events": events}],
+                "versions": listed,
+            }
         ],
     }
 
@@ -220,7 +227,8 @@ def test_the_offline_audit_finds_a_pin_inside_an_advisorys_range() -> None:
 
 def test_the_offline_audit_reads_last_affected_and_listed_versions() -> None:
     db = snapshot(
-        [advisory("pkg", [{"introduced": "1.0"}, {"last_affected": "1.2"}], listed=["0.9"])], ["pkg"]
+        [advisory("pkg", [{"introduced": "1.0"}, {"last_affected": "1.2"}], listed=["0.9"])],
+        ["pkg"],
     )
     assert audit.offline([("pkg", "1.2")], db)[0]
     assert audit.offline([("pkg", "0.9")], db)[0]
@@ -235,13 +243,17 @@ def test_a_pin_the_offline_source_does_not_cover_cannot_be_audited() -> None:
 def test_the_vendored_snapshot_covers_every_pin_of_every_lock() -> None:
     db = json.loads(audit.ADVISORIES.read_text())
     assert db["commit"] and db["date"] and db["source"]
-    found, unaudited = audit.offline(audit.all_pins(), db)
+    _, unaudited = audit.offline(audit.all_pins(), db)
     assert not unaudited, "refresh security/advisories.json: scripts/audit.py --vendor"
 
 
 def test_pip_audits_unreadable_output_is_not_a_pass() -> None:
     assert audit.pip_audit_vulnerabilities("") is None
-    report = {"dependencies": [{"name": "a", "version": "1", "vulns": [{"id": "X", "fix_versions": ["2"]}]}]}
+    report = {
+        "dependencies": [
+            {"name": "a", "version": "1", "vulns": [{"id": "X", "fix_versions": ["2"]}]}
+        ]
+    }
     assert audit.pip_audit_vulnerabilities(json.dumps(report)) == ["a==1: X (fixed in 2)"]
 
 
@@ -250,7 +262,7 @@ def test_the_audit_fails_when_pip_audit_cannot_audit_and_there_is_no_offline_sou
 ) -> None:
     monkeypatch.setattr(audit, "SCAN_BIN", tmp_path)
     (tmp_path / "pip-audit").touch()
-    monkeypatch.setattr(audit, "pip_audit", lambda locks: (1, "", "ERROR: could not be audited"))
+    monkeypatch.setattr(audit, "pip_audit", lambda lock: (1, "", "ERROR: could not be audited"))
     monkeypatch.setattr(audit, "ADVISORIES", tmp_path / "missing.json")
     assert audit.audit() == 1
     assert "cannot audit" in capsys.readouterr().err
@@ -261,16 +273,20 @@ def test_the_audit_says_which_source_answered(
 ) -> None:
     monkeypatch.setattr(audit, "SCAN_BIN", tmp_path)
     (tmp_path / "pip-audit").touch()
-    monkeypatch.setattr(audit, "pip_audit", lambda locks: (1, "", "ERROR: could not be audited"))
+    monkeypatch.setattr(audit, "pip_audit", lambda lock: (1, "", "ERROR: could not be audited"))
     assert audit.audit() == 0
     assert "audit source: PyPA advisory database at" in capsys.readouterr().out
-    monkeypatch.setattr(audit, "pip_audit", lambda locks: (0, json.dumps({"dependencies": []}), ""))
+    monkeypatch.setattr(audit, "pip_audit", lambda lock: (0, json.dumps({"dependencies": []}), ""))
     assert audit.audit() == 0
     assert "audit source: pip-audit --strict" in capsys.readouterr().out
 
 
-def test_an_ignored_advisory_needs_a_reason(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    (tmp_path / "pyproject.toml").write_text('[tool.audit]\nignore = [{id = "PYSEC-1", reason = ""}]\n')
+def test_an_ignored_advisory_needs_a_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.audit]\nignore = [{id = "PYSEC-1", reason = ""}]\n'
+    )
     monkeypatch.setattr(audit, "ROOT", tmp_path)
     with pytest.raises(SystemExit, match="without a reason"):
         audit.ignored()
@@ -281,3 +297,18 @@ def test_marker_lines_of_the_locks_parse() -> None:
         for requirement, _ in hashed_pins(path):
             if requirement.marker is not None:
                 assert isinstance(requirement.marker, Marker)
+
+
+def test_a_known_vulnerability_of_a_pin_fails_the_audit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(audit, "SCAN_BIN", tmp_path)
+    (tmp_path / "pip-audit").touch()
+    monkeypatch.setattr(audit, "pip_audit", lambda lock: (1, "", "ERROR: could not be audited"))
+    db = json.loads(audit.ADVISORIES.read_text())
+    name, version = audit.all_pins()[0]
+    db["advisories"].append(advisory(name, [{"introduced": "0"}], listed=[version]))
+    (tmp_path / "advisories.json").write_text(json.dumps(db))
+    monkeypatch.setattr(audit, "ADVISORIES", tmp_path / "advisories.json")
+    assert audit.audit() == 1
+    assert f"{name}=={version}: PYSEC-0000-1" in capsys.readouterr().err
