@@ -76,8 +76,10 @@ def closure(roots: list[str]) -> dict[str, int]:
 
 
 def layer_requirements() -> list[str]:
+    """The pins of the hashed file (`make lock`): `name==version \\` lines, --hash lines skipped."""
     lines = REQUIREMENTS.read_text().splitlines()
-    return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
+    pins = [line.split("#", 1)[0].strip().rstrip("\\").strip() for line in lines]
+    return [pin for pin in pins if pin and not pin.startswith("--")]
 
 
 def _built_size() -> int | None:

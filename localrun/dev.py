@@ -147,7 +147,7 @@ class Endpoints(BaseHTTPRequestHandler):
     def _discord(self, length: int) -> None:
         """The stand-in for Discord's REST API (`sam local invoke AnswerFunction` posts here):
         the answer is printed, as the in-process AnswerFunction's are."""
-        assert self.stack.discord is not None
+        assert self.stack.discord is not None  # nosec B101 # narrows the type for mypy: make dev always starts a fake Discord
         status, body = self.stack.discord.respond(
             self.command, self.path, read_json(self.rfile, min(length, MAX_BODY))
         )
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                 # Deployed, the key is a secret; locally it is given directly.
                 "MEMORY_MODEL_API_KEY": os.environ.get("MEMORY_MODEL_API_KEY", ""),
             },
-            shell=shell,
+            shell=shell,  # nosec B604 # a copy of os.environ passed as settings, not subprocess shell=True
             echo=True,
         ).start()
         Endpoints.stack = stack

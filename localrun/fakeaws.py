@@ -24,7 +24,7 @@ REAL_ACCOUNT_VARIABLES = (
 )
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",  # nosec B105 # moto's dummy credentials, local only
     "AWS_DEFAULT_REGION": REGION,
     # moto serves DynamoDB Streams in-process only with account endpoints off.
     "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",

@@ -4,7 +4,7 @@ backups) as a child process, on 127.0.0.1 unless told otherwise."""
 from __future__ import annotations
 
 import socket
-import subprocess
+import subprocess  # nosec B404 # starts the local moto server with fixed arguments
 import sys
 import time
 import urllib.error
@@ -17,7 +17,7 @@ class LocalRunError(RuntimeError):
 
 LOOPBACK = "127.0.0.1"
 # Listening here means every interface; this process still talks to it over loopback.
-ANY_ADDRESS = "0.0.0.0"
+ANY_ADDRESS = "0.0.0.0"  # nosec B104 # only when asked with --host (make dev defaults to 127.0.0.1)
 
 
 def free_port() -> int:
@@ -63,7 +63,7 @@ class MotoServer:
         return self._process.pid if self._process else 0
 
     def start(self) -> MotoServer:
-        self._process = subprocess.Popen(
+        self._process = subprocess.Popen(  # nosec B603 # fixed argv: this interpreter, a module of ours, host and port
             [sys.executable, "-m", "localrun.fastmoto", "-H", self.host, "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -85,7 +85,7 @@ class MotoServer:
 
     def answering(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1):
+            with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1):  # nosec B310 # our own http:// URL on this machine
                 return True
         except urllib.error.HTTPError:
             return True  # it answered, even if not with a page

@@ -45,7 +45,7 @@ _CloudFormationLoader.add_multi_constructor("!", _intrinsic)
 def load_template(path: Path = TEMPLATE) -> dict[str, Any]:
     with path.open(encoding="utf-8") as handle:
         # A SafeLoader subclass: only plain data and the intrinsic tags are constructed.
-        loaded = yaml.load(handle, Loader=_CloudFormationLoader)
+        loaded = yaml.load(handle, Loader=_CloudFormationLoader)  # nosec B506 # a SafeLoader subclass: plain data and intrinsic tags only
     if not isinstance(loaded, dict):
         raise ValueError(f"{path} is not a template")
     return loaded

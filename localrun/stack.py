@@ -160,12 +160,12 @@ class LocalStack:
         if merged.get("MEMORY_HASH_KEY_SECRET"):
             # The template's HashKeySecret is a Secrets Manager secret; locally the key is
             # given directly (yours, or one made for this run: the local table is new too).
-            merged["MEMORY_HASH_KEY_SECRET"] = ""
+            merged["MEMORY_HASH_KEY_SECRET"] = ""  # nosec B105 # blank: the local run gives the key directly
             merged["MEMORY_HASH_KEY"] = os.environ.get("MEMORY_HASH_KEY") or secrets.token_hex(32)
         if merged.get("DISCORD_BOT_TOKEN_SECRET"):
             # Answers are posted to a local stand-in for Discord (localrun/discord_sink.py).
-            merged["DISCORD_BOT_TOKEN_SECRET"] = ""
-            merged["DISCORD_BOT_TOKEN"] = "local-bot-token"
+            merged["DISCORD_BOT_TOKEN_SECRET"] = ""  # nosec B105 # blank: the local run gives the token directly
+            merged["DISCORD_BOT_TOKEN"] = "local-bot-token"  # nosec B105 # the fake Discord's token, local only
         merged.update(
             TABLE_NAME=self.table_name,
             AWS_ENDPOINT_URL_DYNAMODB=self._dynamodb_url,
@@ -219,7 +219,7 @@ class LocalStack:
         os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
         if not os.environ.get("AWS_ACCESS_KEY_ID") and not os.environ.get("AWS_PROFILE"):
             # The local DynamoDB accepts any credentials; a real model provider needs real ones.
-            os.environ.update(AWS_ACCESS_KEY_ID="local", AWS_SECRET_ACCESS_KEY="local")
+            os.environ.update(AWS_ACCESS_KEY_ID="local", AWS_SECRET_ACCESS_KEY="local")  # nosec B106 # dummy credentials for the local moto server
         from botmemory.runtime import forget_environment
 
         forget_environment()

@@ -71,7 +71,7 @@ def log_formatter(config: RelayConfig) -> logging.Formatter:
 def build_sink(config: RelayConfig) -> Sink:
     if config.ingest_url:
         return HttpSink(config.ingest_url, config.http_timeout_seconds)
-    assert config.ingest_function_name is not None
+    assert config.ingest_function_name is not None  # nosec B101 # RelayConfig validates that one sink is named; narrows the type for mypy
     client = lambda_client(timeout_seconds=config.http_timeout_seconds)
     return LambdaSink(client, config.ingest_function_name)
 

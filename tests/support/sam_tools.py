@@ -92,7 +92,7 @@ def translated_template() -> dict[str, Any]:
 
 def load_template(path: Path) -> dict[str, Any]:
     """A template as written (CloudFormation short forms need cfn-lint's loader)."""
-    from cfnlint.decode import cfn_yaml
+    from cfnlint.decode import cfn_yaml  # type: ignore[import-untyped]
 
     loaded: dict[str, Any] = cfn_yaml.loads(path.read_text(encoding="utf-8"), str(path))
     return loaded

@@ -71,7 +71,7 @@ class AnswerRequests:
         self._start(job)
 
     def _start(self, payload: dict[str, Any]) -> None:
-        assert self._function is not None
+        assert self._function is not None  # nosec B101 # set whenever a job can start (the constructor); a programming error, never input
         local = _LOCAL_TARGETS.get(self._function)
         if local is not None:
             local(payload)

@@ -250,7 +250,7 @@ class Consolidator:
         """One model call over the batch, the channel's persona, the participants' current
         facts (with a persona, its memories of them and its knowledge), the pins and the
         channel's rolling summary."""
-        assert self._model is not None  # rounds run only when memory is enabled
+        assert self._model is not None  # nosec B101 # narrows the type for mypy; never guards input; rounds run only when memory is enabled
         persona = batch.persona
         model_input = ModelInput(
             summary=summary.summary if summary else "",
@@ -281,7 +281,7 @@ class Consolidator:
         batch: Batch,
         outcome: Outcome,
     ) -> channel_summary.RolledSummary:
-        assert self._model is not None
+        assert self._model is not None  # nosec B101 # narrows the type for mypy: rounds run only when memory is enabled
         # The stretch of what the model was shown: a message hidden as deleted is not in it.
         start_ms, end_ms = channel_summary.stretch(batch.by_number.values()) or (
             min(o.at_ms for o in batch.observations),

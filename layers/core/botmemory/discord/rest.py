@@ -45,8 +45,8 @@ from botmemory.text import split_message as split_message
 
 DEFAULT_API_BASE = "https://discord.com/api/v10"
 API_BASE_ENV = "DISCORD_API_BASE"
-BOT_TOKEN_ENV = "DISCORD_BOT_TOKEN"
-BOT_TOKEN_SECRET_ENV = "DISCORD_BOT_TOKEN_SECRET"
+BOT_TOKEN_ENV = "DISCORD_BOT_TOKEN"  # nosec B105 # the name of an environment variable, not a token
+BOT_TOKEN_SECRET_ENV = "DISCORD_BOT_TOKEN_SECRET"  # nosec B105 # the name of an environment variable, not a token
 
 # Discord asks bots to identify themselves this way ("DiscordBot (url, version)").
 USER_AGENT = "DiscordBot (discord-memory-bot, 0.1.0)"
@@ -525,7 +525,7 @@ def _backoff(attempt: int) -> float:
     # Jitter keeps concurrent Lambdas from retrying in lockstep.
     # An int power is typed Any (a negative exponent makes it a float).
     backoff: float = min(_BACKOFF_BASE_SECONDS * 2**attempt, _BACKOFF_CAP_SECONDS)
-    return backoff + random.uniform(0, _JITTER_SECONDS)
+    return backoff + random.uniform(0, _JITTER_SECONDS)  # nosec B311 # retry jitter, not a secret
 
 
 def _api_error(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import pickle
+import pickle  # nosec B403 # the operator's own earlier bot's file, read only when asked (see _read_pickle)
 import re
 import sqlite3
 import sys
@@ -126,7 +126,7 @@ def _read_pickle(path: Path) -> list[tuple[Any, Any]]:
     print(PICKLE_WARNING.format(path=path), file=sys.stderr)
     with path.open("rb") as handle:
         try:
-            document = pickle.load(handle)
+            document = pickle.load(handle)  # nosec B301 # the operator's own file, named on the command line, with PICKLE_WARNING printed first
         except Exception as exc:  # a pickle can fail in any way its contents choose
             raise SourceError(f"{path}: cannot unpickle: {exc}") from None
     if not isinstance(document, dict):
@@ -151,7 +151,7 @@ def _read_sqlite(
                 connection, table, channel_column, memory_column
             )
             rows = connection.execute(
-                f"SELECT {_quote(channel_column)}, {_quote(memory_column)} FROM {_quote(table)}"
+                f"SELECT {_quote(channel_column)}, {_quote(memory_column)} FROM {_quote(table)}"  # nosec B608 # identifiers only, each quoted by _quote, on a database opened read-only
             ).fetchall()
         finally:
             connection.close()

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 CACHE_MS = 60_000
 HASH_KEY_ENV = "MEMORY_HASH_KEY"
-HASH_KEY_SECRET_ENV = "MEMORY_HASH_KEY_SECRET"
+HASH_KEY_SECRET_ENV = "MEMORY_HASH_KEY_SECRET"  # nosec B105 # the name of an environment variable, not a key
 MIN_KEY_CHARS = 16
 # Only for a local table, outside Lambda: a deployed function never falls back to it.
 _DEVELOPMENT_KEY = b"discord-memory/local-development-only/not-a-secret"

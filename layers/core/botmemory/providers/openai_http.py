@@ -42,7 +42,7 @@ class RetryPolicy:
     def backoff(self, attempt: int) -> float:
         # Jitter keeps concurrent callers from retrying in lockstep.
         base: float = min(self.backoff_base_seconds * 2**attempt, self.backoff_cap_seconds)
-        return base + random.uniform(0, self.jitter_seconds)
+        return base + random.uniform(0, self.jitter_seconds)  # nosec B311 # retry jitter, not a secret
 
     def retry_after(self, response: httpx.Response) -> float | None:
         """The server's requested wait in seconds, capped; None when absent or not a number."""

@@ -244,7 +244,7 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_MODEL": "memory_model",
     "MEMORY_MODEL_BASE_URL": "model_base_url",
     "MEMORY_MODEL_API_KEY": "model_api_key",
-    "MEMORY_MODEL_API_KEY_SECRET": "model_api_key_secret",
+    "MEMORY_MODEL_API_KEY_SECRET": "model_api_key_secret",  # nosec B105 # a variable name mapped to a field name, no secret
     "MEMORY_MODEL_TIMEOUT_SECONDS": "model_timeout_seconds",
     "MEMORY_MODEL_MAX_ATTEMPTS": "model_max_attempts",
     "MEMORY_MODEL_MAX_OUTPUT_TOKENS": "model_max_output_tokens",
@@ -288,12 +288,12 @@ ENVIRONMENT: dict[str, str] = {
     "EMBEDDING_MODEL": "embedding_model",
     "EMBEDDING_MODEL_BASE_URL": "embedding_base_url",
     "EMBEDDING_MODEL_API_KEY": "embedding_api_key",
-    "EMBEDDING_MODEL_API_KEY_SECRET": "embedding_api_key_secret",
+    "EMBEDDING_MODEL_API_KEY_SECRET": "embedding_api_key_secret",  # nosec B105 # a variable name mapped to a field name, no secret
     "EMBEDDING_DIMENSIONS": "embedding_dimensions",
     "CHAT_MODEL": "chat_model",
     "CHAT_MODEL_BASE_URL": "chat_base_url",
     "CHAT_MODEL_API_KEY": "chat_api_key",
-    "CHAT_MODEL_API_KEY_SECRET": "chat_api_key_secret",
+    "CHAT_MODEL_API_KEY_SECRET": "chat_api_key_secret",  # nosec B105 # a variable name mapped to a field name, no secret
     "CHAT_MODEL_TIMEOUT_SECONDS": "chat_timeout_seconds",
     "CHAT_MODEL_MAX_ATTEMPTS": "chat_max_attempts",
     "CHAT_MODEL_MAX_OUTPUT_TOKENS": "chat_max_output_tokens",

@@ -24,7 +24,7 @@ from botmemory.settings.environment import ConfigError
 # for each deferred answer) cost one call per five minutes, and a rotated value arrives
 # within them. The API keys are read once per container, when the services are built.
 DEFAULT_MAX_AGE_SECONDS = 300
-SECRET_SUFFIX = "_SECRET"
+SECRET_SUFFIX = "_SECRET"  # nosec B105 # the suffix of variable names, no secret
 _DETAIL_CHARS = 200
 
 ErrorType = Callable[[str], Exception]

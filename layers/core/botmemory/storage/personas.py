@@ -57,7 +57,7 @@ class PersonaRepository(Table):
     def put_persona(self, persona: Persona, *, replaces_ms: int | None) -> None:
         """Write a server's persona: a new one only if its id is free (or held by a removed
         persona), a change only if it is still as read (`replaces_ms`, its `updated_ms`)."""
-        assert persona.guild_id is not None  # the deployment's live in SSM, not here
+        assert persona.guild_id is not None  # nosec B101 # narrows the type for mypy; never guards input; the deployment's live in SSM, not here
         values: dict[str, Any] = persona.model_dump(mode="json")
         values.update(pk=keys.scope_pk(persona.guild_id), sk=keys.persona_sk(persona.persona_id))
         # A live persona has no removed_ms (None is not stored).
@@ -135,7 +135,7 @@ class PersonaRepository(Table):
     def purge_persona(self, persona: Persona) -> PersonaPurge:
         """Delete everything in a removed server persona's scope, then the persona item (only
         if it is still this removed persona). Idempotent: run again, it finishes the rest."""
-        assert persona.guild_id is not None and not persona.active
+        assert persona.guild_id is not None and not persona.active  # nosec B101 # narrows the type for mypy; the caller picked this persona so
         scope = keys.persona_scope(persona.guild_id, persona.lineage_id)
         knowledge = self._delete_partition(keys.user_pk(scope, keys.PERSONA_SUBJECT))
         members = self.persona_members(persona.guild_id, persona.lineage_id)

@@ -66,7 +66,7 @@ class Backoff:
         the doubled ceiling. The jitter keeps concurrent functions from retrying in
         lockstep; the half kept fixed makes every wait at least the one before."""
         ceiling: float = min(self.cap_seconds, self.first_seconds * 2**retry)
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+        return ceiling / 2 + random.uniform(0, ceiling / 2)  # nosec B311 # retry jitter, not a secret
 
 
 UNPROCESSED_BACKOFF = Backoff()
