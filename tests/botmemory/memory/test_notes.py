@@ -55,9 +55,7 @@ def test_it_is_read_through_powertools_cache(ssm: Any) -> None:
     assert source() == "second"
 
 
-def test_a_missing_parameter_is_logged_and_none(
-    ssm: Any, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_missing_parameter_is_logged_and_none(ssm: Any, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="botmemory.memory.notes")
 
     assert parameter_source(settings("/not/there"))() is None

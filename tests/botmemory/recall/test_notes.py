@@ -38,9 +38,7 @@ class Ops:
         return self.text
 
 
-def services_with(
-    dynamodb: Any, clock: ManualClock, ops: Ops, **settings: Any
-) -> MemoryServices:
+def services_with(dynamodb: Any, clock: ManualClock, ops: Ops, **settings: Any) -> MemoryServices:
     return build_services(
         Settings(table_name=TABLE, memory_model="rules", **settings),
         dynamodb=dynamodb,
