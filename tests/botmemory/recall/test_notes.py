@@ -5,6 +5,7 @@ channel's recall never reads them."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -191,3 +192,38 @@ def test_a_budget_of_zero_reads_nothing(
 
     assert NOTES_HEADING not in result.memory and result.notes == []
     assert ops.reads == 0
+
+
+def test_in_a_dm_they_are_read_beside_the_other_reads(
+    seeded: Callable[..., tuple[MemoryServices, Ops]], dynamodb: Any
+) -> None:
+    """No round trip of their own: the deployment's notes are read while the member's
+    servers are looked up, the servers' notes while their facts are. Each of those reads
+    waits here for the notes read beside it to start; read one after the other, it would
+    wait in vain."""
+    services, ops = seeded()
+    ops_started, notes_started = threading.Event(), threading.Event()
+    waited: dict[str, bool] = {}
+    read_ops = ops.__call__
+
+    def ops_read() -> str | None:
+        ops_started.set()
+        return read_ops()
+
+    services.recaller._notes._ops = ops_read  # type: ignore[union-attr]
+
+    def beside(params: dict[str, Any], **_: Any) -> None:
+        asked = repr(params)
+        if params.get("IndexName") == "by_user":  # the member's servers
+            waited["servers"] = ops_started.wait(timeout=10)
+        elif "RequestItems" in params and keys.NOTES_SK in asked:
+            notes_started.set()
+        elif keys.user_pk(gw.GUILD, gw.ALICE) in asked and "KeyConditionExpression" in params:
+            waited["facts"] = notes_started.wait(timeout=10)  # her facts in the server
+
+    dynamodb.meta.events.register("provide-client-params.dynamodb.*", beside)
+
+    result = recall(services, dm=True)
+
+    assert waited == {"servers": True, "facts": True}
+    assert [n.guild_id for n in result.notes] == [None, gw.GUILD]
