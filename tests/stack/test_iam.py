@@ -88,9 +88,10 @@ def role_statements(translated: dict[str, Any], role: str) -> list[dict[str, Any
     """A role's inline policies, its customer managed policies and its role policies."""
     resources = translated["Resources"]
     found = statements_of(resources[role])
-    for arn in resources[role]["Properties"].get("ManagedPolicyArns", []):
-        if isinstance(arn, dict) and "Ref" in arn:
-            found += statements_of(resources[arn["Ref"]])
+    for attached in resources[role]["Properties"].get("ManagedPolicyArns", []):
+        for arn in branches(attached):  # a conditional policy: when its condition holds
+            if isinstance(arn, dict) and "Ref" in arn:
+                found += statements_of(resources[arn["Ref"]])
     for resource in resources.values():
         if resource["Type"] == "AWS::IAM::RolePolicy" and resource["Properties"]["RoleName"] == {
             "Ref": role
@@ -301,3 +302,26 @@ def test_stream_readers_read_only_the_memory_tables_stream(translated: dict[str,
             if "dynamodb:GetRecords" in listed(s["Action"])
         ]
         assert [s["Resource"] for s in readers] == [{"Fn::GetAtt": ["MemoryTable", "StreamArn"]}]
+
+
+def test_only_recall_reads_the_dm_notes_parameter_and_only_that_one(
+    translated: dict[str, Any],
+) -> None:
+    """The deployment's notes for direct messages (botmemory.memory.notes) are read by recall
+    alone: RecallFunction, and AnswerFunction's own recall; the grant names that parameter."""
+    notes_arn = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter"
+    notes_arn += "${DmNotesParameterName}"
+    readers = set()
+    for function in FUNCTIONS:
+        for statement in function_statements(translated, function):
+            resources = [text_of(r) for r in listed(statement["Resource"])]
+            if any("DmNotesParameterName" in r for r in resources):
+                assert listed(statement["Action"]) == ["ssm:GetParameter"], statement
+                assert resources == [notes_arn], statement
+                readers.add(function)
+    assert readers == {"RecallFunction", "AnswerFunction"}
+    policy = translated["Resources"]["DmNotesParameterPolicy"]
+    assert policy["Condition"] == "HasDmNotesParameter"  # no parameter, no grant
+    # The other functions get at most its name (`/memory show` says notes exist).
+    named = {f for f in FUNCTIONS if "DM_NOTES_PARAMETER" in _environment(translated, f)}
+    assert named == {"RecallFunction", "AnswerFunction", "InteractionsFunction"}

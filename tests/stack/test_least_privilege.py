@@ -16,7 +16,9 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
+from aws_lambda_powertools.utilities import parameters
 from botocore.client import BaseClient
 
 from botmemory.answering.requests import register_local_target
@@ -27,6 +29,7 @@ from localrun import gateway as gw
 from localrun.samtemplate import passes_filters
 from scripts.make_events import BOB, BOT
 from tests.botmemory.commands.test_commands import Discord, confirm_flow, seed_fact
+from tests.botmemory.commands.test_notes import notes
 from tests.botmemory.commands.test_personas import PROMPT, persona, purge
 from tests.stack.test_iam import FUNCTIONS, function_statements, listed
 from tests.stack.test_sam_local import stream_records
@@ -47,6 +50,7 @@ TRANSACTION_PARTS = {
 # The name followup.py gives the thread that finishes deferred work locally; in Lambda that
 # work runs in an asynchronous invoke of InteractionsFunction itself.
 DEFERRED_THREAD = "deferred-interaction"
+DM_NOTES = "/discord-memory/day/dm-notes"
 
 
 class CallLog:
@@ -207,6 +211,15 @@ def a_deployments_day(discord: Discord) -> None:
         "query": "where does Alice like hiking?",
     }
     assert discord.local.invoke("RecallFunction", recall)["enabled"] is True
+    # In a DM, recall also reads the deployment's notes (its SSM parameter) and the servers'.
+    parameters.clear_caches()
+    boto3.client("ssm", region_name="us-east-1").put_parameter(
+        Name=DM_NOTES, Value="Be brief.", Type="SecureString"
+    )
+    discord.local._overrides.setdefault("RecallFunction", {})["DM_NOTES_PARAMETER"] = DM_NOTES
+    in_dm = {"channel_id": "200000000000000799", "user_id": gw.ALICE}
+    assert discord.local.invoke("RecallFunction", in_dm)["notes"][0]["text"] == "Be brief."
+    parameters.clear_caches()
     # The bot answers a mention (rules chat model), then corrects what it was shown.
     started: list[dict[str, Any]] = []
     register_local_target("AnswerFunction", started.append)
@@ -249,6 +262,11 @@ def a_deployments_day(discord: Discord) -> None:
     discord.text("memory", "show")  # with a persona's partition to read
     persona(discord, "remove", {"id": "bard"})
     assert purge(discord, "bard").startswith("Purged `bard`")
+    # Notes for direct messages: staff write, show and clear them; a DM's /memory show.
+    assert notes(discord, "set", {"text": "Game night is on Fridays"}).startswith("Saved")
+    notes(discord, "show")
+    discord.text("memory", "show", guild=None)
+    notes(discord, "clear")
     confirm_flow(discord, "memory", "optout", "optout:confirm")
     discord.text("memory", "optin")
     confirm_flow(discord, "forgetme", "", "forgetme:confirm")

@@ -10,6 +10,7 @@ from botmemory.clock import Clock, SystemClock
 from botmemory.consolidation.consolidator import Consolidator
 from botmemory.consolidation.model import MemoryModel, build_memory_model
 from botmemory.ingest.observe import ObservationRecorder
+from botmemory.memory.notes import DmNotes, OpsSource
 from botmemory.memory.personas import PersonaDirectory, deployment_source
 from botmemory.people.optout import OptOuts
 from botmemory.recall.recaller import Recaller
@@ -34,10 +35,11 @@ def build_services(
     model: MemoryModel | None = None,
     search_index: SearchIndex | None = None,
     deployment_personas: Callable[[], list[Persona]] | None = None,
+    dm_notes: OpsSource | None = None,
 ) -> MemoryServices:
     """Build the services; anything not given comes from the environment and the system clock
     (the search index from MEMORY_SEARCH_INDEX, only when memory is on; the deployment's
-    personas from PERSONAS_PARAMETER)."""
+    personas from PERSONAS_PARAMETER, its notes for direct messages from DM_NOTES_PARAMETER)."""
     settings = settings or get_settings()
     if dynamodb is None:
         import boto3  # deferred: a handler that never touches the table never pays for it
@@ -62,7 +64,14 @@ def build_services(
         consolidator=Consolidator(
             repository, settings, model, clock, opt_outs, writer, personas=personas
         ),
-        recaller=Recaller(repository, settings, clock, leg, personas=personas),
+        recaller=Recaller(
+            repository,
+            settings,
+            clock,
+            leg,
+            personas=personas,
+            notes=DmNotes(repository, settings, dm_notes),
+        ),
         search_index=search_index,
         index_follower=IndexFollower(search_index) if search_index else None,
         personas=personas,

@@ -148,7 +148,7 @@ def test_member_and_staff_layout() -> None:
     assert list(member_subs) == list(specs.MEMBER_SUBCOMMANDS)
     assert list(member_subs) == ["show", "remember", "forget", "optout", "optin"]
     assert list(staff_subs) == list(specs.STAFF_SUBCOMMANDS)
-    assert [o["name"] for o in staff["options"]] == [*specs.STAFF_SUBCOMMANDS, "persona"]
+    assert [o["name"] for o in staff["options"]] == [*specs.STAFF_SUBCOMMANDS, "persona", "notes"]
     assert list(staff_subs) == [
         "user",
         "forget-fact",
@@ -192,7 +192,7 @@ def test_member_and_staff_layout() -> None:
     assert options(staff_subs["history"]) == [("id", 3, True, None, True, [])]
     assert options(staff_subs["reset-summary"]) == []
     # /memory-staff persona ...: a subcommand group (type 2) holding subcommands (type 1).
-    assert list(staff_groups) == [specs.PERSONA_GROUP] == ["persona"]
+    assert list(staff_groups) == [specs.PERSONA_GROUP, specs.NOTES_GROUP] == ["persona", "notes"]
     persona_subs = by_name(staff_groups["persona"]["options"])
     assert list(persona_subs) == list(specs.PERSONA_SUBCOMMANDS)
     assert list(persona_subs) == ["set", "list", "remove", "purge", "teach"]
@@ -212,6 +212,11 @@ def test_member_and_staff_layout() -> None:
         ("id", 3, True, None, True, []),
         ("text", 3, True, 240, False, []),
     ]
+    # /memory-staff notes ...: the server's notes for direct messages (botmemory.memory.notes).
+    notes_subs = by_name(staff_groups["notes"]["options"])
+    assert list(notes_subs) == list(specs.NOTES_SUBCOMMANDS) == ["set", "show", "clear"]
+    assert options(notes_subs["set"]) == [("text", 3, True, 1500, False, [])]
+    assert options(notes_subs["show"]) == options(notes_subs["clear"]) == []
     # /ask is a command of its own (no subcommand): one required question, a message long.
     assert options(ask) == [("question", 3, True, 2000, False, [])]
     assert member_subs["forget"]["options"][0]["description"] == "A fact id or words of the fact"

@@ -84,9 +84,11 @@ BAD: dict[str, str] = {
     "MEMORY_SHORT_TERM_PER_PERSON": "-1",
     "MEMORY_RECALL_SUMMARY_CHARS": "-5",
     "MEMORY_RECALL_SHORT_TERM_CHARS": "a thousand",
+    "MEMORY_RECALL_NOTES_CHARS": "-1",
     "BOT_SYSTEM_PROMPT": "x" * 20_001,
     "BOT_SYSTEM_PROMPT_PARAMETER": "bot-prompt",
     "PERSONAS_PARAMETER": "personas",
+    "DM_NOTES_PARAMETER": "dm-notes",
     "ANSWER_HISTORY_CHARS": "-1",
     "ANSWER_PERSON_FACTS": "9",
 }

@@ -5,6 +5,7 @@ confirm buttons (`confirmation`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -21,13 +22,16 @@ from botmemory.memory import fact_history
 from botmemory.memory.personas import MAX_PERSONAS_PER_SERVER
 from botmemory.memory.visibility import Where, learned_where
 from botmemory.people.erasure import Eraser
-from botmemory.recall.block import SECTION_HEADINGS
+from botmemory.people.names import NameIndex
+from botmemory.recall.block import MAX_REGISTRY_NAMES, SECTION_HEADINGS
 from botmemory.records import Fact, Forgotten, HistoryActor, Persona
 from botmemory.services import MemoryServices
 from botmemory.storage import keys
 from botmemory.text import has_pings, markup_in, scrub
 
 Deferrer = Callable[[dict[str, Any]], None]
+# A mention of any kind, or a bare Discord id: text about no one names no one.
+_MENTION_OR_ID = re.compile(r"<[@#][!&]?\d+>|(?<!\d)\d{15,20}(?!\d)")
 
 
 class CommandContext:
@@ -55,15 +59,13 @@ class CommandContext:
             by_lineage.setdefault(persona.lineage_id, persona)
         return list(by_lineage.values())[:MAX_PERSONAS_PER_SERVER]
 
-    def checked_text(self, raw: str) -> str:
+    def checked_text(self, raw: str, limit: int = spec.MAX_TEXT_LENGTH) -> str:
         """Text a command stores, scrubbed, or a refusal saying what to leave out."""
         text = scrub(raw)
         if not text:
             raise CommandError("That text is empty once invisible characters are removed.")
-        if len(text) > spec.MAX_TEXT_LENGTH:
-            raise CommandError(
-                f"Please keep it to {spec.MAX_TEXT_LENGTH} characters (yours has {len(text)})."
-            )
+        if len(text) > limit:
+            raise CommandError(f"Please keep it to {limit:,} characters (yours has {len(text):,}).")
         if has_pings(text):
             raise CommandError(
                 "Please leave out mentions and @everyone/@here: I never store text that could ping people."
@@ -75,6 +77,20 @@ class CommandContext:
                 "<tags>, links, code blocks or headings."
             )
         return text
+
+    def refuse_naming_members(
+        self, invocation: Invocation, text: str, *, whose: str, learned: str
+    ) -> None:
+        """Refuse text that must be about no one (a persona's knowledge, notes for direct
+        messages) when it names someone: a mention, a bare id, or a name one member of this
+        server alone goes by (its name registry). `whose`: "A persona's knowledge is"."""
+        if _MENTION_OR_ID.search(text):
+            raise CommandError(f"{whose} about no one: please leave out mentions and ids.")
+        registry = self.services.repository.name_registry(invocation.scope, MAX_REGISTRY_NAMES)
+        if NameIndex(registry, {}).named_in(text):
+            raise CommandError(
+                f"That names a member of this server. {whose} about no one; {learned}."
+            )
 
     def learned_here(self, invocation: Invocation, previous: Fact | None = None) -> Where:
         """Where a fact written by a command is shown (botmemory.memory.visibility): the channel

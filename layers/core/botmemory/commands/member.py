@@ -18,6 +18,7 @@ from botmemory.commands.invocation import (
     webhook_edit,
 )
 from botmemory.commands.listing import fact_line, listing, shown, status_mark
+from botmemory.commands.notes import dm_notes_line
 from botmemory.discord.interactions import InteractionResponseType
 from botmemory.memory import fact_history
 from botmemory.memory.behaviour import behaviour_request
@@ -97,7 +98,12 @@ class MemberCommands:
                 heading = f"What {shown(persona.name)} knows about you{removed}:"
             lines += [heading] + [fact_line(f) + status_mark(f) for f in scoped]
         mentions = self._mentions_here(invocation)
-        if not lines and not mentions:
+        notes = (
+            dm_notes_line(self._services, invocation.user_id)
+            if invocation.guild_id is None
+            else None
+        )
+        if not lines and not mentions and notes is None:
             return ephemeral_reply("I don't remember anything about you here yet.")
         header = "What I remember about you here:"
         if any(f.status == FactStatus.DEMOTED for f in facts):
@@ -108,6 +114,8 @@ class MemberCommands:
         text = listing(header, lines) if lines else "I keep no facts about you here."
         if mentions:
             text = listing(text + "\n\nIn this channel, mentioning you:", mentions)
+        if notes is not None:
+            text += f"\n\n{notes}"
         return ephemeral_reply(listing(text, self._lately(invocation, len(text))))
 
     def _lately(self, invocation: Invocation, used: int) -> list[str]:

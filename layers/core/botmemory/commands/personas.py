@@ -5,7 +5,6 @@ done in deferred work) and the knowledge staff teach one."""
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from botmemory.clock import DAY_MS, day, epoch_seconds
@@ -29,8 +28,6 @@ from botmemory.memory.personas import (
     check_prompt,
     new_lineage,
 )
-from botmemory.people.names import NameIndex
-from botmemory.recall.block import MAX_REGISTRY_NAMES
 from botmemory.records import Fact, FactKind, FactSource, HistoryActor, MemoryScope, Persona
 from botmemory.storage import keys
 from botmemory.storage.personas import PersonaConflict, PersonaPurge
@@ -43,8 +40,6 @@ log = logging.getLogger(__name__)
 # inside Discord's 100 for a custom id).
 CONFIRM_PURGE_PERSONA = "persona-purge:confirm:"
 CANCEL_PURGE_PERSONA = "persona-purge:cancel"
-# A mention of any kind, or a bare Discord id: a persona's knowledge names no one.
-_MENTION_OR_ID = re.compile(r"<[@#][!&]?\d+>|(?<!\d)\d{15,20}(?!\d)")
 PURGE_FAILED = (
     "I could not finish purging that persona. What is deleted stays deleted; run "
     "`/memory-staff persona purge` again to finish."
@@ -241,18 +236,13 @@ class PersonaCommands:
             stored = self._services.repository.persona_item(guild_id, persona_id)
             return ephemeral_reply(self._not_live(invocation, persona_id, stored))
         text = self._context.checked_text(invocation.text(spec.OPTION_TEXT))
-        if _MENTION_OR_ID.search(text):
-            raise CommandError(
-                "A persona's knowledge is about no one: please leave out mentions and ids."
-            )
+        self._context.refuse_naming_members(
+            invocation,
+            text,
+            whose="A persona's knowledge is",
+            learned="what it knows of a person, it learns from them",
+        )
         repository = self._services.repository
-        if NameIndex(repository.name_registry(invocation.scope, MAX_REGISTRY_NAMES), {}).named_in(
-            text
-        ):
-            raise CommandError(
-                "That names a member of this server. A persona's knowledge is about no one; "
-                "what it knows of a person, it learns from them."
-            )
         now = self._services.clock.now_ms()
         retention = self._services.settings.fact_retention_days
         scope = keys.persona_scope(invocation.scope, persona.lineage_id)

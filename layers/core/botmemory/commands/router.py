@@ -18,8 +18,11 @@ subcommand group); people stay in control of what each persona keeps about them:
 show` lists it by persona, `/memory forget` works on it, staff find it by id like any fact of
 their server. A persona's own knowledge is no one's: no member can forget it, staff can.
 
-This module routes; the commands themselves are in `member.py`, `staff.py` and
-`personas.py`, which share one `CommandContext` (`context.py`).
+Notes for direct messages (botmemory.memory.notes) are a server's too (`/memory-staff notes
+...`): about no member, so no member's command changes them and erasure leaves them.
+
+This module routes; the commands themselves are in `member.py`, `staff.py`, `personas.py`
+and `notes.py`, which share one `CommandContext` (`context.py`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from botmemory.commands.member import (
     CONFIRM_OPTOUT,
     MemberCommands,
 )
+from botmemory.commands.notes import NotesCommands
 from botmemory.commands.personas import (
     CANCEL_PURGE_PERSONA,
     CONFIRM_PURGE_PERSONA,
@@ -73,6 +77,7 @@ READS = {
     (spec.STAFF_COMMAND, "", spec.QUARANTINE),
     (spec.STAFF_COMMAND, "", spec.HISTORY),
     (spec.STAFF_COMMAND, spec.PERSONA_GROUP, spec.PERSONA_LIST),
+    (spec.STAFF_COMMAND, spec.NOTES_GROUP, spec.NOTES_SHOW),
 }
 # Starts the answer to `/ask`: `{"ask": {"interaction": ..., "question": ...}}`, in Lambda an
 # asynchronous invoke of AnswerFunction, which edits the deferred answer.
@@ -90,6 +95,7 @@ class Commands:
         self._member = MemberCommands(self._context)
         self._staff = StaffCommands(self._context)
         self._personas = PersonaCommands(self._context)
+        self._notes = NotesCommands(self._context)
 
     # Entry points -------------------------------------------------------------------
 
@@ -147,6 +153,7 @@ class Commands:
     def _command(self, invocation: Invocation) -> dict[str, Any]:
         member, staff, personas = self._member, self._staff, self._personas
         persona = (spec.STAFF_COMMAND, spec.PERSONA_GROUP)
+        notes = (spec.STAFF_COMMAND, spec.NOTES_GROUP)
         routes: dict[tuple[str, str, str], Callable[[Invocation], dict[str, Any]]] = {
             (spec.MEMBER_COMMAND, "", spec.SHOW): member.show,
             (spec.MEMBER_COMMAND, "", spec.REMEMBER): member.remember,
@@ -167,6 +174,9 @@ class Commands:
             (*persona, spec.PERSONA_REMOVE): personas.remove_persona,
             (*persona, spec.PERSONA_PURGE): personas.purge_persona,
             (*persona, spec.PERSONA_TEACH): personas.teach_persona,
+            (*notes, spec.NOTES_SET): self._notes.set_notes,
+            (*notes, spec.NOTES_SHOW): self._notes.show_notes,
+            (*notes, spec.NOTES_CLEAR): self._notes.clear_notes,
             (spec.ASK_COMMAND, "", ""): self._ask_question,
         }
         route = routes.get(invocation.path)

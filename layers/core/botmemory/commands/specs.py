@@ -7,6 +7,7 @@ Layout, and why there are two `/memory...` commands:
                   | unpin id | quarantine | history id              Manage Server by default
     /memory-staff persona set id name prompt [where] | list | remove id | purge id
                   | teach id text                                   (a subcommand group)
+    /memory-staff notes set text | show | clear                     (a subcommand group)
     /forgetme                                                       every member
     /ask question                                                   every member
 
@@ -49,6 +50,7 @@ from botmemory.discord.interactions import (
     OptionType,
     Permissions,
 )
+from botmemory.memory.notes import MAX_SERVER_NOTES_CHARS
 from botmemory.memory.personas import MAX_NAME_CHARS, MAX_PROMPT_CHARS, MEMORY_PLACEHOLDER
 
 # Top-level command names, as `data.name` arrives in an interaction.
@@ -93,6 +95,14 @@ PERSONA_REMOVE = "remove"
 PERSONA_PURGE = "purge"
 PERSONA_TEACH = "teach"
 PERSONA_SUBCOMMANDS = (PERSONA_SET, PERSONA_LIST, PERSONA_REMOVE, PERSONA_PURGE, PERSONA_TEACH)
+
+# The notes subcommand group of /memory-staff (botmemory.memory.notes): the server's notes for
+# direct messages.
+NOTES_GROUP = "notes"
+NOTES_SET = "set"
+NOTES_SHOW = "show"
+NOTES_CLEAR = "clear"
+NOTES_SUBCOMMANDS = (NOTES_SET, NOTES_SHOW, NOTES_CLEAR)
 
 # Option names, as they arrive in `data.options[0].options[*].name` (one level deeper in a
 # group).
@@ -255,6 +265,31 @@ def _staff_command() -> dict[str, Any]:
                 "Clear this channel's running summary (the next batches start a new one)",
             ),
             _persona_group(),
+            _notes_group(),
+        ],
+    }
+
+
+def _notes_group() -> dict[str, Any]:
+    """`/memory-staff notes ...`: what the bot keeps in mind in this server's members' DMs."""
+    return {
+        "type": OptionType.SUB_COMMAND_GROUP,
+        "name": NOTES_GROUP,
+        "description": "Notes the bot keeps in mind in direct messages with this server's members",
+        "options": [
+            _subcommand(
+                NOTES_SET,
+                "Write this server's notes for direct messages (replaces them; about no member)",
+                [
+                    _string(
+                        OPTION_TEXT,
+                        f"The notes (up to {MAX_SERVER_NOTES_CHARS:,} characters)",
+                        max_length=MAX_SERVER_NOTES_CHARS,
+                    )
+                ],
+            ),
+            _subcommand(NOTES_SHOW, "Show this server's notes for direct messages"),
+            _subcommand(NOTES_CLEAR, "Delete this server's notes for direct messages"),
         ],
     }
 

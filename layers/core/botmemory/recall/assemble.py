@@ -1,7 +1,7 @@
 """The memory block built from what recall read, each section within its own character
-budget (botmemory.recall.block): pins, the channel summary, the facts by tier, the other
-channels lately, the passages search found and the episodes; or, with memory off, the
-channel's legacy notes.
+budget (botmemory.recall.block): pins, the notes for direct messages (in one only), the
+channel summary, the facts by tier, the other channels lately, the passages search found
+and the episodes; or, with memory off, the channel's legacy notes.
 
 Stored text is data (docs/architecture.md, invariant 11): every stored string enters the block only as
 `quote_for_prompt` makes it, one quoted, escaped value that never starts a line and holds no
@@ -15,6 +15,7 @@ import re
 from dataclasses import replace
 
 from botmemory.clock import day, moment
+from botmemory.memory.notes import Note
 from botmemory.memory.short_term import RecentElsewhere
 from botmemory.recall.block import (
     BLOCK_FOOTER,
@@ -24,6 +25,7 @@ from botmemory.recall.block import (
     FACT_HEADING,
     LEGACY_HEADING,
     NAME_CHARS,
+    NOTES_HEADING,
     PASSAGE_HEADING,
     PERSONA_KNOWLEDGE_LINE,
     PIN_HEADING,
@@ -35,6 +37,7 @@ from botmemory.recall.contract import (
     RecalledElsewhere,
     RecalledEpisode,
     RecalledFact,
+    RecalledNote,
     RecalledPassage,
     RecalledPersona,
     RecalledPin,
@@ -47,7 +50,7 @@ from botmemory.records import ChannelSummary, Episode, Fact, Persona, Pin
 from botmemory.search.keywords import tokens
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
-from botmemory.text import quote_for_prompt, scrub
+from botmemory.text import clip, quote_for_prompt, scrub
 
 # The message before a short one (search_leg.SHOWN_WITH_CONTEXT_BELOW) is cut to this,
 # quotes included.
@@ -69,6 +72,7 @@ def assemble(
     episodes: list[Episode],
     names: dict[str, str],
     persona: Persona | None = None,
+    notes: list[Note] | None = None,
 ) -> RecallResult:
     """The block and what it shows, each section within its budget."""
     pin_section = Section(PIN_HEADING, settings.recall_pin_chars)
@@ -77,6 +81,8 @@ def assemble(
         for p in pins
         if pin_section.add(f"- {quote_for_prompt(p.text)}")
     ]
+    notes_section = Section(NOTES_HEADING, settings.recall_notes_chars)
+    shown_notes = _note_lines(notes_section, notes or [])
     summary_section = Section(SUMMARY_HEADING, settings.recall_summary_chars)
     shown_summary = _summary_line(summary_section, summary) if summary else None
     fact_section = Section(FACT_HEADING, settings.recall_fact_chars)
@@ -104,6 +110,7 @@ def assemble(
         s.text()
         for s in (
             pin_section,
+            notes_section,
             summary_section,
             fact_section,
             elsewhere_section,
@@ -127,6 +134,7 @@ def assemble(
         else None,
         passages=[_recalled_passage(m) for m in shown_passages],
         episodes=shown_episodes,
+        notes=shown_notes,
         enabled=True,
     )
 
@@ -134,17 +142,40 @@ def assemble(
 def assemble_legacy(settings: Settings, request: RecallRequest, legacy: str | None) -> RecallResult:
     """Memory off: the channel's legacy memory string, read-only."""
     section = Section(LEGACY_HEADING, settings.recall_episode_chars)
-    for line in scrub(legacy or "", keep_newlines=True).splitlines():
-        if not section.add(f"- {quote_for_prompt(line)}"):
-            # The first line that does not fit is cut to the room left, and ends the notes.
-            room = section.room() - len("- ")
-            if room >= len('"x…"'):
-                section.add(f"- {quote_for_prompt(line, limit=room)}")
-            break
+    _quoted_lines(section, legacy or "")
     memory = "\n\n".join([BLOCK_HEADER, section.text(), BLOCK_FOOTER]) if section.lines else ""
     return RecallResult(
         memory=memory, system_prompt=fill_template(request.template, memory), enabled=False
     )
+
+
+def _quoted_lines(section: Section, text: str) -> tuple[list[str], bool]:
+    """A stored text of several lines as item lines, one quoted value each, while they fit;
+    the first line that does not is cut to the room left and ends it. The lines shown
+    (scrubbed), and whether all of them were."""
+    shown: list[str] = []
+    for line in scrub(text, keep_newlines=True).splitlines():
+        if section.add(f"- {quote_for_prompt(line)}"):
+            shown.append(line)
+            continue
+        room = section.room() - len("- ")
+        if room >= len('"x…"'):
+            section.add(f"- {quote_for_prompt(line, limit=room)}")
+            shown.append(clip(line, room - 2))
+        return shown, False
+    return shown, True
+
+
+def _note_lines(section: Section, notes: list[Note]) -> list[RecalledNote]:
+    """The notes for direct messages, in order (the deployment's first), while they fit."""
+    shown: list[RecalledNote] = []
+    for note in notes:
+        lines, whole = _quoted_lines(section, note.text)
+        if lines:
+            shown.append(RecalledNote(guild_id=note.guild_id, text="\n".join(lines)))
+        if not whole:
+            break
+    return shown
 
 
 def _fact_lines(

@@ -28,6 +28,8 @@ ELSEWHERE_HEADING = "Lately in this server's other channels:"
 EPISODE_HEADING = "Recently in this channel:"
 PASSAGE_HEADING = "From earlier conversations:"
 LEGACY_HEADING = "Notes kept for this channel:"
+# Direct messages only (botmemory.memory.notes): the deployment's notes, then the member's servers'.
+NOTES_HEADING = "Notes the bot's operators and your servers' staff keep for direct messages:"
 # The block's own lines, which stored text may not pass for (commands refuse them too).
 SECTION_HEADINGS = (
     PIN_HEADING,
@@ -37,6 +39,7 @@ SECTION_HEADINGS = (
     PASSAGE_HEADING,
     EPISODE_HEADING,
     LEGACY_HEADING,
+    NOTES_HEADING,
 )
 # A name is cut to this many characters, quotes included.
 NAME_CHARS = 62

@@ -121,6 +121,14 @@ class RecalledElsewhere(BaseModel):
     provenance: list[str]
 
 
+class RecalledNote(BaseModel):
+    """Notes for direct messages as shown (botmemory.memory.notes): the deployment's
+    (`guild_id` null) or a server's staff's; `text` the lines shown, cut to the budget."""
+
+    guild_id: str | None = None
+    text: str
+
+
 class RecallResult(BaseModel):
     memory: str
     system_prompt: str | None
@@ -130,6 +138,7 @@ class RecallResult(BaseModel):
     elsewhere: list[RecalledElsewhere] = []
     passages: list[RecalledPassage] = []
     episodes: list[RecalledEpisode] = []
+    notes: list[RecalledNote] = []  # direct messages only
     enabled: bool
     search: SearchStatus = SearchStatus.OFF
     query_note: str | None = None  # why the query was clipped or ignored

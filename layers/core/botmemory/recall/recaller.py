@@ -2,7 +2,8 @@
 
 Pins (global and this channel), the channel's rolling summary, the facts of the people in
 the conversation only, what they did lately in the server's other public channels, the
-passages a query finds and the channel's recent episodes, each section within its own
+passages a query finds and the channel's recent episodes, and in a direct message only, the
+notes kept for direct messages (botmemory.memory.notes), each section within its own
 character budget.
 Every read is bounded by a Limit, so the cost does not grow with history. This module holds
 the reads, side by side in two waves, and `respond()`; the block's format is
@@ -25,6 +26,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from botmemory.clock import Clock, ttl_alive
+from botmemory.memory.notes import DmNotes, Note
 from botmemory.memory.personas import PersonaDirectory
 from botmemory.memory.short_term import RecentElsewhere, recent_elsewhere
 from botmemory.memory.visibility import Visibility
@@ -87,9 +89,11 @@ class Recaller:
         search: SearchLeg | None = None,
         *,
         personas: PersonaDirectory | None = None,
+        notes: DmNotes | None = None,
     ) -> None:
         self._repository = repository
         self._personas = personas
+        self._notes = notes
         self._settings = settings
         self._clock = clock
         self._search = search
@@ -142,6 +146,9 @@ class Recaller:
             if request.guild_id
             else pool.submit(repository.servers_of, request.user_id, MAX_SERVERS_IN_DM)
         )
+        # In a direct message only, the deployment's notes (SSM, cached) beside them.
+        dm_notes = self._notes if self._notes is not None and self._notes.enabled else None
+        ops_notes = pool.submit(dm_notes.deployment) if dm_notes and not request.guild_id else None
         names: dict[str, str] = {}
         participants = self._participants(request, names)
         named_people = _named_in(query, registry_future)
@@ -160,10 +167,13 @@ class Recaller:
             user_id: pool.submit(repository.active_facts, scope, user_id, window)
             for user_id in participants + named
         }
+        servers = servers_future.result() if servers_future else []
         server_futures = [
             pool.submit(repository.active_facts, server, request.user_id, window)
-            for server in (servers_future.result() if servers_future else [])
+            for server in servers
         ]
+        # Those servers' notes, beside their facts (one BatchGetItem).
+        server_notes = pool.submit(dm_notes.of_servers, servers) if dm_notes and servers else None
         # The names people go by here, whatever the caller passed: their profiles.
         names_future = pool.submit(repository.display_names, scope, participants + named)
         persona, persona_note = self._finish_persona(request, persona_future)
@@ -217,6 +227,7 @@ class Recaller:
             episodes,
             names,
             persona,
+            notes=_notes_read(ops_notes, server_notes),
         )
         result.search, result.query_note = status, query_note
         result.persona_note = persona_note
@@ -377,6 +388,14 @@ class Recaller:
         """Memory off: the channel's legacy memory string, read-only."""
         legacy = self._repository.legacy_memory(request.channel_id)
         return assemble_legacy(self._settings, request, legacy)
+
+
+def _notes_read(
+    deployment: Future[Note | None] | None, servers: Future[list[Note]] | None
+) -> list[Note]:
+    """The notes for a direct message, the deployment's first."""
+    ops = deployment.result() if deployment is not None else None
+    return ([ops] if ops is not None else []) + (servers.result() if servers is not None else [])
 
 
 def _registered_names(registry: Future[dict[str, list[str]]] | None) -> dict[str, str]:

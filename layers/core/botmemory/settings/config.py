@@ -98,6 +98,9 @@ class Settings(BaseModel):
     recall_episode_chars: int = Field(default=1200, ge=0)
     recall_summary_chars: int = Field(default=1200, ge=0)
     recall_short_term_chars: int = Field(default=1000, ge=0)
+    # Notes for direct messages (botmemory.memory.notes): the deployment's and the member's
+    # servers', together within this budget; a longer note is cut to it.
+    recall_notes_chars: int = Field(default=1000, ge=0)
     recall_facts_per_person: int = Field(default=5, ge=0, le=50)
     recall_episodes: int = Field(default=3, ge=0, le=20)
     recall_max_participants: int = Field(default=8, ge=1, le=25)
@@ -144,6 +147,9 @@ class Settings(BaseModel):
     # Personas for the whole deployment (botmemory.memory.personas): an SSM parameter holding a JSON
     # list of them, read through Powertools Parameters, cached 5 minutes; unset: none.
     personas_parameter: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9_./-]+$")
+    # The deployment's notes for direct messages (botmemory.memory.notes): an SSM parameter (String
+    # or SecureString), read through Powertools Parameters, cached 5 minutes; unset: none.
+    dm_notes_parameter: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9_./-]+$")
     answer_history_chars: int = Field(default=3000, ge=0, le=20_000)
     answer_person_facts: int = Field(default=8, ge=0, le=8)
 
@@ -278,6 +284,7 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_RECALL_EPISODE_CHARS": "recall_episode_chars",
     "MEMORY_RECALL_SUMMARY_CHARS": "recall_summary_chars",
     "MEMORY_RECALL_SHORT_TERM_CHARS": "recall_short_term_chars",
+    "MEMORY_RECALL_NOTES_CHARS": "recall_notes_chars",
     "MEMORY_RECALL_FACTS_PER_PERSON": "recall_facts_per_person",
     "MEMORY_RECALL_EPISODES": "recall_episodes",
     "MEMORY_RECALL_MAX_PARTICIPANTS": "recall_max_participants",
@@ -305,6 +312,7 @@ ENVIRONMENT: dict[str, str] = {
     "BOT_SYSTEM_PROMPT": "bot_system_prompt",
     "BOT_SYSTEM_PROMPT_PARAMETER": "bot_system_prompt_parameter",
     "PERSONAS_PARAMETER": "personas_parameter",
+    "DM_NOTES_PARAMETER": "dm_notes_parameter",
     "ANSWER_HISTORY_CHARS": "answer_history_chars",
     "ANSWER_PERSON_FACTS": "answer_person_facts",
 }

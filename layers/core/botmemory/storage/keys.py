@@ -62,6 +62,9 @@ IDEMPOTENCY_PK = "IDEMPOTENCY#interactions"
 GUILD_PREFIX = "GUILD#"
 EVERYONE_SK = "EVERYONE"
 CHANNEL_VISIBILITY_PREFIX = "CHAN#"
+# Under a server's scope partition: the notes its staff keep for direct messages
+# (botmemory.memory.notes), one item, about no member.
+NOTES_SK = "NOTES"
 
 
 class ItemKind(StrEnum):
@@ -86,6 +89,7 @@ class ItemKind(StrEnum):
     CHANNEL_VISIBILITY = "channel_visibility"
     PERSONA = "persona"
     CANDIDATE = "candidate"
+    NOTES = "notes"
     OTHER = "other"
 
 
@@ -126,6 +130,8 @@ def kind_of(sk: str) -> ItemKind:
         return ItemKind.SUMMARY
     if sk == SHORT_TERM_SK:
         return ItemKind.SHORT_TERM
+    if sk == NOTES_SK:
+        return ItemKind.NOTES
     for prefix, kind in (
         (OBS_PREFIX, ItemKind.OBSERVATION),
         (EPISODE_PREFIX, ItemKind.EPISODE),

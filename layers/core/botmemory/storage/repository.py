@@ -6,7 +6,8 @@ observations.py; facts, history, pins, recall hits and tiers in facts.py; episod
 summaries, quarantine and legacy memory in episodes.py; the consolidation commit in
 commit.py; people (opt-outs, erasure, names) in people.py; channel visibility in
 channels.py; personas, short-term memory, summary archives and deferred candidates in
-personas.py, short_term.py, summaries.py and candidates.py; the client and the shared
+personas.py, short_term.py, summaries.py and candidates.py; the servers' notes for direct
+messages in notes.py; the client and the shared
 helpers in table.py. What search reads back of the table is in botmemory.search.sources.
 """
 
@@ -17,6 +18,7 @@ from botmemory.storage.channels import ChannelRepository
 from botmemory.storage.commit import CommitStore
 from botmemory.storage.episodes import EpisodeStore
 from botmemory.storage.facts import FactStore
+from botmemory.storage.notes import NotesRepository
 from botmemory.storage.observations import ObservationStore
 from botmemory.storage.people import PeopleRepository
 from botmemory.storage.personas import PersonaRepository
@@ -35,5 +37,6 @@ class MemoryRepository(
     PersonaRepository,
     SummaryRepository,
     CandidateRepository,
+    NotesRepository,
 ):
     """The table, as every flow reaches it: the stores above, over one client and name."""
