@@ -9,12 +9,14 @@ the follow-up is skipped and logged: nothing is sent for Discord to refuse.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
 
 from botmemory.clock import SystemClock
 from botmemory.commands.member import ERASE_FAILED
+from botmemory.discord import followup
 from botmemory.discord.followup import TOKEN_LIFETIME_MS
 from botmemory.discord.interactions import InteractionType
 from botmemory.runtime import build_services
@@ -71,29 +73,37 @@ def replay(monkeypatch: pytest.MonkeyPatch, fake: FakeDiscordRest, payload: dict
     )
 
 
+class Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def test_an_erasure_replayed_after_its_token_expired_erases_and_skips_the_follow_up(
-    dynamodb: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    fake_discord: FakeDiscordRest,
-    capsys: pytest.CaptureFixture[str],
+    dynamodb: Any, monkeypatch: pytest.MonkeyPatch, fake_discord: FakeDiscordRest
 ) -> None:
     services = services_on(dynamodb)
     services.repository.put_fact(
         a_fact(ALICE, "Keeps bees", scope=GUILD, at_ms=SystemClock().now_ms())
     )
     two_hours = 8 * TOKEN_LIFETIME_MS
-
-    result = replay(monkeypatch, fake_discord, queued_payload(two_hours))
+    kept = Kept()
+    # A logging configuration elsewhere in the suite may have disabled the loggers it found.
+    monkeypatch.setattr(followup.log, "disabled", False)
+    followup.log.addHandler(kept)
+    try:
+        result = replay(monkeypatch, fake_discord, queued_payload(two_hours))
+    finally:
+        followup.log.removeHandler(kept)
 
     assert result == {"finished": "erase"}
     assert services.repository.items_of_user(ALICE) == []
     assert fake_discord.requests == []  # nothing sent for Discord to refuse
-    skipped = [
-        json.loads(line)
-        for line in capsys.readouterr().out.splitlines()
-        if "follow-up skipped" in line
-    ]
-    assert len(skipped) == 1 and skipped[0]["work"] == "erase"
+    skipped = [r for r in kept.records if "follow-up skipped" in r.getMessage()]
+    assert len(skipped) == 1 and skipped[0].__dict__["work"] == "erase"
 
 
 def test_an_erasure_replayed_within_its_token_tells_the_person(
