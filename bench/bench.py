@@ -19,6 +19,8 @@ How the figures are taken:
   requests in which each one started only after the previous one had finished: the
   number of round trips a caller waits for, whatever runs concurrently beside them.
 - Read units: estimated from the items each read returned (see the footnotes).
+- Dollars (table 8): those counts at the prices of bench/prices.toml, with the assumptions
+  it names (model latencies, output tokens, batching).
 
 How to read the tables: in the "history" comparisons the left column is a young
 channel and the right one a channel 100 times older; the ratio column is right/left.
@@ -41,6 +43,7 @@ use_fake_aws("bench-person-hash-key-0123456789")
 
 import boto3  # noqa: E402
 from cold_start import bench_cold_start  # noqa: E402  (beside this script)
+from cost import bench_cost  # noqa: E402
 from layer_size import bench_layer  # noqa: E402
 from moto import mock_aws  # noqa: E402
 from reads import bench_answer, bench_recall  # noqa: E402
@@ -72,6 +75,10 @@ def main() -> int:
     with mock_aws(), fast_dynamodb():
         lab = Lab(boto3.client("dynamodb", region_name=REGION))
         bench_answer(lab)
+        lab.close()
+    with mock_aws(), fast_dynamodb():
+        lab = Lab(boto3.client("dynamodb", region_name=REGION))
+        bench_cost(lab)  # table 8, at bench/prices.toml's prices
         lab.close()
     print(f"(bench finished in {time.perf_counter() - started:.1f} s)")
     return 0

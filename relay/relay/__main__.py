@@ -8,6 +8,7 @@ import sys
 
 from relay.app import (
     build_forwarder,
+    build_sink,
     configure_logging,
     lock_state_dir,
     run_gateway,
@@ -37,23 +38,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configure_logging(config)
     _lock = lock_state_dir(config.state_dir)  # held until the process exits
-    if args.replay:
-        return run_replay(config, build_forwarder(config), args.replay)
-    try:
-        token = bot_token()
-    except ConfigError as error:
-        log.error("%s", error)
-        return 2
-    except Exception as error:  # Secrets Manager unreachable or access denied
-        log.error("could not read the bot token: %r", error)
-        return 1
+    token = None
+    if not args.replay:
+        try:
+            token = bot_token()
+        except ConfigError as error:
+            log.error("%s", error)
+            return 2
+        except Exception as error:  # Secrets Manager unreachable or access denied
+            log.error("could not read the bot token: %r", error)
+            return 1
+    sink = build_sink(config)
     shard = config.shard
+    # The sink's own description names it, scheme and all, once.
     log.info(
-        "relay starting; sink %s; %s",
-        config.ingest_function_name or config.ingest_url,
+        "relay starting; sink %s; %s%s",
+        sink.description,
         "unsharded" if shard is None else f"shard {shard.id} of {shard.count}",
+        "; replaying " + args.replay if args.replay else "",
     )
-    return run_gateway(config, build_forwarder(config), token)
+    forwarder = build_forwarder(config, sink)
+    if token is None:
+        return run_replay(config, forwarder, args.replay)
+    return run_gateway(config, forwarder, token)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ class LambdaSink:
     def __init__(self, client: Any, function_name: str) -> None:
         self._client = client
         self._function_name = function_name
-        self.description = f"lambda:{function_name}"
+        self.description = f"Lambda {function_name}"
 
     def send(self, body: bytes) -> SendResult:
         # botocore is imported here so the HTTP path runs without it.
@@ -126,7 +126,7 @@ class HttpSink:
     def __init__(self, url: str, timeout_seconds: float = 10.0) -> None:
         self._url = url
         self._client = httpx.Client(timeout=timeout_seconds)
-        self.description = f"http:{url}"
+        self.description = url  # the URL names its scheme
 
     def send(self, body: bytes) -> SendResult:
         try:

@@ -116,3 +116,19 @@ def test_sigterm_with_the_sink_down_leaves_the_events_in_the_spool(
     (spooled,) = (tmp_path / "batches").iterdir()
     assert spooled.name == "0000000000000001-3.json"
     assert json.loads(spooled.read_bytes()) == {"events": events}
+
+
+def test_the_log_names_the_sink_once_at_start_and_in_an_outage(
+    tmp_path: Path, server: IngestServer
+) -> None:
+    server.down()
+    relay = Relay(environment(tmp_path, server.url))
+    relay.send([gw.message(gw.BOB, "during the outage", T0)])
+    relay.wait_for("in=1 ")
+    assert relay.terminate() == 0
+    said = "".join(relay.log)
+
+    start = next(line for line in relay.log if "relay starting" in line)
+    assert f"relay starting; sink {server.url}; unsharded; replaying -" in start
+    assert f"sink {server.url} unavailable" in said
+    assert "http:http" not in said and said.count("sink http") == said.count(server.url)

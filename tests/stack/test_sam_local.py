@@ -496,8 +496,10 @@ def test_samconfig_validates_offline_and_invokes_against_make_dev() -> None:
     assert ROOT / sections["local_invoke"]["parameters"]["env_vars"] == EVENTS / "env.json"
     deploy = sections["deploy"]["parameters"]
     assert deploy["resolve_s3"] is True and deploy["confirm_changeset"] is True
-    # The region is the caller's profile's; no parameter (a secret least of all) is fixed here.
-    assert "region" not in deploy and "parameter_overrides" not in deploy
+    # A region with S3 Vectors and the Bedrock models; parameters only as placeholders to
+    # replace (tests/stack/test_deploy_config.py), no value (a secret least of all) fixed here.
+    assert deploy["region"] == "us-east-1"
+    assert all("=REPLACE-" in override for override in deploy["parameter_overrides"])
 
 
 # --- the samples have the shape their trigger delivers -------------------------------
