@@ -88,6 +88,7 @@ BAD: dict[str, str] = {
     "BOT_SYSTEM_PROMPT_PARAMETER": "bot-prompt",
     "PERSONAS_PARAMETER": "personas",
     "ANSWER_HISTORY_CHARS": "-1",
+    "MEMORY_BLOCK_PLACEMENT": "middle",
     "ANSWER_PERSON_FACTS": "9",
 }
 # Their values never appear in a message: it goes to logs.
