@@ -66,7 +66,9 @@ class IndexWriter:
         return IndexReport(written=written, withdrawn=len(stale))
 
     def withdraw(self, ids: Sequence[str]) -> None:
-        """Remove these passages; a failure is logged (the stream or an audit removes them)."""
+        """Remove these passages; a failure is logged. What stays is never shown (recall reads
+        every hit back from the table and drops words it no longer holds), and the stream
+        removes it when its item is next deleted or leaves the active facts."""
         try:
             self._index.remove(ids)
         except Exception as error:
