@@ -519,7 +519,8 @@ def test_remember_keeps_plain_text_and_shows_it_as_text(discord: Discord) -> Non
     (fact,) = discord.services().repository.all_facts(GUILD, ALICE)
     assert fact.text == "I write snake_case and love *stars* <3"
     assert (
-        answer == f"Remembered as `{fact.fact_id}`: I write snake\\_case and love \\*stars\\* \\<3"
+        answer
+        == f"Remembered as `{fact.fact_id}` (fact): I write snake\\_case and love \\*stars\\* \\<3"
     )
     recalled = discord.local.invoke(
         "RecallFunction", {"guild_id": GUILD, "channel_id": CHANNEL, "user_id": ALICE}

@@ -116,6 +116,10 @@ class Fact(Record):
     # restatement; empty for a fact stored before facts kept their channels.
     learned_in: list[str] = []
     learned_in_public: list[str] = []
+    # Written by a person (`/memory remember`) and since corrected by the chat model: its
+    # source says `model`, but the hot tier still keeps it (botmemory.memory.hot_tier.protected).
+    # Stored only when true.
+    manually_written: bool = False
 
 
 class HistoryActor(StrEnum):

@@ -201,7 +201,9 @@ def test_the_answer_uses_the_channel_s_persona_and_may_correct_only_its_facts(
     prompt = builder.build(question, "default prompt {memory}", persona)
 
     assert persona == HELPDESK.model_copy(update={"guild_id": gw.GUILD})
-    assert prompt.system.startswith("You are the helpdesk.")
+    # The persona's prompt is the instructions, after the memory block (primacy, the default).
+    assert prompt.system.startswith("<memory>") and "\n\nYou are the helpdesk." in prompt.system
+    assert "default prompt" not in prompt.system
     assert "Alice struggles with recursion" not in prompt.system
     correctable = {f.text for f in prompt.correctable.values()}
     assert correctable == {"Alice is learning Python", "Alice prefers email over phone"}

@@ -90,6 +90,7 @@ BAD: dict[str, str] = {
     "PERSONAS_PARAMETER": "personas",
     "DM_NOTES_PARAMETER": "dm-notes",
     "ANSWER_HISTORY_CHARS": "-1",
+    "MEMORY_BLOCK_PLACEMENT": "middle",
     "ANSWER_PERSON_FACTS": "9",
 }
 # Their values never appear in a message: it goes to logs.

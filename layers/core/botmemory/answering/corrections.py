@@ -10,7 +10,9 @@ New text corrects a fact, empty text deletes it. A call changes something only w
 Anything else, malformed arguments included, is a `Refusal` and changes nothing.
 
 An applied correction keeps the fact's id and evidence; its source becomes `model`
-(`FactSource.MODEL`), its retention starts again, and the change is kept as a history
+(`FactSource.MODEL`), a fact the person wrote stays `manually_written` (the hot tier keeps
+it), its new words are indexed again under the same passage id (their old ones go with
+them), its retention starts again, and the change is kept as a history
 entry (actor `model`, with the id of the person the bot was answering) in the same
 transaction, which also checks that the fact is still exactly what was read. A deletion
 leaves a forget tombstone, so consolidation does not bring the fact back from words said
@@ -22,6 +24,7 @@ is being erased).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -29,6 +32,7 @@ from pydantic import BaseModel
 from botmemory.clock import DAY_MS, epoch_seconds, ttl_alive
 from botmemory.memory import fact_history
 from botmemory.memory.behaviour import behaviour_request
+from botmemory.memory.hot_tier import protected
 from botmemory.memory.personas import may_change
 from botmemory.memory.visibility import Where
 from botmemory.recall.block import SECTION_HEADINGS
@@ -40,10 +44,13 @@ from botmemory.records import (
     Forgotten,
     HistoryActor,
 )
+from botmemory.search.index_sync import IndexWriter, reindex_fact
 from botmemory.text import as_discord_text, clip, has_pings, markup_in, normalized, scrub
 
 if TYPE_CHECKING:  # runtime builds the answerer, which imports this module
     from botmemory.services import MemoryServices
+
+log = logging.getLogger(__name__)
 
 # The tool's argument names, as the chat model's tool schema declares them.
 ARGUMENT_ID = "id"
@@ -62,6 +69,8 @@ class Correction(BaseModel):
     old: str
     new: str | None  # None = deleted
     user_id: str = ""  # the fact's subject
+    # Its new words in the search index: None when search is off or it was deleted.
+    indexed: bool | None = None
 
 
 class Refusal(BaseModel):
@@ -178,6 +187,8 @@ def apply_update_memory(
             update={
                 "text": text,
                 "source": FactSource.MODEL,
+                # What a person wrote stays theirs for the hot tier, whoever corrects it.
+                "manually_written": protected(stored),
                 "updated_ms": now,
                 "expires_at": expires,
                 **(learned.fields() if learned else {}),
@@ -221,7 +232,35 @@ def apply_update_memory(
             fact_id=fact_id,
             reason="the fact changed meanwhile, or its subject is being erased or opted out",
         )
-    return Correction(fact_id=fact_id, old=stored.text, new=text or None, user_id=stored.user_id)
+    indexed = _reindex(services, corrected) if corrected is not None else None
+    return Correction(
+        fact_id=fact_id,
+        old=stored.text,
+        new=text or None,
+        user_id=stored.user_id,
+        indexed=indexed,
+    )
+
+
+def _reindex(services: MemoryServices, corrected: Fact) -> bool | None:
+    """The corrected words to the search index, through the writer consolidation uses
+    (botmemory.search.index_sync.reindex_fact); a deletion needs nothing here (the stream
+    removes its passage). None: search is off; False: the index failed (logged), the
+    correction stands and its old words are out of the index."""
+    index = services.search_index
+    if index is None:
+        return None
+    repository = services.repository
+    name = repository.display_names(corrected.scope, [corrected.user_id]).get(corrected.user_id)
+    try:
+        reindex_fact(IndexWriter(index, repository, services.clock), corrected, name)
+    except Exception as exc:  # the index is never a reason to undo a correction
+        log.warning(
+            "corrected fact not indexed",
+            extra={"fact_id": corrected.fact_id, "error": repr(exc)[:300]},
+        )
+        return False
+    return True
 
 
 def _quoted(text: str) -> str:

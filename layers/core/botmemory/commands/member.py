@@ -24,7 +24,7 @@ from botmemory.memory import fact_history
 from botmemory.memory.behaviour import behaviour_request
 from botmemory.people.erasure import ErasureReport
 from botmemory.people.names import names_pattern
-from botmemory.records import Fact, FactKind, FactSource, FactStatus, HistoryActor, Persona
+from botmemory.records import Fact, FactSource, FactStatus, HistoryActor, Persona
 from botmemory.storage import keys
 from botmemory.text import clip, content_hash, normalized, scrub, short_id
 
@@ -176,6 +176,10 @@ class MemberCommands:
             raise CommandError(
                 "You are opted out, so I keep nothing about you. Use `/memory optin` first."
             )
+        # Consolidation's own rules give the kind (one owner); imported here, as compiling
+        # its patterns would slow every other command's cold start.
+        from botmemory.consolidation.model.rules import kind_of
+
         now = self._services.clock.now_ms()
         repository = self._services.repository
         fact_id = short_id(content_hash(invocation.scope, invocation.user_id, normalized(text)))
@@ -185,7 +189,7 @@ class MemberCommands:
             scope=invocation.scope,
             user_id=invocation.user_id,
             text=text,
-            kind=FactKind.FACT,
+            kind=kind_of(text),
             source=FactSource.MANUAL,
             created_ms=now,
             updated_ms=now,
@@ -200,7 +204,7 @@ class MemberCommands:
             actor_id=invocation.user_id,
         )
         repository.put_fact(fact, entry)
-        return ephemeral_reply(f"Remembered as `{fact.fact_id}`: {shown(text)}")
+        return ephemeral_reply(f"Remembered as `{fact.fact_id}` ({fact.kind.value}): {shown(text)}")
 
     def forget(self, invocation: Invocation) -> dict[str, Any]:
         what = scrub(invocation.text(spec.OPTION_WHAT))

@@ -14,9 +14,9 @@ Two halves, both off recall's latency path (recall itself never writes):
   kept, listed in `/memory show` and to staff, never recalled, searched nor shown to the
   models). Lowest value first: never recalled, then fewest recall hits, then the oldest last
   hit, then the oldest update; a fact the round itself wrote waits for a later round, so a
-  new fact gets its chance to be recalled. Facts the person gave with `/memory remember` count toward
-  both targets but are never demoted nor evicted. Beyond MEMORY_FACTS_MAX_PER_PERSON stored
-  facts (active and demoted), the lowest-value demoted facts are deleted (evicted). Each
+  new fact gets its chance to be recalled. Facts the person gave with `/memory remember` count
+  toward both targets but are never demoted nor evicted, also once the chat model corrected
+  them. Beyond MEMORY_FACTS_MAX_PER_PERSON stored facts (active and demoted), the lowest-value demoted facts are deleted (evicted). Each
   demotion and eviction is conditional on the fact being as read and comes with its
   history entry, so a forget, a correction, a restatement or an erasure meanwhile wins.
 
@@ -104,8 +104,10 @@ def value_order(fact: Fact) -> tuple[bool, int, int, int, str]:
 
 
 def protected(fact: Fact) -> bool:
-    """Never demoted nor evicted automatically: what the person asked to be remembered."""
-    return fact.source == FactSource.MANUAL
+    """Never demoted nor evicted automatically: what the person asked to be remembered,
+    also once the chat model corrected it (`manually_written` keeps what `source` no longer
+    says, as a correction's source is `model`)."""
+    return fact.source == FactSource.MANUAL or fact.manually_written
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The memory block built from what recall read, each section within its own character
-budget (botmemory.recall.block): pins, the notes for direct messages (in one only), the
-channel summary, the facts by tier, the other channels lately, the passages search found
-and the episodes; or, with memory off, the channel's legacy notes.
+budget (botmemory.recall.block): the passages search found (first, where a model attends
+most), pins, the notes for direct messages (in one only), the channel summary, the facts by
+tier, the other channels lately and the episodes; or, with memory off, the channel's legacy notes.
 
 Stored text is data (docs/architecture.md, invariant 11): every stored string enters the block only as
 `quote_for_prompt` makes it, one quoted, escaped value that never starts a line and holds no
@@ -106,15 +106,17 @@ def assemble(
     spare = fact_section.unused() + episode_section.unused()
     passage_section = Section(PASSAGE_HEADING, settings.recall_search_chars + spare)
     shown_passages = _passage_lines(passage_section, messages, request.query) if messages else []
+    # What search found for this very message opens the block: models attend most to the
+    # start (and the end) of a long prompt, least to its middle.
     sections = [
         s.text()
         for s in (
+            passage_section,
             pin_section,
             notes_section,
             summary_section,
             fact_section,
             elsewhere_section,
-            passage_section,
             episode_section,
         )
         if s.lines

@@ -13,6 +13,10 @@ each of these kinds through) names the passages to remove. One path for every wa
 leaves the table: TTL expiry, /forgetme and opt-out, a message deleted in Discord (the
 archived summaries covering it included), /memory forget, staff corrections, supersession
 and the episode cap. The current channel summary is never indexed (recall reads it).
+
+A fact that stays active under new words (the chat model's correction) keeps its passage id:
+its writer indexes it again through the same writer (`reindex_fact`), whose upsert replaces
+the old words, and the stream leaves that id alone.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from botmemory.clock import Clock
-from botmemory.records import FactStatus
-from botmemory.search.passages import still_held
+from botmemory.records import Fact, FactStatus, MemoryScope
+from botmemory.search.passages import fact_passage, still_held
 from botmemory.search.port import Passage, SearchIndex
 from botmemory.search.sources import passage_sources
 from botmemory.storage import keys
@@ -60,6 +64,32 @@ class IndexWriter:
         if stale:
             self._index.remove(stale)
         return IndexReport(written=written, withdrawn=len(stale))
+
+    def withdraw(self, ids: Sequence[str]) -> None:
+        """Remove these passages; a failure is logged. What stays is never shown (recall reads
+        every hit back from the table and drops words it no longer holds), and the stream
+        removes it when its item is next deleted or leaves the active facts."""
+        try:
+            self._index.remove(ids)
+        except Exception as error:
+            log.warning(
+                "passages not withdrawn", extra={"ids": list(ids), "error": repr(error)[:300]}
+            )
+
+
+def reindex_fact(writer: IndexWriter, fact: Fact, subject_name: str | None) -> IndexReport:
+    """A fact's passage written again after a commit changed its words: the same id, so the
+    old words go with the upsert; withdrawn again if the fact changed meanwhile. A persona's
+    memories are never indexed (as at consolidation), nor is a fact no longer active. An
+    index failure removes the passage (no old words left behind) and raises."""
+    passage = fact_passage(fact, subject_name) if fact.memory_scope == MemoryScope.USER else None
+    if passage is None:
+        return IndexReport()
+    try:
+        return writer.write([passage])
+    except Exception:
+        writer.withdraw([passage.id])
+        raise
 
 
 @dataclass
@@ -112,8 +142,10 @@ def passages_to_remove(record: dict[str, Any]) -> list[str]:
         rewritten = old.get("content") != new.get("content")
         return list(old.get("passages") or []) if removed or rewritten else []
     if kind == keys.ItemKind.FACT:
-        changed = old.get("text") != new.get("text") or new.get("status") != FactStatus.ACTIVE
-        if removed or changed:
+        # A fact still active under new words (a correction, a restatement) keeps its passage
+        # id, and whoever wrote the words indexes them after their commit (reindex_fact,
+        # the consolidator): removing that id here, later, would remove the new words too.
+        if removed or new.get("status") != FactStatus.ACTIVE:
             return [keys.fact_passage_id(old["scope"], old["user_id"], old["fact_id"])]
         return []
     if kind == keys.ItemKind.EPISODE and (removed or old.get("summary") != new.get("summary")):

@@ -151,6 +151,10 @@ class Settings(BaseModel):
     # or SecureString), read through Powertools Parameters, cached 5 minutes; unset: none.
     dm_notes_parameter: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9_./-]+$")
     answer_history_chars: int = Field(default=3000, ge=0, le=20_000)
+    # Where the answer prompt puts the memory block (botmemory.answering.prompt): `primacy`,
+    # before the instructions, or `recency`, last, just before the member's message. Models
+    # attend most to the start and the end of a long prompt, least to its middle.
+    memory_block_placement: Literal["primacy", "recency"] = "primacy"
     answer_person_facts: int = Field(default=8, ge=0, le=8)
 
     @property
@@ -314,6 +318,7 @@ ENVIRONMENT: dict[str, str] = {
     "PERSONAS_PARAMETER": "personas_parameter",
     "DM_NOTES_PARAMETER": "dm_notes_parameter",
     "ANSWER_HISTORY_CHARS": "answer_history_chars",
+    "MEMORY_BLOCK_PLACEMENT": "memory_block_placement",
     "ANSWER_PERSON_FACTS": "answer_person_facts",
 }
 

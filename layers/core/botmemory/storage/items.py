@@ -209,6 +209,8 @@ def fact_values(fact: Fact) -> dict[str, Any]:
     # String sets, so that a restatement elsewhere adds its channel (ADD) to the same item.
     for name in FACT_CHANNEL_SETS:
         values[name] = set(values[name]) or None
+    if not fact.manually_written:  # absent means no: every other fact's item stays as it was
+        del values["manually_written"]
     return values
 
 

@@ -201,6 +201,15 @@ def _slot_of(text: str) -> str | None:
 # Facts --------------------------------------------------------------------------------------
 
 
+def kind_of(text: str) -> FactKind:
+    """The kind these rules give what a person says of themselves ("I use Neovim": tool, "I'm
+    allergic to peanuts": constraint, "my sister lives in Lyon": person): that of the first
+    statement they find in it; `fact` when they find none. `/memory remember` classifies by
+    it, so a remembered fact gets the kind consolidation would have given the same words."""
+    found = _statements(text, "someone")
+    return found[0].kind if found else FactKind.FACT
+
+
 def _statements(text: str, name: str) -> list[_Statement]:
     """The facts one message states about its author, in order, one per clause at most and
     at most FACTS_PER_OBSERVATION."""
