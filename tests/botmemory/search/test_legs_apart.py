@@ -1,0 +1,117 @@
+"""One leg failing never takes the other down (issue 29, item 5): the embedded index with
+the project's own `openai:` embedder against an OpenAI-compatible server on 127.0.0.1 that
+is down, comes back, or answers vectors of the wrong length."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from botmemory.search.embeddings import EmbeddingDimensionsError, EmbeddingError, OpenAIEmbedder
+from botmemory.search.port import KeywordsOnly, Passage, PassageKind, SearchQuery
+from botmemory.search.sqlite_index import SqliteSearchIndex
+from tests.support.fake_embeddings import EmbeddingServer, closed_url
+from tests.support.fake_providers import serving
+
+SCOPE = "G#1"
+NOW_S = 1_767_225_600
+DIMENSIONS = 64  # what EMBEDDING_DIMENSIONS says
+
+
+def passage(pid: str, text: str) -> Passage:
+    return Passage(
+        id=pid, kind=PassageKind.MESSAGE, scope=SCOPE, channel_id="c1", text=text, time_ms=1
+    )
+
+
+def query(text: str) -> SearchQuery:
+    return SearchQuery(scope=SCOPE, text=text, now_s=NOW_S)
+
+
+def embedder(base_url: str) -> OpenAIEmbedder:
+    return OpenAIEmbedder(
+        "fake-embed",
+        base_url=base_url,
+        api_key=None,
+        dimensions=DIMENSIONS,
+        timeout_seconds=2.0,
+        max_attempts=1,
+        sleep=lambda _: None,
+    )
+
+
+@pytest.fixture
+def server() -> Iterator[EmbeddingServer]:
+    with serving(EmbeddingServer()) as running:
+        yield running
+
+
+def test_an_endpoint_that_is_down_leaves_the_keyword_leg_working() -> None:
+    index = SqliteSearchIndex(embedder=embedder(closed_url()))
+    try:
+        with pytest.raises(KeywordsOnly) as partial:
+            index.add([passage("a", "Alice goes to a pottery class"), passage("b", "marathon")])
+        assert partial.value.written == 2 and isinstance(partial.value.error, EmbeddingError)
+        assert sorted(p.id for p in index.passages()) == ["a", "b"]  # written all the same
+
+        hits = index.search(query("pottery"))
+
+        assert [h.passage.id for h in hits] == ["a"]  # the keyword leg answered alone
+        assert isinstance(getattr(hits, "vector_error", None), EmbeddingError)
+    finally:
+        index.close()
+
+
+def test_passages_written_while_embedding_failed_get_vectors_on_a_later_write(
+    server: EmbeddingServer,
+) -> None:
+    index = SqliteSearchIndex(embedder=embedder(server.base_url))
+    try:
+        server.down = True
+        with pytest.raises(KeywordsOnly):
+            index.add([passage("a", "Alice goes to a pottery class")])
+        server.down = False
+        # "ceramics" shares no token with "pottery": only the vector leg can find it.
+        assert index.search(query("ceramics")) == []
+
+        index.add([passage("b", "Bob ran a marathon")])  # the next write re-embeds "a"
+
+        assert server.calls[-1] == ["Alice goes to a pottery class"]
+        hits = index.search(query("ceramics"))
+        assert hits[0].passage.id == "a" and hits[0].vector_rank == 1
+        assert getattr(hits, "vector_error", None) is None
+    finally:
+        index.close()
+
+
+def test_wrong_dimensions_name_both_numbers_and_the_setting(server: EmbeddingServer) -> None:
+    server.returned_dimensions = 384  # the model's size, not EMBEDDING_DIMENSIONS
+    index = SqliteSearchIndex(embedder=embedder(server.base_url))
+    try:
+        with pytest.raises(KeywordsOnly) as partial:
+            index.add([passage("a", "Alice goes to a pottery class")])
+        error = partial.value.error
+        assert isinstance(error, EmbeddingDimensionsError)
+        assert (error.returned, error.configured) == (384, DIMENSIONS)
+        message = str(error)
+        assert "384" in message and str(DIMENSIONS) in message
+        assert "EMBEDDING_DIMENSIONS" in message
+
+        hits = index.search(query("pottery class"))
+
+        assert [h.passage.id for h in hits] == ["a"]
+        assert isinstance(getattr(hits, "vector_error", None), EmbeddingDimensionsError)
+    finally:
+        index.close()
+
+
+def test_without_an_embedder_nothing_is_marked_as_failed() -> None:
+    index = SqliteSearchIndex()
+    try:
+        assert index.add([passage("a", "pottery")]) == 1
+        hits = index.search(query("pottery"))
+        assert [h.passage.id for h in hits] == ["a"]
+        assert getattr(hits, "vector_error", None) is None
+    finally:
+        index.close()
