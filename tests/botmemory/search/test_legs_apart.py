@@ -115,3 +115,32 @@ def test_without_an_embedder_nothing_is_marked_as_failed() -> None:
         assert getattr(hits, "vector_error", None) is None
     finally:
         index.close()
+
+
+def test_on_s3_vectors_wrong_dimensions_fail_by_name_and_recall_says_so(
+    server: EmbeddingServer,
+) -> None:
+    """The deployed adapter has no keyword leg without vectors: the call fails, naming the
+    setting, nothing is put, and recall reports (and counts) the setting, not a failure."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from botmemory.recall.search_leg import SearchStatus, search_status
+    from botmemory.search.s3vectors_index import S3VectorsSearchIndex
+
+    server.returned_dimensions = 384
+    client = boto3.client(
+        "s3vectors",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    with Stubber(client) as stub:  # no response queued: any service call would fail the test
+        index = S3VectorsSearchIndex("b", "i", embedder(server.base_url), client=client)
+        with pytest.raises(EmbeddingDimensionsError, match="EMBEDDING_DIMENSIONS=64"):
+            index.add([passage("a", "pottery")])
+        with pytest.raises(EmbeddingDimensionsError) as raised:
+            index.search(query("pottery"))
+        stub.assert_no_pending_responses()
+    assert search_status(None, raised.value) == SearchStatus.WRONG_DIMENSIONS
+    assert search_status(None, EmbeddingError("down")) == SearchStatus.FAILED
