@@ -113,7 +113,10 @@ POTTERY = [
 
 
 def test_an_embedding_endpoint_that_is_down_leaves_keyword_search_working(
-    monkeypatch: pytest.MonkeyPatch, dynamodb: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch,
+    dynamodb: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     deployed = Deployment(monkeypatch, dynamodb, tmp_path / "index.db", closed_url())
     deployed.say(*POTTERY)
