@@ -44,6 +44,7 @@ use_fake_aws("bench-person-hash-key-0123456789")
 import boto3  # noqa: E402
 from cold_start import bench_cold_start  # noqa: E402  (beside this script)
 from cost import bench_cost  # noqa: E402
+from keyword_index import bench_keyword_index  # noqa: E402
 from layer_size import bench_layer  # noqa: E402
 from moto import mock_aws  # noqa: E402
 from reads import bench_answer, bench_recall  # noqa: E402
@@ -70,6 +71,7 @@ def main() -> int:
         bench_recall(lab)
         bench_erasure(lab)
         lab.close()
+    bench_keyword_index()
     bench_cold_start()
     bench_layer()
     with mock_aws(), fast_dynamodb():

@@ -25,6 +25,8 @@ get_settings()
 
 app = LambdaFunctionUrlResolver()
 SEARCH_FAILURES = {SearchStatus.TIMEOUT.value, SearchStatus.FAILED.value}
+# The vector leg failed; the keyword leg answered alone where the index has one.
+VECTOR_FAILURES = {SearchStatus.KEYWORDS_ONLY.value, SearchStatus.WRONG_DIMENSIONS.value}
 
 
 def recall(payload: Any) -> tuple[int, dict[str, Any]]:
@@ -38,6 +40,12 @@ def recall(payload: Any) -> tuple[int, dict[str, Any]]:
         # Fail-open: the caller got its block without passages; the alarm sees this count.
         metrics.add_metric(name="RecallSearchFailed", unit=MetricUnit.Count, value=1)
         logger.warning("recalled without passages", extra={"search": body["search"]})
+    elif body.get("search") in VECTOR_FAILURES:
+        metrics.add_metric(name="RecallVectorLegFailed", unit=MetricUnit.Count, value=1)
+        if body["search"] == SearchStatus.WRONG_DIMENSIONS.value:
+            # A setting to fix (EMBEDDING_DIMENSIONS): alarmed at the first count.
+            metrics.add_metric(name="EmbeddingDimensionsWrong", unit=MetricUnit.Count, value=1)
+        logger.warning("recalled without the vector leg", extra={"search": body["search"]})
     return status, body
 
 

@@ -412,6 +412,21 @@ def test_search_alarms_watch_metrics_the_code_emits(resources: dict[str, Any]) -
         assert resources[name]["Condition"] == "SearchOn"
 
 
+def test_wrong_embedding_dimensions_are_alarmed_where_both_paths_count_them(
+    resources: dict[str, Any],
+) -> None:
+    from botmemory.consolidation.outcome import Outcome, Status, outcome_metrics
+
+    alarm = resources["EmbeddingDimensionsWrongAlarm"]
+    name = alarm["Properties"]["MetricName"]
+    assert name in _metric_names_in(ROOT / "functions" / "recall" / "app.py")
+    wrong = Outcome("c", Status.CONSOLIDATED, index_failed=True, embedding_dimensions_wrong=True)
+    assert dict(outcome_metrics([wrong]))[name] == 1
+    assert name not in dict(outcome_metrics([Outcome("c", Status.CONSOLIDATED)]))
+    assert alarm["Condition"] == "SearchOn"
+    assert alarm["Properties"]["Threshold"] == 0  # the first count alarms
+
+
 def test_every_asynchronous_invoke_has_an_alarmed_failure_destination(
     resources: dict[str, Any],
 ) -> None:

@@ -361,18 +361,6 @@ def test_add_embeds_in_one_call(make: MakeIndex) -> None:
     assert embedder.calls == [["pottery", "marathon", "lisbon"]]
 
 
-def test_embedder_failure_propagates(make: MakeIndex) -> None:
-    embedder = BagOfConcepts()
-    idx = make(embedder=embedder)
-    idx.add([passage("a", "pottery")])
-    embedder.fail = True
-    with pytest.raises(RuntimeError, match="provider down"):
-        idx.search(query("pottery"))
-    with pytest.raises(RuntimeError, match="provider down"):
-        idx.add([passage("b", "marathon")])
-    assert [p.id for p in idx.passages()] == ["a"]  # a failed add writes nothing
-
-
 def test_vector_leg_alone_answers_when_no_keyword_matches(make: MakeIndex) -> None:
     idx = make(embedder=BagOfConcepts())
     idx.add([passage("a", "pottery")])

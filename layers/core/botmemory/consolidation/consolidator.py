@@ -40,6 +40,7 @@ from botmemory.memory.hot_tier import HotTier
 from botmemory.memory.personas import PersonaDirectory
 from botmemory.people.optout import OptOuts
 from botmemory.records import Attempts, ChannelSummary, Fact, MemoryScope, Quarantine
+from botmemory.search.embeddings import EmbeddingDimensionsError
 from botmemory.search.index_sync import IndexWriter
 from botmemory.search.passages import episode_passage, fact_passage, holders, summary_passage
 from botmemory.search.port import Passage
@@ -408,9 +409,15 @@ class Consolidator:
                 extra={"channel_id": outcome.channel_id, "error": repr(exc)[:300]},
             )
             outcome.index_failed = True
+            outcome.embedding_dimensions_wrong = isinstance(exc, EmbeddingDimensionsError)
             return
         outcome.index_writes = report.written
         outcome.index_withdrawn = report.withdrawn
+        if report.vector_error is not None:
+            outcome.index_keywords_only = True
+            outcome.embedding_dimensions_wrong = isinstance(
+                report.vector_error, EmbeddingDimensionsError
+            )
 
     # A round that failed --------------------------------------------------------------
 

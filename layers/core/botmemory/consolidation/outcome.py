@@ -53,6 +53,8 @@ class Outcome:
     index_writes: int = 0  # search index writes after the commit
     index_withdrawn: int = 0  # passages removed again: their source went meanwhile
     index_failed: bool = False  # the search index refused the round's passages (counted)
+    index_keywords_only: bool = False  # written without vectors: embedding failed (counted)
+    embedding_dimensions_wrong: bool = False  # EMBEDDING_DIMENSIONS is not the model's (alarmed)
     shadow_superseded: int = 0  # MEMORY_SUPERSESSION=shadow: what would have been superseded
     summary_recompressed: bool = False  # the channel summary needed a second model pass
     summaries_dropped: int = 0  # channel summaries (current, archived) a deleted message took
@@ -89,6 +91,10 @@ def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
             ]
             if outcome.index_failed:
                 figures.append(("SearchIndexFailed", 1))
+            if outcome.index_keywords_only:
+                figures.append(("SearchIndexKeywordsOnly", 1))
+            if outcome.embedding_dimensions_wrong:
+                figures.append(("EmbeddingDimensionsWrong", 1))
         if outcome.status == Status.QUARANTINED:
             figures += [("BatchesQuarantined", 1), ("ObservationsQuarantined", outcome.consumed)]
         if outcome.status in (Status.CONSOLIDATED, Status.QUARANTINED):  # both tend the tier

@@ -41,6 +41,7 @@ from botmemory.recall.search_leg import (
     rank_episodes,
     rank_facts,
     said_by_first,
+    search_status,
     shown_here,
 )
 from botmemory.records import (
@@ -355,9 +356,7 @@ class Recaller:
             return Found(), search
         budget_s = self._settings.search_timeout_ms / 1000
         try:
-            return search.result(timeout=max(0.0, budget_s - (time.monotonic() - started))), (
-                SearchStatus.OK
-            )
+            found = search.result(timeout=max(0.0, budget_s - (time.monotonic() - started)))
         except FutureTimeout:
             log.warning("search over its time budget; recalled without passages")
             return Found(), SearchStatus.TIMEOUT
@@ -365,7 +364,8 @@ class Recaller:
             log.warning(
                 "search failed; recalled without passages", extra={"error": repr(error)[:300]}
             )
-            return Found(), SearchStatus.FAILED
+            return Found(), search_status(None, error)
+        return found, search_status(found)
 
     # Reads --------------------------------------------------------------------------
 

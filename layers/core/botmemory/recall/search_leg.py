@@ -19,6 +19,7 @@ from enum import StrEnum
 from botmemory.clock import epoch_seconds, ttl_alive
 from botmemory.memory.visibility import Visibility
 from botmemory.records import Episode, Fact, FactStatus, Observation, Record, scope_of
+from botmemory.search.embeddings import EmbeddingDimensionsError
 from botmemory.search.fusion import reciprocal_rank_fusion
 from botmemory.search.keywords import Bm25, tokens
 from botmemory.search.passages import still_held
@@ -67,6 +68,10 @@ class SearchStatus(StrEnum):
     OK = "ok"
     TIMEOUT = "timeout"  # over MEMORY_SEARCH_TIMEOUT_MS: the block went out without passages
     FAILED = "failed"  # the index or the embedding model failed: likewise
+    KEYWORDS_ONLY = "keywords_only"  # the vector leg failed; the keyword leg answered alone
+    # The model's vectors are not EMBEDDING_DIMENSIONS long (a setting to fix): passages from
+    # keywords alone on an index with a keyword leg of its own, none on S3 Vectors.
+    WRONG_DIMENSIONS = "wrong_dimensions"
 
 
 @dataclass
@@ -87,6 +92,7 @@ class Found:
     facts: list[Fact] = field(default_factory=list)
     episodes: list[Episode] = field(default_factory=list)
     dropped: int = 0  # hits whose table items are gone or changed
+    vector_error: Exception | None = None  # why the vector leg did not answer, if it failed
 
 
 class SearchLeg:
@@ -117,9 +123,12 @@ class SearchLeg:
         )
 
     def find(self, query: SearchQuery, now_ms: int) -> Found:
-        hits = [_as_shown(h) for h in self._index.search(query)]
+        answered = self._index.search(query)
+        hits = [_as_shown(h) for h in answered]
         sources = passage_sources(self._repository, (h.passage for h in hits))
-        return checked(hits, sources, query, now_ms)
+        found = checked(hits, sources, query, now_ms)
+        found.vector_error = getattr(answered, "vector_error", None)
+        return found
 
 
 def query_snippet(text: str, query_tokens: set[str], limit: int = SNIPPET_CHARS) -> str:
@@ -221,6 +230,16 @@ def checked(
     return found
 
 
+def search_status(found: Found | None, error: Exception | None = None) -> SearchStatus:
+    """How a search that ran went: OK, or which leg failed (and whether for the setting)."""
+    failure = error if error is not None else found.vector_error if found else None
+    if isinstance(failure, EmbeddingDimensionsError):
+        return SearchStatus.WRONG_DIMENSIONS
+    if error is not None:
+        return SearchStatus.FAILED
+    return SearchStatus.OK if failure is None else SearchStatus.KEYWORDS_ONLY
+
+
 def shown_here(found: Found, visibility: Visibility) -> Found:
     """What search found that may be shown where recall is asked (botmemory.memory.visibility):
     words said here or in a channel public now, facts learned here or in one; the rest is
@@ -237,7 +256,7 @@ def shown_here(found: Found, visibility: Visibility) -> Found:
         + len(found.facts)
         - len(facts)
     )
-    return Found(messages, facts, episodes, found.dropped + hidden)
+    return Found(messages, facts, episodes, found.dropped + hidden, found.vector_error)
 
 
 # Relevance-first order ---------------------------------------------------------------

@@ -32,6 +32,20 @@ class EmbeddingError(RuntimeError):
     """An embedding could not be produced (provider error, timeout or a malformed answer)."""
 
 
+class EmbeddingDimensionsError(EmbeddingError):
+    """The model's vectors are not EMBEDDING_DIMENSIONS long: a setting to fix, not a fault
+    that passes (every call fails alike). Counted as EmbeddingDimensionsWrong and alarmed."""
+
+    def __init__(self, name: str, returned: int, configured: int) -> None:
+        super().__init__(
+            f"{name} returned {returned} dimensions where {configured} were configured: "
+            f"EMBEDDING_DIMENSIONS={configured} does not match the model; set "
+            f"EMBEDDING_DIMENSIONS={returned} (or use a model that gives {configured})"
+        )
+        self.returned = returned
+        self.configured = configured
+
+
 class Embedder(Protocol):
     name: str
     dimensions: int
@@ -53,9 +67,7 @@ def _vector(raw: Any, dimensions: int, name: str) -> list[float]:
     ):
         raise EmbeddingError(f"{name} returned an embedding that is not a list of numbers")
     if len(raw) != dimensions:
-        raise EmbeddingError(
-            f"{name} returned {len(raw)} dimensions where {dimensions} were configured"
-        )
+        raise EmbeddingDimensionsError(name, len(raw), dimensions)
     vector = [float(x) for x in raw]
     if not all(math.isfinite(x) for x in vector):
         raise EmbeddingError(f"{name} returned an embedding with non-finite values")

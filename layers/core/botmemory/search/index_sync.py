@@ -29,7 +29,7 @@ from typing import Any
 from botmemory.clock import Clock
 from botmemory.records import Fact, FactStatus, MemoryScope
 from botmemory.search.passages import fact_passage, still_held
-from botmemory.search.port import Passage, SearchIndex
+from botmemory.search.port import KeywordsOnly, Passage, SearchIndex
 from botmemory.search.sources import passage_sources
 from botmemory.storage import keys
 from botmemory.storage.items import from_item
@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 class IndexReport:
     written: int = 0  # index writes
     withdrawn: int = 0  # passages removed again: a source went while they were written
+    # Why the passages went in for keywords only (marked for re-embedding), if they did.
+    vector_error: Exception | None = None
 
 
 class IndexWriter:
@@ -57,13 +59,17 @@ class IndexWriter:
             self._index.remove(remove)
         if not passages:
             return IndexReport()
-        written = self._index.add(passages)
+        vector_error: Exception | None = None
+        try:
+            written = self._index.add(passages)
+        except KeywordsOnly as partial:  # written all the same: they must be checked too
+            written, vector_error = partial.written, partial.error
         sources = passage_sources(self._repository, passages)
         now = self._clock.now_ms()
         stale = [p.id for p in passages if not still_held(p, sources.get(p.id, []), now)]
         if stale:
             self._index.remove(stale)
-        return IndexReport(written=written, withdrawn=len(stale))
+        return IndexReport(written=written, withdrawn=len(stale), vector_error=vector_error)
 
     def withdraw(self, ids: Sequence[str]) -> None:
         """Remove these passages; a failure is logged. What stays is never shown (recall reads

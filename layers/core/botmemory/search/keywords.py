@@ -3,7 +3,11 @@
 One tokenizer decides what a word is for documents and queries alike, so a query finds a
 passage exactly when they share a token: the SQLite adapter indexes `tokens()` output
 rather than raw text, BM25 here ranks on it, and `fts_match` builds FTS5 queries from it.
-Changing a rule here changes what stored indexes hold: rebuild them after such a change.
+Scripts written without spaces between words (Han, Hiragana, Katakana, Thai) and Hangul,
+whose words carry their particles, become overlapping character bigrams ("東京タワー" gives
+"東京", "京タ", "タワ", "ワー"), so a question shares tokens with the sentence that answers it.
+Changing a rule here changes what stored indexes hold: bump TOKENS_VERSION, and the SQLite
+index rebuilds its keyword column when it next opens (S3 Vectors re-ranks at query time).
 """
 
 from __future__ import annotations
@@ -17,6 +21,24 @@ from collections.abc import Sequence
 MAX_QUERY_CHARS = 4000
 # Longer runs are hashes or keyboard mashing: cut, identically on both sides.
 MAX_TOKEN_CHARS = 64
+# Tokens of one text at most: a Discord message (4,000 characters) and its context fit,
+# 10,000 Han characters without a space are clipped instead of giving 9,999 bigrams.
+MAX_TOKENS = 5000
+# Which rules stored keyword text was made by: bumped whenever tokens() changes output.
+TOKENS_VERSION = 2
+
+# Runs of these are cut into bigrams: Han (with 々 and 〇), Hiragana, Katakana (with the
+# half-width forms NFKC leaves), Hangul syllables and jamo, and Thai letters and marks
+# (not Thai digits, which are numbers).
+_DENSE = (
+    "\u1100-\u11ff\u3005\u3007\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u31f0-\u31ff"
+    "\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff"
+    "\uff66-\uff9f\U00020000-\U0003134f\u0e01-\u0e4f"
+)
+_RUN_RE = re.compile(f"([{_DENSE}]+)|([^{_DENSE}]+)")
+# A Thai letter and the vowel and tone marks written on it are one unit of a bigram, so
+# "กิน" is one token rather than three pairs with a lone mark in each.
+_UNIT_RE = re.compile("(?s).[\u0e31\u0e34-\u0e3a\u0e47-\u0e4e]*")
 
 # Python's \w leaves out combining marks, which would break words apart in scripts such as
 # Devanagari or Arabic; these ranges let a mark continue the word it belongs to.
@@ -112,17 +134,33 @@ def stem(word: str) -> str:
     return word
 
 
+def _bigrams(run: str) -> list[str]:
+    """Overlapping pairs of a run's characters (a Thai letter with its marks counting as one);
+    a lone character is its own token."""
+    units = _UNIT_RE.findall(run[: MAX_TOKENS + 1])
+    if len(units) < 2:
+        return units
+    return [units[i] + units[i + 1] for i in range(len(units) - 1)]
+
+
 def tokens(text: str) -> list[str]:
-    """The searchable tokens of a text, in order: words lowercased and stemmed, stopwords
-    removed, numbers always kept ("1.5" gives "1" and "5")."""
+    """The searchable tokens of a text, in order: words lowercased (NFKC, so full-width
+    letters and digits are plain ones) and stemmed, stopwords removed, numbers always kept
+    ("1.5" gives "1" and "5"), runs of scripts without spaces as character bigrams (a word
+    mixing scripts, "iPhone15を買った", splits where the script changes); at most MAX_TOKENS."""
     text = _INVISIBLE_RE.sub("", unicodedata.normalize("NFKC", text)).casefold()
     out: list[str] = []
     for match in _WORD_RE.finditer(text):
-        word = match.group()[:MAX_TOKEN_CHARS]
-        if word in STOPWORDS:
-            continue
-        out.append(stem(word))
-    return out
+        for dense, other in _RUN_RE.findall(match.group()):
+            if dense:
+                out += _bigrams(dense)
+                continue
+            word = other[:MAX_TOKEN_CHARS]
+            if word not in STOPWORDS:
+                out.append(stem(word))
+        if len(out) >= MAX_TOKENS:
+            break
+    return out[:MAX_TOKENS]
 
 
 def fts_match(text: str, max_terms: int = 32) -> str | None:

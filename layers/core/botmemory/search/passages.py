@@ -49,10 +49,41 @@ def indexable(observation: Observation, bot_user_id: str | None) -> bool:
     )
 
 
+LABEL_SEPARATOR = ": "
+# A display name is at most 32 characters in Discord; a longer label is cut where stored.
+MAX_LABEL_CHARS = 100
+
+
+def _label(observation: Observation) -> str:
+    return (observation.author_name or "someone")[:MAX_LABEL_CHARS]
+
+
 def _labelled(observation: Observation, limit: int | None = None) -> str:
     text = observation.content if limit is None else observation.content[:limit]
-    name = observation.author_name or "someone"
-    return f"{name}: {text}"
+    return f"{_label(observation)}{LABEL_SEPARATOR}{text}"
+
+
+def keyword_text(passage: Passage) -> str:
+    """What the keyword leg indexes of a passage: its text without the speaker labels its
+    lines begin with, so a question naming Alice is not matched by every message of hers
+    (recall's said-by rule promotes what the people a query names said). Each label is
+    taken off where the passage's text has it: at the start, or at the start of a line."""
+    text = passage.text
+    kept: list[str] = []
+    position = 0
+    for label in passage.labels:
+        prefix = label + LABEL_SEPARATOR
+        if text.startswith(prefix, position):
+            at = position
+        else:
+            line = text.find("\n" + prefix, position)
+            if line < 0:
+                continue
+            at = line + 1
+        kept.append(text[position:at])
+        position = at + len(prefix)
+    kept.append(text[position:])
+    return "".join(kept)
 
 
 def _earliest_expiry(observations: Iterable[Observation]) -> int | None:
@@ -86,6 +117,7 @@ def message_passages(
             authors=list(dict.fromkeys(o.author_id for o in parts if o.author_id)),
             sources=[o.sk for o in parts],
             expires_at=_earliest_expiry(parts),
+            labels=[_label(o) for o in parts],
         )
     return list(passages.values())
 
@@ -124,11 +156,12 @@ def fact_passage(fact: Fact, subject_name: str | None) -> Passage | None:
         kind=PassageKind.FACT,
         scope=fact.scope,
         channel_id="",
-        text=f"{subject_name}: {fact.text}" if subject_name else fact.text,
+        text=f"{subject_name}{LABEL_SEPARATOR}{fact.text}" if subject_name else fact.text,
         time_ms=fact.updated_ms,
         authors=[fact.user_id],
         sources=[keys.fact_sk(fact.fact_id)],
         expires_at=fact.expires_at,
+        labels=[subject_name] if subject_name else [],
     )
 
 

@@ -37,6 +37,9 @@ class Passage(BaseModel):
     authors: list[str] = []  # user ids whose words are in `text` (a fact: its subject)
     sources: list[str] = []  # table sort keys the passage was built from (provenance)
     expires_at: int | None = None  # epoch seconds, as the table's TTL attribute
+    # The speaker labels `text` begins its lines with ("Alice" of "Alice: hi"): shown, but
+    # kept out of the keyword leg (passages.keyword_text), so a name is not in every passage.
+    labels: list[str] = []
 
 
 class SearchQuery(BaseModel):
@@ -57,11 +60,29 @@ class SearchHit(BaseModel):
     vector_rank: int | None = None  # 1-based rank in the vector leg, None when absent
 
 
+class SearchHits(list[SearchHit]):
+    """Hits, and why the vector leg did not take part when it failed (the keyword leg then
+    answered alone: fail-open). A plain list means both legs answered."""
+
+    vector_error: Exception | None = None
+
+
+class KeywordsOnly(Exception):
+    """add() wrote the passages for the keyword leg but could not embed them: they are
+    marked for re-embedding (a later write adds their vectors)."""
+
+    def __init__(self, written: int, error: Exception) -> None:
+        super().__init__(f"{written} passages indexed for keywords only: {error}")
+        self.written = written
+        self.error = error
+
+
 class SearchIndex(Protocol):
     """An index adapter. Every method is idempotent; every failure raises (callers fail open)."""
 
     def add(self, passages: Sequence[Passage]) -> int:
-        """Insert or replace the passages by id; returns the number of index writes."""
+        """Insert or replace the passages by id; returns the number of index writes. An index
+        with a keyword leg of its own raises KeywordsOnly when only embedding failed."""
         ...
 
     def search(self, query: SearchQuery) -> list[SearchHit]:

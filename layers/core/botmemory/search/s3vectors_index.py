@@ -8,7 +8,9 @@ found at all.
 
 Each vector carries its whole passage as metadata, so a query needs no second read to show
 one. The index (template.yaml, SearchVectorIndex) declares `text`, `authors`, `sources` and
-`time_ms` non-filterable; `scope`, `channel_id`, `kind` and `expires_at` stay filterable.
+`time_ms` non-filterable; `scope`, `channel_id`, `kind` and `expires_at` stay filterable, as
+does `labels` (the speaker names, a few short strings, well within the 2 KB filterable
+budget), which the keyword re-rank leaves out of each passage's words (passages.keyword_text).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, TypeVar
 from botmemory.search.embeddings import Embedder, EmbeddingError
 from botmemory.search.fusion import reciprocal_rank_fusion
 from botmemory.search.keywords import clip_query, rank
+from botmemory.search.passages import MAX_LABEL_CHARS, keyword_text
 from botmemory.search.port import Passage, PassageKind, SearchHit, SearchQuery
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,8 @@ PUT_PAYLOAD_BYTES = 16 * 1024 * 1024
 # A vector's metadata may total 40 KB (filterable and not); the text takes what the other
 # fields leave of this, with room to spare for how the service counts.
 METADATA_BYTES = 36_000
+# Labels kept per vector: a message passage has one or two, a fact one.
+MAX_LABELS = 4
 # Stands for "never expires" in the filterable expires_at (epoch seconds, year 2286), so an
 # expiry filter needs no $or on a missing key.
 NEVER_EXPIRES = 9_999_999_999
@@ -85,6 +90,8 @@ def metadata_of(passage: Passage) -> dict[str, Any]:
         "time_ms": passage.time_ms,
         "text": "",
     }
+    if passage.labels:  # before the room left for the text is measured
+        metadata["labels"] = [label[:MAX_LABEL_CHARS] for label in passage.labels[:MAX_LABELS]]
     room = METADATA_BYTES - _json_bytes(metadata)
     metadata["text"] = _cut_utf8(passage.text, room)
     return metadata
@@ -107,6 +114,8 @@ def passage_of(key: str, metadata: Any) -> Passage:
             authors=[str(a) for a in metadata.get("authors") or []],
             sources=[str(s) for s in metadata.get("sources") or []],
             expires_at=None if expires_at >= NEVER_EXPIRES else expires_at,
+            # Written before labels were: the names stay in the keyword text, as then.
+            labels=[str(label) for label in metadata.get("labels") or []],
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"vector {key!r} has unreadable metadata: {exc!r}"[:300]) from exc
@@ -228,7 +237,9 @@ class S3VectorsSearchIndex:
         if not candidates:
             return []
         vector_order = [p.id for p in candidates]
-        keyword_order = [vector_order[i] for i, _ in rank(text, [p.text for p in candidates])]
+        keyword_order = [
+            vector_order[i] for i, _ in rank(text, [keyword_text(p) for p in candidates])
+        ]
         fused = reciprocal_rank_fusion([vector_order, keyword_order])
         by_id = {p.id: p for p in candidates}
         vector_rank = {pid: n for n, pid in enumerate(vector_order, start=1)}

@@ -1,13 +1,20 @@
 """A SearchIndex on the standard library's sqlite3 with FTS5: the local and test adapter.
 
-The FTS5 table indexes `keywords.tokens()` output (joined by spaces) under the plain
-unicode61 tokenizer, so documents and queries are stemmed by the same Python rules. With
-an embedder, vectors are stored beside each passage and compared in Python: fine at local
-scale, and the vector leg is capped at the newest rows that pass the filters.
+The FTS5 table indexes `keywords.tokens()` output of each passage's keyword text (joined by
+spaces) under unicode61, told to keep combining marks inside tokens, so documents and
+queries are split and stemmed by the same Python rules. A file written under other rules
+(its user_version is not keywords.TOKENS_VERSION) has its keyword column rebuilt on open.
+
+With an embedder, vectors are stored beside each passage and compared in Python: fine at
+local scale, and the vector leg is capped at the newest rows that pass the filters. One leg
+failing never takes the other down: a passage whose embedding fails is written for keywords
+with no vector (marked for re-embedding: a later write embeds a page of such rows), and a
+search whose query embedding fails answers from keywords (SearchHits.vector_error says why).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
 import sqlite3
@@ -18,11 +25,14 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from botmemory.search.fusion import reciprocal_rank_fusion
-from botmemory.search.keywords import clip_query, fts_match, tokens
-from botmemory.search.port import Passage, SearchHit, SearchQuery
+from botmemory.search.keywords import TOKENS_VERSION, clip_query, fts_match, tokens
+from botmemory.search.passages import keyword_text
+from botmemory.search.port import KeywordsOnly, Passage, SearchHit, SearchHits, SearchQuery
 
 if TYPE_CHECKING:
     from botmemory.search.embeddings import Embedder
+
+log = logging.getLogger(__name__)
 
 # Rows the vector leg compares per query, newest first: bounds a Python-side scan.
 VECTOR_SCAN_ROWS = 4000
@@ -30,6 +40,8 @@ VECTOR_SCAN_ROWS = 4000
 CANDIDATE_FACTOR = 4
 _BUSY_TIMEOUT_S = 10.0  # another process (the local dev stack) may hold the write lock
 _PAGE_ROWS = 500
+# Rows without a vector of the current model embedded per write, beside its own passages.
+REEMBED_ROWS = 64
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS passages (
@@ -46,9 +58,12 @@ _SCHEMA = (
         vector_model TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS passages_scope_time ON passages (scope, time_ms)",
+    # The rows a write re-embeds: those whose embedding failed (or predate the embedder).
+    "CREATE INDEX IF NOT EXISTS passages_unembedded ON passages (pk) WHERE vector IS NULL",
     # External content: the text lives once, in passages.terms; triggers keep FTS in step.
     """CREATE VIRTUAL TABLE IF NOT EXISTS passages_fts USING fts5(
-        terms, content='passages', content_rowid='pk', tokenize='unicode61'
+        terms, content='passages', content_rowid='pk',
+        tokenize="unicode61 categories 'L* N* Co M*'"
     )""",
     """CREATE TRIGGER IF NOT EXISTS passages_ai AFTER INSERT ON passages BEGIN
         INSERT INTO passages_fts (rowid, terms) VALUES (new.pk, new.terms);
@@ -56,7 +71,8 @@ _SCHEMA = (
     """CREATE TRIGGER IF NOT EXISTS passages_ad AFTER DELETE ON passages BEGIN
         INSERT INTO passages_fts (passages_fts, rowid, terms) VALUES ('delete', old.pk, old.terms);
     END""",
-    """CREATE TRIGGER IF NOT EXISTS passages_au AFTER UPDATE ON passages BEGIN
+    # Only when the words change: adding a vector later leaves the FTS row as it is.
+    """CREATE TRIGGER IF NOT EXISTS passages_au AFTER UPDATE OF terms ON passages BEGIN
         INSERT INTO passages_fts (passages_fts, rowid, terms) VALUES ('delete', old.pk, old.terms);
         INSERT INTO passages_fts (rowid, terms) VALUES (new.pk, new.terms);
     END""",
@@ -86,6 +102,18 @@ SELECT p.id, p.passage, p.vector FROM passages AS p
 WHERE p.vector IS NOT NULL AND p.vector_model = ? AND {where}
 ORDER BY p.time_ms DESC, p.id LIMIT ?
 """
+
+_REEMBED_SQL = """
+SELECT pk, passage FROM passages WHERE vector IS NULL OR vector_model IS NOT ? ORDER BY pk LIMIT ?
+"""
+
+# What a file written under older keyword rules drops before _SCHEMA builds it again.
+_OLD_KEYWORDS = (
+    "DROP TRIGGER IF EXISTS passages_ai",
+    "DROP TRIGGER IF EXISTS passages_ad",
+    "DROP TRIGGER IF EXISTS passages_au",
+    "DROP TABLE IF EXISTS passages_fts",
+)
 
 Param = str | int | bytes | None
 Candidate = tuple[str, str]  # (passage id, passage JSON)
@@ -145,6 +173,25 @@ def _fuse(keyword: list[Candidate], vector: list[Candidate], limit: int) -> list
     ]
 
 
+def _rebuild_keywords(conn: sqlite3.Connection) -> None:
+    """Recompute every row's keyword text under today's rules (the FTS table, dropped here,
+    is built again from it by the caller)."""
+    for statement in _OLD_KEYWORDS:
+        conn.execute(statement)
+    last_pk = 0
+    while rows := conn.execute(
+        "SELECT pk, passage FROM passages WHERE pk > ? ORDER BY pk LIMIT ?", (last_pk, _PAGE_ROWS)
+    ).fetchall():
+        conn.executemany(
+            "UPDATE passages SET terms = ? WHERE pk = ?",
+            [
+                (" ".join(tokens(keyword_text(Passage.model_validate_json(str(body))))), pk)
+                for pk, body in rows
+            ],
+        )
+        last_pk = int(rows[-1][0])
+
+
 class SqliteSearchIndex:
     """SearchIndex on one SQLite connection shared by threads behind a lock."""
 
@@ -159,8 +206,15 @@ class SqliteSearchIndex:
             # WAL lets the other process of the dev stack read while this one writes.
             self._conn.execute("PRAGMA journal_mode=WAL").fetchall()
         with self._transaction() as conn:
+            conn.execute(_SCHEMA[0])  # the passages table, which a rebuild reads
+            stale = conn.execute("PRAGMA user_version").fetchone()[0] != TOKENS_VERSION
+            if stale:
+                _rebuild_keywords(conn)
             for statement in _SCHEMA:
                 conn.execute(statement)
+            if stale:
+                conn.execute("INSERT INTO passages_fts (passages_fts) VALUES ('rebuild')")
+                conn.execute(f"PRAGMA user_version = {int(TOKENS_VERSION)}")
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -178,23 +232,30 @@ class SqliteSearchIndex:
         with self._lock:
             return self._conn.execute(sql, params).fetchall()
 
-    def _vectors(self, passages: Sequence[Passage]) -> list[bytes | None]:
-        if self._embedder is None:
-            return [None] * len(passages)
-        vectors = self._embedder.embed([passage.text for passage in passages])
-        if len(vectors) != len(passages):
+    def _vectors(self, texts: Sequence[str]) -> list[bytes]:
+        assert self._embedder is not None
+        vectors = self._embedder.embed(texts)
+        if len(vectors) != len(texts):
             raise ValueError(
                 f"embedder {self._embedder.name} returned {len(vectors)} vectors "
-                f"for {len(passages)} texts"
+                f"for {len(texts)} texts"
             )
         return [_unit_vector(vector).tobytes() for vector in vectors]
 
     def add(self, passages: Sequence[Passage]) -> int:
         """Insert or replace by id; embeds all texts in one call first (outside the lock,
-        as it may be a network call). Returns the number of passages written."""
+        as it may be a network call), then a page of rows still without a vector. Returns
+        the number of passages written; raises KeywordsOnly, after writing them, when their
+        embedding failed."""
         if not passages:
             return 0
-        vectors = self._vectors(passages)
+        vectors: list[bytes | None] = [None] * len(passages)
+        failure: Exception | None = None
+        if self._embedder is not None:
+            try:
+                vectors = list(self._vectors([p.text for p in passages]))
+            except Exception as exc:  # the vector leg only: keywords are written anyway
+                failure = exc
         model = self._embedder.name if self._embedder is not None else None
         rows = [
             (
@@ -205,7 +266,7 @@ class SqliteSearchIndex:
                 p.time_ms,
                 p.expires_at,
                 p.model_dump_json(),
-                " ".join(tokens(p.text)),
+                " ".join(tokens(keyword_text(p))),
                 vector,
                 model if vector is not None else None,
             )
@@ -213,12 +274,42 @@ class SqliteSearchIndex:
         ]
         with self._transaction() as conn:
             conn.executemany(_UPSERT, rows)
+        if failure is not None:
+            log.warning("passages indexed without vectors", extra={"error": repr(failure)[:300]})
+            raise KeywordsOnly(len(passages), failure)
+        self._reembed()
         return len(passages)
+
+    def _reembed(self) -> None:
+        """Vectors for a page of rows that have none of the current model (their embedding
+        failed when written): the embedder answers again, so they rejoin the vector leg."""
+        if self._embedder is None:
+            return
+        rows = self._read(_REEMBED_SQL, [self._embedder.name, REEMBED_ROWS])
+        if not rows:
+            return
+        bodies = [Passage.model_validate_json(str(body)) for _, body in rows]
+        try:
+            vectors = self._vectors([p.text for p in bodies])
+        except Exception as exc:  # they stay marked; the next write tries again
+            log.warning("re-embedding failed", extra={"error": repr(exc)[:300]})
+            return
+        with self._transaction() as conn:
+            # Only the vector: a row rewritten meanwhile keeps its newer words (and a vector
+            # of those is written by its own add).
+            conn.executemany(
+                "UPDATE passages SET vector = ?, vector_model = ? WHERE pk = ? AND passage = ?",
+                [
+                    (vector, self._embedder.name, pk, body)
+                    for (pk, body), vector in zip(rows, vectors, strict=True)
+                ],
+            )
 
     def search(self, query: SearchQuery) -> list[SearchHit]:
         """Keyword (FTS5 bm25) and, with an embedder, vector candidates fused by RRF.
 
-        An embedder failure propagates: the caller fails open and counts it."""
+        A vector leg failure (the embedding call) leaves the keyword leg to answer alone:
+        the hits carry the error (SearchHits.vector_error) for the caller to count."""
         text, _ = clip_query(query.text)
         if text is None or query.channel_ids == [] or query.kinds == []:
             return []
@@ -226,8 +317,15 @@ class SqliteSearchIndex:
         depth = CANDIDATE_FACTOR * query.limit
         match = fts_match(text)
         keyword = self._keyword_leg(match, where, params, depth) if match is not None else []
-        vector = self._vector_leg(text, where, params, depth)
-        return _fuse(keyword, vector, query.limit)
+        failure: Exception | None = None
+        try:
+            vector = self._vector_leg(text, where, params, depth)
+        except Exception as exc:  # fail-open to the keyword leg
+            log.warning("vector leg failed; keywords only", extra={"error": repr(exc)[:300]})
+            vector, failure = [], exc
+        hits = SearchHits(_fuse(keyword, vector, query.limit))
+        hits.vector_error = failure
+        return hits
 
     def _keyword_leg(
         self, match: str, where: str, params: list[Param], depth: int
