@@ -1,4 +1,4 @@
-"""3e. The keyword index under bigram tokens against today's rule, on 100,000 messages.
+"""3f. The keyword index under bigram tokens against today's rule, on 100,000 messages.
 
 Today's rule (before issue 29) made each run of letters one token, so a sentence written
 without spaces was one token no question shared. Bigram tokens cut such runs into
@@ -149,7 +149,7 @@ def bench_keyword_index() -> None:
                 ),
             ]
     print_table(
-        f"3e. The keyword index: today's rule vs bigram tokens, {MESSAGES:,} messages",
+        f"3f. The keyword index: today's rule vs bigram tokens, {MESSAGES:,} messages",
         ["figure", "whole runs (before)", "bigrams (now)"],
         rows,
         [
