@@ -45,6 +45,7 @@ from botmemory.search.passages import episode_passage, fact_passage, holders, su
 from botmemory.search.port import Passage
 from botmemory.settings.config import Settings
 from botmemory.storage.commit import CommitRejected, ConsolidationCommit, Lock, LockRefused
+from botmemory.storage.observations import PendingCount
 from botmemory.storage.repository import MemoryRepository
 from botmemory.text import content_hash, short_id
 
@@ -137,8 +138,7 @@ class Consolidator:
             and len(outcomes) < MAX_ROUNDS_PER_TRIGGER
             and (
                 outcomes[-1].splitting  # a split batch goes on below the threshold
-                or self._repository.count_pending(channel_id, self._settings.consolidate_every)
-                >= self._settings.consolidate_every
+                or self._due(self._repository.pending_count(channel_id, self._threshold))
             )
         ):
             outcomes.append(self._round(channel_id, force=outcomes[-1].splitting))
@@ -152,20 +152,32 @@ class Consolidator:
     def _idle_ms(self) -> int:
         return self._settings.idle_flush_minutes * MINUTE_MS
 
+    @property
+    def _threshold(self) -> int:
+        return self._settings.consolidate_every
+
+    def _due(self, pending: PendingCount) -> bool:
+        """A full batch waits, or (MEMORY_ANSWERED_TURNS_PER_REFRESH) the bot has answered
+        often enough since the last round: a conversation with it refreshes the summary and
+        the speakers' facts before the batch size is reached."""
+        turns = self._settings.answered_turns_per_refresh
+        return pending.observations >= self._threshold or (0 < turns <= pending.answers)
+
     # One round ----------------------------------------------------------------------
 
     def _round(self, channel_id: str, *, force: bool) -> Outcome:
         if not self._enabled:
             return Outcome(channel_id, Status.OFF)
         settings = self._settings
-        waiting = self._repository.count_pending(channel_id, settings.consolidate_every)
+        pending = self._repository.pending_count(channel_id, self._threshold)
+        waiting = pending.observations
         # Candidates alone (botmemory.consolidation.candidates) get the sweep's round, without a model call.
         alone = waiting == 0 and force and self._repository.has_candidates(channel_id)
         if waiting == 0 and not alone:
             if force:
                 self._repository.clear_pending_since(channel_id)
             return Outcome(channel_id, Status.NOTHING_PENDING)
-        if waiting < settings.consolidate_every and not force:
+        if not force and not self._due(pending):
             self._repository.mark_pending_since(channel_id, self._clock.now_ms())
             return Outcome(channel_id, Status.BELOW_THRESHOLD, detail=f"{waiting} waiting")
 
