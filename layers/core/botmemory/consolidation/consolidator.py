@@ -235,6 +235,7 @@ class Consolidator:
                 answer = self._ask_model(batch, known, summary, outcome)
             except Exception as exc:  # counted, retried later, split, at worst quarantined
                 return self._failed(lock, batch, outcome, str(exc)[:300])
+            batch.recent = {r.user_id: r.line for r in answer.recent}
             judgement = self._judge.judge(answer, batch, known, outcome)
             judgement.summary = self._rolled_summary(summary, answer, batch, outcome)
         elif batch.candidates:
@@ -356,11 +357,12 @@ class Consolidator:
         return outcome
 
     def _short_term(self, commit: ConsolidationCommit, batch: Batch) -> int:
-        """After the commit: in a public server channel, each speaker's entry for it
-        (botmemory.memory.short_term, one UpdateItem each), for people not barred by then; each keeps
-        their newest MEMORY_SHORT_TERM_PER_PERSON. A failure costs only these entries: logged."""
+        """After the commit: in a public server channel, the entry of each speaker the model
+        wrote a line for (botmemory.memory.short_term, one UpdateItem each), for people not
+        barred by then; each keeps their newest MEMORY_SHORT_TERM_PER_PERSON. A failure costs
+        only these entries: logged."""
         keep = self._settings.short_term_per_person
-        if keep == 0 or not commit.consumed:
+        if keep == 0 or not commit.consumed or not batch.recent:
             return 0
         channel_id = commit.lock.channel_id
         try:
@@ -368,6 +370,7 @@ class Consolidator:
                 return 0
             entries = short_term.entries_for_round(
                 [batch.by_number[n] for n in batch.by_number],
+                batch.recent,
                 scope=batch.scope,
                 channel_id=channel_id,
                 bot_user_id=self._settings.bot_user_id,
@@ -376,8 +379,7 @@ class Consolidator:
             )
             barred = self._opt_outs.barred({e.user_id for e in entries})
             entries = [e for e in entries if e.user_id not in barred]
-            for entry in entries:
-                self._repository.record_short_term(entry, keep)
+            entries = [e for e in entries if self._repository.record_short_term(e, keep)]
         except Exception as exc:  # short-term memory is never a reason to lose a round
             log.warning(
                 "short-term entries not written",
