@@ -145,6 +145,13 @@ class Deployment:
             for r in self.chat.requests
         ]
 
+    def posted(self, channel: str) -> list[str]:
+        """What the bot posted in a channel, oldest first."""
+        return [
+            str(r.body.get("content", ""))
+            for r in self.discord.requests_matching("POST", f"/channels/{channel}/messages")
+        ]
+
     def services(self, **settings: Any) -> MemoryServices:
         """The memory services on the same table, to read what the functions stored."""
         return build_services(
