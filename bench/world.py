@@ -150,7 +150,7 @@ class Lab:
             self._index.close()
             self._index = None
 
-    def world(self, model: CountingModel | None = None) -> World:
+    def world(self, model: CountingModel | None = None, **overrides: Any) -> World:
         if self._tables:
             self.client.delete_table(TableName=f"Bench{self._tables}")
         self.close()
@@ -163,6 +163,7 @@ class Lab:
             bot_user_id=gw.BOT,
             consolidate_every=20,  # MEMORY_CONSOLIDATE_EVERY=20
             search_timeout_ms=SEARCH_TIMEOUT_MS,
+            **overrides,
         )
         model, clock = model or CountingModel(), ManualClock(T0)
         index = self._index = SqliteSearchIndex(":memory:")
