@@ -46,6 +46,7 @@ from cold_start import bench_cold_start  # noqa: E402  (beside this script)
 from cost import bench_cost  # noqa: E402
 from keyword_index import bench_keyword_index  # noqa: E402
 from layer_size import bench_layer  # noqa: E402
+from model_calls import bench_model_calls  # noqa: E402
 from moto import mock_aws  # noqa: E402
 from reads import bench_answer, bench_recall  # noqa: E402
 from world import Lab  # noqa: E402
@@ -67,6 +68,7 @@ def main() -> int:
         bench_ingest(lab)
         bench_stream(lab)
         bench_model_input(lab)
+        bench_model_calls(lab)
         bench_hostile(lab)
         bench_recall(lab)
         bench_erasure(lab)

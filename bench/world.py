@@ -18,6 +18,8 @@ from botmemory.answering.chat.contract import ChatReply, ChatRequest
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
 from botmemory.consolidation.model.contract import ConsolidationAnswer, MemoryModelError, ModelInput
 from botmemory.consolidation.model.rules import RulesModel
+from botmemory.memory.short_term import LINE_CHARS
+from botmemory.memory.short_term import digest as short_term_digest
 from botmemory.records import (
     ChannelSummary,
     Episode,
@@ -42,7 +44,7 @@ from botmemory.storage import keys
 from botmemory.storage.items import fact_values, observation_values, to_item
 from botmemory.storage.keys import episode_sk, observation_sk
 from botmemory.storage.schema import create_table
-from botmemory.text import content_hash, short_id
+from botmemory.text import clip, content_hash, short_id
 from localrun import gateway as gw
 from localrun.fakeaws import REGION
 from localrun.storage import put_episode
@@ -150,7 +152,7 @@ class Lab:
             self._index.close()
             self._index = None
 
-    def world(self, model: CountingModel | None = None) -> World:
+    def world(self, model: CountingModel | None = None, **overrides: Any) -> World:
         if self._tables:
             self.client.delete_table(TableName=f"Bench{self._tables}")
         self.close()
@@ -163,6 +165,7 @@ class Lab:
             bot_user_id=gw.BOT,
             consolidate_every=20,  # MEMORY_CONSOLIDATE_EVERY=20
             search_timeout_ms=SEARCH_TIMEOUT_MS,
+            **overrides,
         )
         model, clock = model or CountingModel(), ManualClock(T0)
         index = self._index = SqliteSearchIndex(":memory:")
@@ -413,6 +416,12 @@ def full_world(lab: Lab) -> tuple[World, list[str]]:
                     messages=2,
                     at_ms=max(o.at_ms for o in said),
                     expires_at=epoch_seconds(now + 6 * 3_600_000),
+                    # A line of the longest kind (botmemory.memory.short_term.LINE_CHARS).
+                    summary=clip(
+                        f"in channel {c}: still fixing the deploy script, {said[0].content}",
+                        LINE_CHARS,
+                    ),
+                    digest=short_term_digest(said),
                 )
             )
     put_in_moto(world, (observation_values(o, pending=False) for o in elsewhere))

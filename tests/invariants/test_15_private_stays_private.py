@@ -196,6 +196,8 @@ def server(
     tmp_path: Path,
 ) -> Server:
     fact_writer.writer.teachings.extend(TEACHINGS)
+    # A round's short-term line for each speaker (botmemory.memory.short_term).
+    fact_writer.writer.recent_line = "talked about gardening plans"
     deployed = Server(
         monkeypatch, fake_discord, dynamodb, chat_server, fact_writer, tmp_path / "index.db"
     )

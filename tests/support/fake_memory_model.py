@@ -32,14 +32,20 @@ class Teaching:
 class FactWriter:
     teachings: list[Teaching] = field(default_factory=list)
     batches: list[str] = field(default_factory=list)  # the user messages it was sent
+    # When set, the short-term line (with `{name}`) it writes for each member who spoke;
+    # None: its answers carry no `recent` (as a model of the older contract).
+    recent_line: str | None = None
 
     def answer(self, batch: str) -> dict[str, Any]:
         facts = []
+        recent: dict[str, str] = {}
         for line in batch.splitlines():
             found = _OBSERVATION.match(line)
             if not found:
                 continue
-            number, _, name, user_id, words = found.groups()
+            number, kind, name, user_id, words = found.groups()
+            if self.recent_line is not None and kind == "msg":
+                recent[user_id] = self.recent_line.format(name=name)
             for teaching in self.teachings:
                 if teaching.phrase.lower() in words.lower():
                     facts.append(
@@ -52,11 +58,14 @@ class FactWriter:
                             "scope": teaching.scope,
                         }
                     )
-        return {
+        answer: dict[str, Any] = {
             "facts": facts,
             "episode": {"summary": "Members talked.", "participants": []},
             "channel_summary": "",
         }
+        if self.recent_line is not None:
+            answer["recent"] = [{"user_id": u, "line": text} for u, text in recent.items()]
+        return answer
 
 
 class _Server(CompletionServer):

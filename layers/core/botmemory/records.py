@@ -203,18 +203,23 @@ class ChannelSummary(Episode):
 
 
 class ShortTermEntry(Record):
-    """What a person did lately in one of the server's public channels: a pointer to their
-    latest messages there (newest last), read back at recall so that a message deleted or
-    redacted since is shown as the table holds it now, or not at all. One per person and
-    channel, rewritten by each round; it expires after MEMORY_SHORT_TERM_HOURS."""
+    """What a person did lately in one of the server's public channels (botmemory.memory.short_term):
+    one line saying it, and pointers to the messages it was made from (oldest first) with a
+    digest of their words, read back at recall so that the line is shown only while they
+    are all still held unchanged. One per person and channel, rewritten by each round there
+    and by each answer to them there; it expires after MEMORY_SHORT_TERM_HOURS."""
 
     scope: str
     user_id: str
     channel_id: str
     observation_sks: list[str]
-    messages: int  # how many messages of theirs the round consumed there
-    at_ms: int  # their latest message there
+    messages: int  # how many messages of theirs it was made from
+    at_ms: int  # its newest message
     expires_at: int | None = None
+    # The line (an entry stored before entries had one has "": never shown), and the digest
+    # of its messages' words (botmemory.memory.short_term.digest).
+    summary: str = ""
+    digest: str = ""
 
 
 class GuildStaff(Record):

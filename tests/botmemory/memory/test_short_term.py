@@ -94,7 +94,8 @@ def test_switching_channels_keeps_the_thread(dynamodb: Any, clock: ManualClock) 
     section = next(s for s in in_general.memory.split("\n\n") if s.startswith(ELSEWHERE_HEADING))
     assert "token refresh" in section and f"<#{DEV}>" in section and '"Alice"' in section
     assert [(e.user_id, e.channel_id) for e in in_general.elsewhere] == [(gw.ALICE, DEV)]
-    assert in_general.elsewhere[0].texts == [DEV_TALK[0][1]]
+    # The rules model's line: what she talked about, and her last words there.
+    assert in_general.elsewhere[0].summary == ("talked about refresh and bug: " + DEV_TALK[0][1])
     # Bob is not in the conversation in #general: his entry is not shown there.
     assert "tests pass" not in in_general.memory
     # In #dev itself, the entry adds nothing: not shown.

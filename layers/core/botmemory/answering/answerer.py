@@ -52,6 +52,7 @@ from botmemory.answering.question import Question, Reply
 from botmemory.answering.rate import AnswerRateLimiter, RateDecision
 from botmemory.discord.rest import DiscordApiError, DiscordRateLimited
 from botmemory.memory.hot_tier import record_hits
+from botmemory.memory.short_term import note_answered
 from botmemory.memory.visibility import learned_where
 from botmemory.recall.contract import shown_facts
 from botmemory.records import GuildStaff, Observation, scope_of
@@ -338,7 +339,28 @@ class Answerer:
             report.status = AnswerStatus.POST_REFUSED
         report.posted = len(posted)
         report.recorded = self._record(question, posted)
+        if report.status == AnswerStatus.ANSWERED:  # after the post: never before it
+            self._note_exchange(question, text, posted)
         return report
+
+    def _note_exchange(self, question: Question, text: str, posted: list[dict[str, Any]]) -> None:
+        """The asker's short-term entry for this channel (botmemory.memory.short_term): what
+        they asked and what the bot said, for the server's other public channels. A failure
+        is logged there, and the answer stands."""
+        services = self._services
+        note_answered(
+            services.repository,
+            services.settings,
+            services.opt_outs.barred,
+            guild_id=question.guild_id,
+            channel_id=question.channel_id,
+            asker_id=question.author_id,
+            question=question.content,
+            question_message_id=question.message_id,
+            answer=text,
+            answer_message_ids=[str(m["id"]) for m in posted if m.get("id")],
+            now_ms=services.clock.now_ms(),
+        )
 
     def _send(self, question: Question, reply: Reply, chunk: str, index: int) -> dict[str, Any]:
         first = index == 0

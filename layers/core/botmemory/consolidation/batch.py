@@ -75,6 +75,8 @@ class Batch:
     unindexed: list[str] = field(default_factory=list)  # passages of messages deleted since
     aliases: dict[str, list[str]] = field(default_factory=dict)  # id -> every name they go by
     candidates: list[Candidate] = field(default_factory=list)  # waiting, read this round
+    # The model's one-line short-term summaries, by person (botmemory.memory.short_term).
+    recent: dict[str, str] = field(default_factory=dict)
 
 
 def _fit_one_transaction(

@@ -46,6 +46,7 @@ from botmemory.search.passages import episode_passage, fact_passage, holders, su
 from botmemory.search.port import Passage
 from botmemory.settings.config import Settings
 from botmemory.storage.commit import CommitRejected, ConsolidationCommit, Lock, LockRefused
+from botmemory.storage.observations import PendingCount
 from botmemory.storage.repository import MemoryRepository
 from botmemory.text import content_hash, short_id
 
@@ -138,8 +139,7 @@ class Consolidator:
             and len(outcomes) < MAX_ROUNDS_PER_TRIGGER
             and (
                 outcomes[-1].splitting  # a split batch goes on below the threshold
-                or self._repository.count_pending(channel_id, self._settings.consolidate_every)
-                >= self._settings.consolidate_every
+                or self._due(self._repository.pending_count(channel_id, self._threshold))
             )
         ):
             outcomes.append(self._round(channel_id, force=outcomes[-1].splitting))
@@ -153,20 +153,32 @@ class Consolidator:
     def _idle_ms(self) -> int:
         return self._settings.idle_flush_minutes * MINUTE_MS
 
+    @property
+    def _threshold(self) -> int:
+        return self._settings.consolidate_every
+
+    def _due(self, pending: PendingCount) -> bool:
+        """A full batch waits, or (MEMORY_ANSWERED_TURNS_PER_REFRESH) the bot has answered
+        often enough since the last round: a conversation with it refreshes the summary and
+        the speakers' facts before the batch size is reached."""
+        turns = self._settings.answered_turns_per_refresh
+        return pending.observations >= self._threshold or (0 < turns <= pending.answers)
+
     # One round ----------------------------------------------------------------------
 
     def _round(self, channel_id: str, *, force: bool) -> Outcome:
         if not self._enabled:
             return Outcome(channel_id, Status.OFF)
         settings = self._settings
-        waiting = self._repository.count_pending(channel_id, settings.consolidate_every)
+        pending = self._repository.pending_count(channel_id, self._threshold)
+        waiting = pending.observations
         # Candidates alone (botmemory.consolidation.candidates) get the sweep's round, without a model call.
         alone = waiting == 0 and force and self._repository.has_candidates(channel_id)
         if waiting == 0 and not alone:
             if force:
                 self._repository.clear_pending_since(channel_id)
             return Outcome(channel_id, Status.NOTHING_PENDING)
-        if waiting < settings.consolidate_every and not force:
+        if not force and not self._due(pending):
             self._repository.mark_pending_since(channel_id, self._clock.now_ms())
             return Outcome(channel_id, Status.BELOW_THRESHOLD, detail=f"{waiting} waiting")
 
@@ -224,6 +236,7 @@ class Consolidator:
                 answer = self._ask_model(batch, known, summary, outcome)
             except Exception as exc:  # counted, retried later, split, at worst quarantined
                 return self._failed(lock, batch, outcome, str(exc)[:300])
+            batch.recent = {r.user_id: r.line for r in answer.recent}
             judgement = self._judge.judge(answer, batch, known, outcome)
             judgement.summary = self._rolled_summary(summary, answer, batch, outcome)
         elif batch.candidates:
@@ -345,11 +358,12 @@ class Consolidator:
         return outcome
 
     def _short_term(self, commit: ConsolidationCommit, batch: Batch) -> int:
-        """After the commit: in a public server channel, each speaker's entry for it
-        (botmemory.memory.short_term, one UpdateItem each), for people not barred by then; each keeps
-        their newest MEMORY_SHORT_TERM_PER_PERSON. A failure costs only these entries: logged."""
+        """After the commit: in a public server channel, the entry of each speaker the model
+        wrote a line for (botmemory.memory.short_term, one UpdateItem each), for people not
+        barred by then; each keeps their newest MEMORY_SHORT_TERM_PER_PERSON. A failure costs
+        only these entries: logged."""
         keep = self._settings.short_term_per_person
-        if keep == 0 or not commit.consumed:
+        if keep == 0 or not commit.consumed or not batch.recent:
             return 0
         channel_id = commit.lock.channel_id
         try:
@@ -357,6 +371,7 @@ class Consolidator:
                 return 0
             entries = short_term.entries_for_round(
                 [batch.by_number[n] for n in batch.by_number],
+                batch.recent,
                 scope=batch.scope,
                 channel_id=channel_id,
                 bot_user_id=self._settings.bot_user_id,
@@ -365,8 +380,7 @@ class Consolidator:
             )
             barred = self._opt_outs.barred({e.user_id for e in entries})
             entries = [e for e in entries if e.user_id not in barred]
-            for entry in entries:
-                self._repository.record_short_term(entry, keep)
+            entries = [e for e in entries if self._repository.record_short_term(e, keep)]
         except Exception as exc:  # short-term memory is never a reason to lose a round
             log.warning(
                 "short-term entries not written",

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from botmemory.clock import day, moment
 from botmemory.memory.notes import Note
-from botmemory.memory.short_term import RecentElsewhere
+from botmemory.memory.short_term import LINE_CHARS, RecentElsewhere
 from botmemory.recall.block import (
     BLOCK_FOOTER,
     BLOCK_HEADER,
@@ -55,8 +55,6 @@ from botmemory.text import clip, quote_for_prompt, scrub
 # The message before a short one (search_leg.SHOWN_WITH_CONTEXT_BELOW) is cut to this,
 # quotes included.
 CONTEXT_QUOTE_CHARS = 80
-# A message in the short-term section is cut to this many characters, quotes included.
-SHORT_TERM_QUOTE_CHARS = 160
 # Where a summary too long for its budget is cut: between sentences, its oldest first.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -88,7 +86,7 @@ def assemble(
     fact_section = Section(FACT_HEADING, settings.recall_fact_chars)
     shown_facts = _fact_lines(fact_section, tiers, names, persona)
     elsewhere_section = Section(ELSEWHERE_HEADING, settings.recall_short_term_chars)
-    shown_elsewhere = _elsewhere_lines(elsewhere_section, elsewhere)
+    shown_elsewhere = _elsewhere_lines(elsewhere_section, elsewhere, names)
     episode_section = Section(EPISODE_HEADING, settings.recall_episode_chars)
     shown_episodes = [
         RecalledEpisode(
@@ -247,15 +245,16 @@ def _summary_line(section: Section, summary: ChannelSummary) -> RecalledSummary 
     )
 
 
-def _elsewhere_lines(section: Section, elsewhere: list[RecentElsewhere]) -> list[RecalledElsewhere]:
-    """`- 2023-05-08 14:05, "Alice" in <#123>: "..." / "..."`, newest first while they fit."""
+def _elsewhere_lines(
+    section: Section, elsewhere: list[RecentElsewhere], names: dict[str, str]
+) -> list[RecalledElsewhere]:
+    """`- 2023-05-08 14:05, "Alice" in <#123>: "asked the bot ..."`, newest first while they
+    fit; the line is stored text (a model's, or a member's question): quoted like any."""
     shown: list[RecalledElsewhere] = []
     for recent in elsewhere:
-        entry, messages = recent.entry, recent.messages
-        said = " / ".join(
-            quote_for_prompt(m.content, limit=SHORT_TERM_QUOTE_CHARS) for m in messages
-        )
-        name = messages[-1].author_name or ""
+        entry = recent.entry
+        name = recent.name or names.get(entry.user_id, "")
+        said = quote_for_prompt(entry.summary, limit=LINE_CHARS + 2)  # quotes aside
         line = f"- {moment(entry.at_ms)}, {_who(name)} in <#{entry.channel_id}>: {said}"
         if section.add(line):
             shown.append(
@@ -263,8 +262,8 @@ def _elsewhere_lines(section: Section, elsewhere: list[RecentElsewhere]) -> list
                     user_id=entry.user_id,
                     channel_id=entry.channel_id,
                     time_ms=entry.at_ms,
-                    texts=[_line(m.content) for m in messages],
-                    provenance=[m.sk for m in messages],
+                    summary=_line(entry.summary),
+                    provenance=list(entry.observation_sks),
                 )
             )
     return shown

@@ -112,12 +112,13 @@ class RecalledSummary(BaseModel):
 
 
 class RecalledElsewhere(BaseModel):
-    """A person's latest messages in another public channel of the server."""
+    """A person's recent exchange in another public channel of the server, in one line;
+    `provenance` holds the observation sort keys of the messages it was made from."""
 
     user_id: str
     channel_id: str
     time_ms: int
-    texts: list[str]
+    summary: str
     provenance: list[str]
 
 

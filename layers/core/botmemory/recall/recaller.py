@@ -314,8 +314,8 @@ class Recaller:
         now_ms: int,
         visibility: Visibility,
     ) -> list[RecentElsewhere]:
-        """Then the messages those entries point at, as the table holds them: one read;
-        only entries of channels that are public now."""
+        """Then the messages those entries were made from, as the table holds them: one
+        read; only entries of channels that are public now."""
         if entries is None:
             return []
         elsewhere = recent_elsewhere(
@@ -327,11 +327,11 @@ class Recaller:
             channel_id=request.channel_id,
             now_ms=now_ms,
             per_person=self._settings.short_term_per_person,
+            budget_chars=self._settings.recall_short_term_chars,
         )
         for recent in elsewhere:
-            for said in recent.messages:
-                if said.author_id and said.author_name:
-                    names.setdefault(said.author_id, said.author_name)
+            if recent.name:
+                names.setdefault(recent.entry.user_id, recent.name)
         return elsewhere
 
     # Search -------------------------------------------------------------------------

@@ -53,6 +53,9 @@ class Settings(BaseModel):
 
     # Consolidation.
     consolidate_every: int = Field(default=20, ge=1)
+    # A channel whose pending observations hold this many of the bot's answers is consolidated
+    # below the batch size, so its summary keeps up with a conversation with the bot; 0: off.
+    answered_turns_per_refresh: int = Field(default=5, ge=0, le=60)
     max_batch: int = Field(default=50, ge=1, le=60)
     episodes_per_channel: int = Field(default=10, ge=1, le=50)
     fact_retention_days: int = Field(default=180, ge=1)
@@ -259,6 +262,7 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_MODEL_MAX_ATTEMPTS": "model_max_attempts",
     "MEMORY_MODEL_MAX_OUTPUT_TOKENS": "model_max_output_tokens",
     "MEMORY_CONSOLIDATE_EVERY": "consolidate_every",
+    "MEMORY_ANSWERED_TURNS_PER_REFRESH": "answered_turns_per_refresh",
     "MEMORY_MAX_BATCH": "max_batch",
     "MEMORY_EPISODES_PER_CHANNEL": "episodes_per_channel",
     "MEMORY_FACT_RETENTION_DAYS": "fact_retention_days",

@@ -6,6 +6,7 @@ Part of `MemoryRepository` (see repository.py), which callers use.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any, cast
 
@@ -28,6 +29,14 @@ from botmemory.storage.schema import PENDING_INDEX, SWEEP_INDEX
 from botmemory.storage.table import Table, error_code
 
 
+@dataclass(frozen=True)
+class PendingCount:
+    """What waits in a channel: its observations, and of them the bot's answers."""
+
+    observations: int
+    answers: int
+
+
 class ObservationStore(Table):
     # Observations -----------------------------------------------------------------
 
@@ -47,15 +56,26 @@ class ObservationStore(Table):
 
     def count_pending(self, channel_id: str, up_to: int) -> int:
         """How many observations wait in the channel, counting no further than `up_to`."""
+        return self.pending_count(channel_id, up_to).observations
+
+    def pending_count(self, channel_id: str, up_to: int) -> PendingCount:
+        """How many observations wait in the channel (no further than `up_to`), and how many
+        of them are the bot's answers: one Query, reading only each item's kind (the read
+        costs what a count costs: DynamoDB bills the items read, not the attributes)."""
         response = self._client.query(
             TableName=self.table_name,
             IndexName=PENDING_INDEX,
             KeyConditionExpression="pk = :pk",
             ExpressionAttributeValues={":pk": {"S": keys.channel_pk(channel_id)}},
-            Select="COUNT",
+            ProjectionExpression="#kind",
+            ExpressionAttributeNames={"#kind": "kind"},
             Limit=up_to,
         )
-        return int(response["Count"])
+        items = response.get("Items", [])
+        answers = sum(
+            1 for i in items if i.get("kind", {}).get("S") == ObservationKind.ANSWER.value
+        )
+        return PendingCount(observations=int(response["Count"]), answers=answers)
 
     def pending_observations(self, channel_id: str, limit: int) -> tuple[list[Observation], bool]:
         """The oldest pending observations, and whether more wait behind them."""

@@ -18,31 +18,44 @@ from botmemory.storage.table import Table, error_code
 
 
 class ShortTermRepository(Table):
-    def record_short_term(self, entry: ShortTermEntry, keep: int) -> None:
-        """Write (or rewrite) a person's entry for one channel, then drop their oldest beyond
-        `keep`. One UpdateItem; a second only when some must go."""
+    def record_short_term(self, entry: ShortTermEntry, keep: int) -> bool:
+        """Write (or rewrite) a person's entry for one channel unless the one stored there is
+        newer (a round and an answer may write it in either order), then drop their oldest
+        beyond `keep`. One UpdateItem; a second only when some must go. False when a newer
+        entry stood."""
         name = keys.short_term_attribute(entry.channel_id)
         value = entry.model_dump(
-            mode="json", include={"observation_sks", "messages", "at_ms", "expires_at"}
+            mode="json",
+            include={"observation_sks", "messages", "at_ms", "expires_at", "summary", "digest"},
         )
-        response = self._client.update_item(
-            TableName=self.table_name,
-            Key=key(keys.user_pk(entry.scope, entry.user_id), keys.SHORT_TERM_SK),
-            UpdateExpression="SET #entry = :entry, user_id = :user, #scope = :scope, expires_at = :expires",
-            ExpressionAttributeNames={"#entry": name, "#scope": "scope"},
-            ExpressionAttributeValues=to_item(
-                {
-                    ":entry": value,
-                    ":user": entry.user_id,
-                    ":scope": entry.scope,
-                    ":expires": entry.expires_at,
-                }
-            ),
-            ReturnValues="ALL_NEW",
-        )
+        try:
+            response = self._client.update_item(
+                TableName=self.table_name,
+                Key=key(keys.user_pk(entry.scope, entry.user_id), keys.SHORT_TERM_SK),
+                UpdateExpression=(
+                    "SET #entry = :entry, user_id = :user, #scope = :scope, expires_at = :expires"
+                ),
+                ConditionExpression="attribute_not_exists(#entry) OR #entry.at_ms <= :at",
+                ExpressionAttributeNames={"#entry": name, "#scope": "scope"},
+                ExpressionAttributeValues=to_item(
+                    {
+                        ":entry": value,
+                        ":user": entry.user_id,
+                        ":scope": entry.scope,
+                        ":expires": entry.expires_at,
+                        ":at": entry.at_ms,
+                    }
+                ),
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
         beyond = short_term_entries_of(from_item(response["Attributes"]))[keep:]
         if beyond:
             self._drop_entries(entry.scope, entry.user_id, beyond)
+        return True
 
     def _drop_entries(self, scope: str, user_id: str, entries: list[ShortTermEntry]) -> None:
         """Remove these entries unless a round rewrote one meanwhile (then the next trims)."""

@@ -23,6 +23,7 @@ from botmemory.consolidation.model.contract import (
     NumberedObservation,
     ProposedEpisode,
     ProposedFact,
+    RecentLine,
 )
 from botmemory.consolidation.model.rules_patterns import (
     BAD_OPENERS,
@@ -81,6 +82,8 @@ FACT_CHARS = 200
 # Well inside the contract (8,000) and the store's default MEMORY_EPISODE_CHARS (600).
 EPISODE_CHARS = 300
 EPISODE_TOPICS = 4
+# A short-term line (botmemory.memory.short_term cuts it there too).
+RECENT_CHARS = 160
 EPISODE_NAMES = 4
 _MAX_EVIDENCE = 50  # the contract's cap on one fact's evidence
 
@@ -108,6 +111,7 @@ class RulesModel:
             facts=list(facts.values())[:FACTS_PER_ANSWER],
             episode=episode,
             channel_summary=_rolled(batch.summary, episode.summary, batch.summary_max_chars),
+            recent=_recent(batch),
         )
 
     def recompress(self, summary: str, target_chars: int) -> str:
@@ -425,6 +429,28 @@ def _episode(batch: ModelInput) -> ProposedEpisode:
         topics = topics[:-1]  # a shorter list rather than a cut word
         summary = _summary(who, topics)
     return ProposedEpisode(summary=summary[:EPISODE_CHARS], participants=list(people))
+
+
+def _recent(batch: ModelInput) -> list[RecentLine]:
+    """Per person who wrote, one line on their exchange: what they talked about (or asked
+    the bot about, when the bot answered right after them), and their last words."""
+    said: dict[str, list[NumberedObservation]] = {}
+    asked: set[str] = set()
+    for index, obs in enumerate(batch.observations):
+        if obs.kind in ("msg", "edit") and obs.text:
+            said.setdefault(obs.author_id, []).append(obs)
+            following = batch.observations[index + 1 : index + 2]
+            if following and following[0].kind == "bot":
+                asked.add(obs.author_id)
+    lines = []
+    for user_id, theirs in said.items():
+        if len(user_id) > 32:  # not an id the contract takes: no line
+            continue
+        topics = _topics([o.text for o in theirs], [_name_of(o) for o in theirs])
+        verb = "asked the bot about" if user_id in asked else "talked about"
+        line = f"{verb} {_joined(topics)}: " if topics else "said: "
+        lines.append(RecentLine(user_id=user_id, line=(line + theirs[-1].text)[:RECENT_CHARS]))
+    return lines
 
 
 def _summary(who: str, topics: list[str]) -> str:
