@@ -88,8 +88,9 @@ class LocalLambda:
         environment = {
             **spec.environment,
             **self._overrides.get("Parameters", {}),
-            **self._overrides.get(settings_of, {}),
             **self._overrides.get(logical_id, {}),
+            # The worker does what its sender did before the queue: the sender's settings win.
+            **self._overrides.get(settings_of, {}),
         }
         if environment.get("MEMORY_HASH_KEY_SECRET"):
             # As deployed: the key comes from the template's secret (here, moto's).
