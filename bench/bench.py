@@ -44,6 +44,7 @@ from cold_start import bench_cold_start  # noqa: E402  (beside this script)
 from layer_size import bench_layer  # noqa: E402
 from moto import mock_aws  # noqa: E402
 from reads import bench_answer, bench_recall  # noqa: E402
+from scale import bench_scale  # noqa: E402
 from world import Lab  # noqa: E402
 from writes import (  # noqa: E402
     bench_erasure,
@@ -72,6 +73,10 @@ def main() -> int:
     with mock_aws(), fast_dynamodb():
         lab = Lab(boto3.client("dynamodb", region_name=REGION))
         bench_answer(lab)
+        lab.close()
+    with mock_aws(), fast_dynamodb():
+        lab = Lab(boto3.client("dynamodb", region_name=REGION))
+        bench_scale(lab)
         lab.close()
     print(f"(bench finished in {time.perf_counter() - started:.1f} s)")
     return 0

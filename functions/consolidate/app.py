@@ -71,7 +71,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailure
         metrics.add_metric(name="WorkNotEnqueued", unit=MetricUnit.Count, value=len(failed))
     for channel_id, ids in ingest_ids.items():
         logger.info(
-            "channel work handed out" if channel_id not in failed else "channel work not handed out",
+            "channel work handed out"
+            if channel_id not in failed
+            else "channel work not handed out",
             extra={"channel_id": channel_id, "ingest_ids": sorted(ids)[:MAX_LOGGED_IDS]},
         )
 

@@ -208,7 +208,14 @@ def test_ingest_request_ids_follow_observations_into_consolidation_logs(
 
 
 def test_a_malformed_setting_fails_every_other_cold_start_naming_it() -> None:
-    for handler in ("consolidate", "consolidate_worker", "ingest", "recall", "sweep", "search_index"):
+    for handler in (
+        "consolidate",
+        "consolidate_worker",
+        "ingest",
+        "recall",
+        "sweep",
+        "search_index",
+    ):
         result = cold_start(f"functions/{handler}/app.py", MEMORY_CONSOLIDATE_EVERY="twenty")
         assert result.returncode != 0, handler
         line = last_line(result)

@@ -161,9 +161,7 @@ class Consolidator:
                 and len(outcomes) < MAX_ROUNDS_PER_TRIGGER
                 and (
                     outcomes[-1].splitting  # a split batch goes on below the threshold
-                    or self._repository.count_pending(
-                        channel_id, self._settings.consolidate_every
-                    )
+                    or self._repository.count_pending(channel_id, self._settings.consolidate_every)
                     >= self._settings.consolidate_every
                 )
             ):

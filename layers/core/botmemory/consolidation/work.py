@@ -6,8 +6,10 @@ channel, and ConsolidateWorkerFunction consumes it with a bounded concurrency. T
 group is the channel, so one channel is worked on by one worker at a time, in order, while
 other channels go on in parallel; the channel lock (botmemory.storage.commit) stays the
 correctness guarantee. The deduplication id is the channel and a time window
-(ENQUEUE_WINDOW_MS): a burst in one channel is one message per window, and a stream batch
-retried within it is not enqueued twice (SQS drops a repeated id for 5 minutes).
+(ENQUEUE_WINDOW_MS, 10 s: the stream's batching window): a burst in one channel is one
+message per window, and a stream batch retried within it is not enqueued twice (SQS drops a
+repeated id for 5 minutes). A longer window would leave a busy channel waiting for the next
+one after each visit.
 
 A message SQS drops as a duplicate loses no work: the stream consumer first puts the channel
 on the sweep's list (mark_pending_since), and the worker, after its last round, either
@@ -33,7 +35,7 @@ from botmemory.storage.repository import MemoryRepository
 log = logging.getLogger(__name__)
 
 # A burst in one channel is one stream message per this window (the FIFO deduplication id).
-ENQUEUE_WINDOW_MS = 60_000
+ENQUEUE_WINDOW_MS = 10_000
 # The sweep runs every 5 minutes: one message per channel per run, even if a run repeats.
 SWEEP_WINDOW_MS = 300_000
 SEND_BATCH = 10  # SendMessageBatch takes at most 10 entries
@@ -204,7 +206,6 @@ def local_event(body: str, group: str, sequence: int) -> dict[str, Any]:
             }
         ]
     }
-
 
 
 # The sweep reads its list in pages this long and stops this long before its time is up.
