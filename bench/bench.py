@@ -49,6 +49,7 @@ from layer_size import bench_layer  # noqa: E402
 from model_calls import bench_model_calls  # noqa: E402
 from moto import mock_aws  # noqa: E402
 from reads import bench_answer, bench_recall  # noqa: E402
+from scale import bench_scale  # noqa: E402
 from world import Lab  # noqa: E402
 from writes import (  # noqa: E402
     bench_erasure,
@@ -83,6 +84,7 @@ def main() -> int:
     with mock_aws(), fast_dynamodb():
         lab = Lab(boto3.client("dynamodb", region_name=REGION))
         bench_cost(lab)  # table 8, at bench/prices.toml's prices
+        bench_scale(lab)
         lab.close()
     print(f"(bench finished in {time.perf_counter() - started:.1f} s)")
     return 0

@@ -4,7 +4,8 @@ The table is created from the template's own MemoryTable definition on a local D
 each function's handler is loaded from its CodeUri with the layer on the path and the
 template's environment; the table's stream feeds ConsolidateFunction and
 SearchIndexFunction, each through its FilterCriteria, batch size, batching window and retry
-count; the schedule invokes SweepFunction. Given the caller's shell (make dev), a setting the
+count; the schedule invokes SweepFunction; the work both hand out goes through an in-process
+queue to ConsolidateWorkerFunction. Given the caller's shell (make dev), a setting the
 template declares takes the shell's value, except what the stack wires itself (STACK_WIRED).
 """
 
@@ -29,6 +30,7 @@ from localrun.samtemplate import Template, load_handler, passes_filters
 TABLE_ID = "MemoryTable"
 CONSOLIDATE_ID = "ConsolidateFunction"
 SWEEP_ID = "SweepFunction"
+WORKER_ID = "ConsolidateWorkerFunction"
 # Settings the template declares that the local stack wires itself, whatever the shell
 # says: the table it created, on its own DynamoDB, and the two secrets whose values it
 # gives directly (MEMORY_HASH_KEY and DISCORD_BOT_TOKEN, which the shell may set).
@@ -140,6 +142,7 @@ class LocalStack:
         self._waiting: dict[str, _Queue] = {}  # per stream-fed function
         # Asynchronous invokes (ingest starting an answer): run once their caller returns.
         self._async: list[tuple[str, Any]] = []
+        self._work_sequence = 0
         self.discord: DiscordSink | None = None
         self.dead_lettered = 0
 
@@ -240,7 +243,19 @@ class LocalStack:
             self._handlers[logical_id] = load_handler(
                 self.template.function(logical_id, self._parameters)
             )
+        if environment.get("CONSOLIDATE_QUEUE_URL"):
+            from botmemory.consolidation.work import register_local_queue
+
+            # The worker queue, in process: each message is one invoke of the worker once
+            # its sender returns (in order; SQS's deduplication is not modelled).
+            register_local_queue(environment["CONSOLIDATE_QUEUE_URL"], self._enqueue_work)
         return self
+
+    def _enqueue_work(self, body: str, group: str) -> None:
+        from botmemory.consolidation.work import local_event
+
+        self._work_sequence += 1
+        self._async.append((WORKER_ID, local_event(body, group, self._work_sequence)))
 
     # Invoking ---------------------------------------------------------------------
 

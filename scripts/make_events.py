@@ -7,6 +7,7 @@ events/README.md): never configure a real application with it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -437,6 +438,33 @@ def scheduled_event() -> dict[str, Any]:
     }
 
 
+def work_event() -> dict[str, Any]:
+    body = json.dumps({"channel_id": CHANNEL, "source": "stream", "force": False})
+    return {
+        "Records": [
+            {
+                "messageId": "5f0c2a7e-0c1e-4c55-9d43-2b7e8f6a1d01",
+                "receiptHandle": "sample-receipt-handle",
+                "body": body,
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": str(BASE_MS),
+                    "SenderId": "AROAEXAMPLE:ConsolidateFunction",
+                    "ApproximateFirstReceiveTimestamp": str(BASE_MS + 100),
+                    "SequenceNumber": "18849496460467696128",
+                    "MessageGroupId": CHANNEL,
+                    "MessageDeduplicationId": f"stream.{CHANNEL}.{BASE_MS // 60_000}",
+                },
+                "messageAttributes": {},
+                "md5OfBody": hashlib.md5(body.encode(), usedforsecurity=False).hexdigest(),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": f"arn:aws:sqs:{REGION}:{ACCOUNT}:discord-memory-ConsolidateWorkQueue.fifo",
+                "awsRegion": REGION,
+            }
+        ]
+    }
+
+
 def samples() -> dict[str, Any]:
     """Every sample event, by its path under events/."""
     batch = gateway_batch()
@@ -460,6 +488,9 @@ def samples() -> dict[str, Any]:
             iam_caller=f"arn:aws:sts::{ACCOUNT}:assumed-role/discord-bot/bot",
         ),
         "sweep/schedule.json": scheduled_event(),
+        # What ConsolidateFunction (or the sweep) hands ConsolidateWorkerFunction: one
+        # channel's turn, as the FIFO queue's event source delivers it.
+        "consolidate_worker/channel-work.json": work_event(),
         # What IngestFunction hands AnswerFunction for a message that mentions the bot.
         "answer/mention.json": {
             "answer": {

@@ -1,9 +1,11 @@
-"""ConsolidateFunction: stream records of new observations trigger per-channel consolidation.
+"""ConsolidateFunction: the table's stream hands each channel's new work to the worker queue.
 
 The stream's FilterCriteria deliver only INSERTs of OBS# items. Each channel in the batch
-is consolidated once; a record that cannot be read, or whose channel failed with an
-error, is reported alone in `batchItemFailures`. A model failure is not an error here:
-the observations stay pending and the next trigger or the sweep retries them.
+goes on the sweep's list and gets one message on ConsolidateWorkerFunction's FIFO queue
+(botmemory.consolidation.work); no model is called here, so a slow model never holds the
+shard. A record that cannot be read, or whose channel's work was not handed out (the queue
+or the table refused it), is reported alone in `batchItemFailures`: the stream retries it,
+and nothing is lost.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from botmemory.consolidation.outcome import Outcome, outcome_metrics
 from botmemory.observability import logger, metrics
-from botmemory.runtime import services_from_environment
+from botmemory.runtime import work_dispatcher_from_environment
 from botmemory.settings.config import get_settings
 from botmemory.storage.keys import channel_id_of
 
@@ -50,51 +51,37 @@ def ingest_id_of(record: DynamoDBRecord) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def record_metrics(outcomes: list[Outcome]) -> None:
-    for name, value in outcome_metrics(outcomes):
-        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
-
-
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    consolidator = services_from_environment().consolidator
-    # One consolidation per channel per batch; its result (or error) answers every record of it.
-    done: dict[str, Exception | None] = {}
     # Per channel, the ingest invocations whose observations this batch carries.
     ingest_ids: dict[str, set[str]] = {}
     for raw in event.get("Records") or []:
         record = DynamoDBRecord(raw)
         with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
-            ingest_id = ingest_id_of(record)
-            if ingest_id:
-                ingest_ids.setdefault(channel_of(record), set()).add(ingest_id)
+            ingest_ids.setdefault(channel_of(record), set()).update(
+                [i] if (i := ingest_id_of(record)) else []
+            )
+    # One message per channel for the whole batch; the channels it could not hand out fail.
+    failed = work_dispatcher_from_environment().from_stream(ingest_ids) if ingest_ids else set()
+    metrics.add_metric(
+        name="WorkEnqueued", unit=MetricUnit.Count, value=len(ingest_ids) - len(failed)
+    )
+    if failed:
+        metrics.add_metric(name="WorkNotEnqueued", unit=MetricUnit.Count, value=len(failed))
+    for channel_id, ids in ingest_ids.items():
+        logger.info(
+            "channel work handed out"
+            if channel_id not in failed
+            else "channel work not handed out",
+            extra={"channel_id": channel_id, "ingest_ids": sorted(ids)[:MAX_LOGGED_IDS]},
+        )
 
-    def consolidate_record(record: DynamoDBRecord) -> None:
+    def hand_out(record: DynamoDBRecord) -> None:
         channel_id = channel_of(record)
-        if channel_id not in done:
-            try:
-                outcomes = consolidator.consolidate(
-                    channel_id, time_left_ms=context.get_remaining_time_in_millis
-                )
-            except Exception as error:
-                logger.exception("consolidation failed", extra={"channel_id": channel_id})
-                done[channel_id] = error
-            else:
-                done[channel_id] = None
-                record_metrics(outcomes)
-                logger.info(
-                    "channel consolidated",
-                    extra={
-                        "channel_id": channel_id,
-                        "rounds": [o.status.value for o in outcomes],
-                        "ingest_ids": sorted(ingest_ids.get(channel_id, ()))[:MAX_LOGGED_IDS],
-                    },
-                )
-        failure = done[channel_id]
-        if failure is not None:
-            raise failure
+        if channel_id in failed:
+            raise RuntimeError(f"work of channel {channel_id} not enqueued; the stream retries")
 
     return process_partial_response(
-        event=event, record_handler=consolidate_record, processor=processor, context=context
+        event=event, record_handler=hand_out, processor=processor, context=context
     )

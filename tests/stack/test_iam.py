@@ -18,6 +18,7 @@ FUNCTIONS = (
     "InteractionsFunction",
     "IngestFunction",
     "ConsolidateFunction",
+    "ConsolidateWorkerFunction",
     "RecallFunction",
     "SweepFunction",
     "SearchIndexFunction",
@@ -35,8 +36,7 @@ MANAGED_POLICIES = {
 HASHERS = {
     "InteractionsFunction",
     "IngestFunction",
-    "ConsolidateFunction",
-    "SweepFunction",
+    "ConsolidateWorkerFunction",
     "AnswerFunction",
 }
 WILDCARD = re.compile(r"[*?]")
@@ -221,10 +221,9 @@ def test_the_hash_key_reaches_only_the_functions_that_hash(translated: dict[str,
 def test_api_keys_are_secrets_read_only_by_their_callers(translated: dict[str, Any]) -> None:
     model_key = "${MemoryModelApiKeySecretName}"
     embedding_key = "${EmbeddingModelApiKeySecretName}"
-    assert _secret_readers(translated, model_key) == {"ConsolidateFunction", "SweepFunction"}
+    assert _secret_readers(translated, model_key) == {"ConsolidateWorkerFunction"}
     assert _secret_readers(translated, embedding_key) == {
-        "ConsolidateFunction",
-        "SweepFunction",
+        "ConsolidateWorkerFunction",
         "RecallFunction",
         "AnswerFunction",  # its recall embeds the question
     }
@@ -270,8 +269,7 @@ def test_bedrock_is_allowed_only_on_the_configured_models(translated: dict[str, 
         )
     }
     assert model_users == {
-        "ConsolidateFunction",
-        "SweepFunction",
+        "ConsolidateWorkerFunction",
         "RecallFunction",
         "AnswerFunction",
     }

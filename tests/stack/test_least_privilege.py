@@ -108,16 +108,17 @@ def discord(
     client.local._overrides["AnswerFunction"].update(
         DISCORD_API_BASE=fake_discord.url, DISCORD_BOT_TOKEN=BOT_TOKEN, CHAT_MODEL="rules"
     )
-    invoke = client.local.invoke
+    # Each invoke, the worker's from the queue included, is recorded against its function.
+    invoke = client.local._invoke
 
-    def recorded(logical_id: str, event: Any) -> Any:
+    def recorded(logical_id: str, event: Any, settings_of: str) -> Any:
         call_log.running = logical_id
         try:
-            return invoke(logical_id, event)
+            return invoke(logical_id, event, settings_of)
         finally:
             call_log.running = None
 
-    monkeypatch.setattr(client.local, "invoke", recorded)
+    monkeypatch.setattr(client.local, "_invoke", recorded)
     yield client
 
 

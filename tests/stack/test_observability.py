@@ -198,13 +198,24 @@ def test_ingest_request_ids_follow_observations_into_consolidation_logs(
     filters = local.template.stream_filters("ConsolidateFunction")
     records = [r for r in stream_records(dynamodb, stream_arn, set()) if passes_filters(filters, r)]
     assert local.invoke("ConsolidateFunction", {"Records": records}) == {"batchItemFailures": []}
-    (line,) = [extra for message, extra in logged if message == "channel consolidated"]
+    # The stream consumer names the ingest invocations per channel; the worker that
+    # consolidated that channel (from the queue) names the channel and its rounds.
+    (line,) = [extra for message, extra in logged if message == "channel work handed out"]
     assert set(line["ingest_ids"]) == ingest_ids
-    assert line["rounds"] == ["consolidated"]
+    (worked,) = [extra for message, extra in logged if message == "channel worked on"]
+    assert worked["channel_id"] == line["channel_id"]
+    assert worked["rounds"] == ["consolidated"]
 
 
 def test_a_malformed_setting_fails_every_other_cold_start_naming_it() -> None:
-    for handler in ("consolidate", "ingest", "recall", "sweep", "search_index"):
+    for handler in (
+        "consolidate",
+        "consolidate_worker",
+        "ingest",
+        "recall",
+        "sweep",
+        "search_index",
+    ):
         result = cold_start(f"functions/{handler}/app.py", MEMORY_CONSOLIDATE_EVERY="twenty")
         assert result.returncode != 0, handler
         line = last_line(result)

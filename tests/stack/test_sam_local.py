@@ -30,6 +30,7 @@ FUNCTION_OF_FOLDER = {
     "interactions": "InteractionsFunction",
     "ingest": "IngestFunction",
     "consolidate": "ConsolidateFunction",
+    "consolidate_worker": "ConsolidateWorkerFunction",
     "recall": "RecallFunction",
     "sweep": "SweepFunction",
     "search_index": "SearchIndexFunction",
@@ -61,7 +62,7 @@ def check_recall_over_http(r: Any) -> None:
 
 
 def check_sweep(r: Any) -> None:
-    assert set(r) == {"channels", "consumed", "statuses"}
+    assert set(r) == {"enqueued", "failed", "complete"}
 
 
 def check_ping(r: Any) -> None:
@@ -100,6 +101,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "answer/ask.json": check_answer,
     "ingest/gateway-batch.json": check_ingest,
     "consolidate/stream-batch.json": check_stream,
+    "consolidate_worker/channel-work.json": check_stream,
     "recall/request.json": check_recall,
     "recall/function-url-request.json": check_recall_over_http,
     "sweep/schedule.json": check_sweep,

@@ -27,6 +27,7 @@ FUNCTIONS = {
     "InteractionsFunction": "functions/interactions/",
     "IngestFunction": "functions/ingest/",
     "ConsolidateFunction": "functions/consolidate/",
+    "ConsolidateWorkerFunction": "functions/consolidate_worker/",
     "RecallFunction": "functions/recall/",
     "SweepFunction": "functions/sweep/",
     "SearchIndexFunction": "functions/search_index/",
@@ -259,7 +260,7 @@ def test_every_stream_record_that_stales_a_passage_passes_the_search_index_filte
     assert [r["dynamodb"]["Keys"] for r in stale if not passes_filters(filters, r)] == []
 
 
-@pytest.mark.parametrize("logical_id", ["ConsolidateFunction", "SweepFunction"])
+@pytest.mark.parametrize("logical_id", ["ConsolidateWorkerFunction"])
 def test_consolidating_functions_time_out_before_the_lock_lease(
     template: dict[str, Any], resources: dict[str, Any], logical_id: str
 ) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from botmemory.consolidation.work import local_event, register_local_queue
 from botmemory.runtime import forget_environment
 from localrun.samtemplate import Template, load_handler, load_template
 
@@ -26,13 +27,20 @@ class LambdaContext:
     function_name: str
     memory_limit_in_mb: int = 512
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # The function's Timeout from the template; a test never waits on it (no clock runs).
+    timeout_ms: int = 30_000
 
     @property
     def invoked_function_arn(self) -> str:
         return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
 
     def get_remaining_time_in_millis(self) -> int:
-        return 30_000
+        return self.timeout_ms
+
+
+WORKER = "ConsolidateWorkerFunction"
+WORK_QUEUE = "ConsolidateWorkQueue"  # CONSOLIDATE_QUEUE_URL as the template resolves locally
+MAX_QUEUED_INVOKES = 1_000  # a worker that keeps enqueueing itself is a bug, not a wait
 
 
 class LocalLambda:
@@ -42,13 +50,47 @@ class LocalLambda:
         self._monkeypatch = monkeypatch
         self._overrides = overrides
         self.template = Template(_template_body(), {"MemoryTable": TABLE})
+        # The worker queue, in process (botmemory.consolidation.work): what a function sends
+        # is delivered to ConsolidateWorkerFunction once that function returns, as the
+        # queue's event source would; `follow_queue = False` leaves it in `queued`.
+        self.queued: list[tuple[str, str, str]] = []  # (body, group, sender)
+        self.follow_queue = True
+        self._running: str | None = None
+        self._settings_of = ""  # whose test settings the running function has
+        self._sequence = 0
+        register_local_queue(WORK_QUEUE, self._enqueue)
+
+    def _enqueue(self, body: str, group: str) -> None:
+        self.queued.append((body, group, self._settings_of))
 
     def invoke(self, logical_id: str, event: Any) -> Any:
+        outer = self._running is None
+        result = self._invoke(logical_id, event, logical_id)
+        if outer and self.follow_queue:
+            self.drain_queue()
+        return result
+
+    def drain_queue(self) -> list[Any]:
+        """Deliver what waits on the worker queue, one message per invoke, in order; the
+        worker runs with the settings the test gave the function that sent the work."""
+        answers = []
+        for _ in range(MAX_QUEUED_INVOKES):
+            if not self.queued:
+                return answers
+            body, group, sender = self.queued.pop(0)
+            self._sequence += 1
+            event = local_event(body, group, self._sequence)
+            answers.append(self._invoke(WORKER, event, sender))
+        raise AssertionError("the worker queue never drained")
+
+    def _invoke(self, logical_id: str, event: Any, settings_of: str) -> Any:
         spec = self.template.function(logical_id)
         environment = {
             **spec.environment,
             **self._overrides.get("Parameters", {}),
             **self._overrides.get(logical_id, {}),
+            # The worker does what its sender did before the queue: the sender's settings win.
+            **self._overrides.get(settings_of, {}),
         }
         if environment.get("MEMORY_HASH_KEY_SECRET"):
             # As deployed: the key comes from the template's secret (here, moto's).
@@ -63,7 +105,13 @@ class LocalLambda:
         # A fresh process per invoke, as far as the caches are concerned.
         forget_environment()
         handler = load_handler(spec)
-        return handler(event, LambdaContext(function_name=logical_id))
+        timeout_ms = int(spec.properties.get("Timeout", 3)) * 1000
+        context = LambdaContext(function_name=logical_id, timeout_ms=timeout_ms)
+        self._running, self._settings_of = logical_id, settings_of
+        try:
+            return handler(event, context)
+        finally:
+            self._running = None
 
 
 _PARSED: list[dict[str, Any]] = []

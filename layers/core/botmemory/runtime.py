@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from botmemory.clock import Clock, SystemClock
 from botmemory.consolidation.consolidator import Consolidator
 from botmemory.consolidation.model import MemoryModel, build_memory_model
+from botmemory.consolidation.work import WorkDispatcher, WorkQueue
 from botmemory.ingest.observe import ObservationRecorder
 from botmemory.memory.notes import DmNotes, OpsSource
 from botmemory.memory.personas import PersonaDirectory, deployment_source
@@ -19,7 +20,7 @@ from botmemory.records import Persona
 from botmemory.search import SearchIndex, build_search_index
 from botmemory.search.index_sync import IndexFollower, IndexWriter
 from botmemory.services import MemoryServices
-from botmemory.settings.config import Settings, get_settings
+from botmemory.settings.config import ConfigError, Settings, get_settings
 from botmemory.storage.repository import MemoryRepository
 
 if TYPE_CHECKING:
@@ -128,6 +129,20 @@ def answer_requests_from_environment() -> AnswerRequests:
     return AnswerRequests(get_settings())
 
 
+@lru_cache(maxsize=1)
+def work_dispatcher_from_environment() -> WorkDispatcher:
+    """How this process hands channels' work to ConsolidateWorkerFunction's queue
+    (CONSOLIDATE_QUEUE_URL). Only the table and the queue: no model, no hash key."""
+    settings = get_settings()
+    if not settings.consolidate_queue_url:
+        raise ConfigError("CONSOLIDATE_QUEUE_URL is not set: consolidation work has no queue")
+    import boto3  # deferred, as in build_services
+
+    clock = SystemClock()
+    repository = MemoryRepository(boto3.client("dynamodb"), settings.table_name)
+    return WorkDispatcher(WorkQueue(settings.consolidate_queue_url, clock), repository, clock)
+
+
 def forget_environment() -> None:
     """Drop everything built from the environment (a local run or a test that changes it
     starts over, as a new Lambda sandbox would)."""
@@ -135,3 +150,4 @@ def forget_environment() -> None:
     services_from_environment.cache_clear()
     answerer_from_environment.cache_clear()
     answer_requests_from_environment.cache_clear()
+    work_dispatcher_from_environment.cache_clear()

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from botmemory.clock import DAY_MS, ManualClock
+from botmemory.consolidation.consolidator import round_reserve_ms
 from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
     MemoryModelError,
@@ -569,9 +570,13 @@ def test_no_round_starts_without_time_for_a_model_call(
     services: MemoryServices, clock: ManualClock
 ) -> None:
     services.recorder.record(chat(130))
-    time_left = iter([100_000, 50_000])
+    # A round's worst case: the model's timeout on every attempt and the table work.
+    reserve = round_reserve_ms(services.settings)
+    time_left = iter([reserve, reserve, reserve - 1])
 
-    backlog = services.consolidator.consolidate(gw.CHANNEL, time_left_ms=lambda: next(time_left))
+    backlog = services.consolidator.consolidate(
+        gw.CHANNEL, time_left_ms=lambda: next(time_left, reserve - 1)
+    )
     clock.advance(seconds=31 * 60)
     swept = services.consolidator.sweep(time_left_ms=lambda: 30_000)
 

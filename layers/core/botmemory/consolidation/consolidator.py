@@ -55,14 +55,30 @@ log = logging.getLogger(__name__)
 
 MAX_ROUNDS_PER_TRIGGER = 4
 
-# Time a round may need (a model call with retries); no round starts with less left.
-ROUND_RESERVE_MS = 90_000
+# What a round needs besides its model call: the table's reads, the commit, the index.
+ROUND_MARGIN_MS = 20_000
+# Kept for callers that want a fixed figure: a round with the default model settings
+# (30 s timeout x 3 attempts) and its margin.
+ROUND_RESERVE_MS = 110_000
+# A channel with at most this many observations waiting is tiny: the sweep flushes it after
+# MEMORY_TINY_FLUSH_MINUTES instead of MEMORY_IDLE_FLUSH_MINUTES (one model call for more).
+TINY_PENDING = 5
 
 TimeLeft = Callable[[], int]
 
 
 def _unbounded() -> int:
     return 2**31
+
+
+def model_worst_case_ms(settings: Settings) -> int:
+    """The longest one memory model call may take: its timeout on every attempt."""
+    return int(settings.model_timeout_seconds * 1000) * settings.model_max_attempts
+
+
+def round_reserve_ms(settings: Settings) -> int:
+    """The time a round needs to finish in the worst case; no round starts with less left."""
+    return model_worst_case_ms(settings) + ROUND_MARGIN_MS
 
 
 class Consolidator:
@@ -97,6 +113,7 @@ class Consolidator:
         self._planner = CommitPlanner(
             repository, settings, clock, opt_outs, self._retry, indexing=index_writer is not None
         )
+        self._time_left: TimeLeft = _unbounded  # the running trigger's, while it runs
 
     # Entry points -------------------------------------------------------------------
 
@@ -115,7 +132,7 @@ class Consolidator:
         for channel_id in self._repository.channels_due(before, limit):
             if channel_id in visited:
                 continue  # moved on the list while this sweep ran
-            if time_left_ms() < ROUND_RESERVE_MS:
+            if time_left_ms() < round_reserve_ms(self._settings):
                 break  # the next sweep takes the rest
             visited.add(channel_id)
             rounds = self.consolidate(channel_id, force=True, time_left_ms=time_left_ms)
@@ -130,20 +147,72 @@ class Consolidator:
     ) -> list[Outcome]:
         """Consolidate one channel (the stream trigger; the sweep forces it below the
         threshold). Rounds go on while a full batch keeps waiting (a backlog), each round
-        one model call."""
-        outcomes = [self._round(channel_id, force=force)]
-        while (
-            outcomes[-1].status == Status.CONSOLIDATED
-            and outcomes[-1].more_pending
-            and time_left_ms() >= ROUND_RESERVE_MS
-            and len(outcomes) < MAX_ROUNDS_PER_TRIGGER
-            and (
-                outcomes[-1].splitting  # a split batch goes on below the threshold
-                or self._due(self._repository.pending_count(channel_id, self._threshold))
-            )
-        ):
-            outcomes.append(self._round(channel_id, force=outcomes[-1].splitting))
+        one model call, and only while a round can still finish in the time left (its model
+        call's worst case included). The last outcome says whether the channel was left
+        behind (`again`: its worker enqueues it once more)."""
+        reserve = round_reserve_ms(self._settings)
+        if self._enabled and time_left_ms() < reserve:
+            return [Outcome(channel_id, Status.OUT_OF_TIME, again=True, detail="no time left")]
+        self._time_left = time_left_ms
+        try:
+            outcomes = [self._round(channel_id, force=force)]
+            while (
+                outcomes[-1].status == Status.CONSOLIDATED
+                and outcomes[-1].more_pending
+                and time_left_ms() >= reserve
+                and len(outcomes) < MAX_ROUNDS_PER_TRIGGER
+                and (
+                    outcomes[-1].splitting  # a split batch goes on below the threshold
+                    or self._due(self._repository.pending_count(channel_id, self._threshold))
+                )
+            ):
+                outcomes.append(self._round(channel_id, force=outcomes[-1].splitting))
+        finally:
+            self._time_left = _unbounded
+        self._left_behind(outcomes[-1])
         return outcomes
+
+    def flush(
+        self, channel_id: str, since_ms: int | None, *, time_left_ms: TimeLeft = _unbounded
+    ) -> list[Outcome]:
+        """The sweep's turn for a quiet channel (its place on the sweep's list: `since_ms`).
+        A tiny one (1 to TINY_PENDING waiting) is not consolidated before it has been quiet
+        for MEMORY_TINY_FLUSH_MINUTES: it moves down the list to then, and its one model call
+        takes whatever has come meanwhile. A channel that backs off after a failure moves to
+        its next try."""
+        if not self._enabled:
+            return [Outcome(channel_id, Status.OFF)]
+        tiny_ms = max(self._settings.tiny_flush_minutes * MINUTE_MS, self._idle_ms)
+        if since_ms is not None and since_ms > self._clock.now_ms() - tiny_ms:
+            waiting = self._repository.count_pending(channel_id, TINY_PENDING + 1)
+            if 0 < waiting <= TINY_PENDING:
+                self._repository.reschedule_sweep(channel_id, since_ms + tiny_ms - self._idle_ms)
+                return [Outcome(channel_id, Status.BELOW_THRESHOLD, detail=f"tiny: {waiting}")]
+        rounds = self.consolidate(channel_id, force=True, time_left_ms=time_left_ms)
+        deferred_to = rounds[-1].retry_at_ms
+        if rounds[-1].status == Status.DEFERRED and deferred_to is not None:
+            self._repository.reschedule_sweep(channel_id, deferred_to - self._idle_ms)
+        return rounds
+
+    def _left_behind(self, last: Outcome) -> None:
+        """After the last round: a channel with a full batch still waiting (or a split going
+        on) is left behind; one with less waiting stays on the sweep's list. Observations
+        stored while the round ran may have had their queue message dropped as a duplicate:
+        this count finds them."""
+        if last.status == Status.OUT_OF_TIME:
+            last.again = True
+            return
+        if last.status != Status.CONSOLIDATED:
+            return
+        if last.splitting:
+            last.again = True
+            return
+        every = self._settings.consolidate_every
+        waiting = self._repository.count_pending(last.channel_id, every)
+        if waiting >= every:
+            last.again = True
+        elif waiting:
+            self._repository.mark_pending_since(last.channel_id, self._clock.now_ms())
 
     @property
     def _enabled(self) -> bool:
@@ -296,15 +365,19 @@ class Consolidator:
         outcome: Outcome,
     ) -> channel_summary.RolledSummary:
         assert self._model is not None  # nosec B101 # narrows the type for mypy: rounds run only when memory is enabled
+        if batch.more:  # a backlog round: the channel is behind, the summary waits
+            return channel_summary.RolledSummary()
         # The stretch of what the model was shown: a message hidden as deleted is not in it.
         start_ms, end_ms = channel_summary.stretch(batch.by_number.values()) or (
             min(o.at_ms for o in batch.observations),
             max(o.at_ms for o in batch.observations),
         )
+        # A recompression is one more model call: made only when it can still finish.
+        room = self._time_left() >= model_worst_case_ms(self._settings) + ROUND_MARGIN_MS
         rolled = channel_summary.roll(
             current,
             answer.channel_summary,
-            model=self._model,
+            model=self._model if room else None,
             settings=self._settings,
             channel_id=outcome.channel_id,
             speakers=batch.authors,

@@ -18,6 +18,7 @@ class Status(StrEnum):
     REJECTED = "commit_rejected"  # lock lost or inputs consumed meanwhile
     QUARANTINED = "quarantined"  # a batch that kept failing, even alone: consumed without facts
     DEFERRED = "deferred"  # the channel backs off after a failure: no model call before its time
+    OUT_OF_TIME = "out_of_time"  # too little time left for a round to finish: handed on
 
 
 @dataclass
@@ -50,6 +51,9 @@ class Outcome:
     detail: str = ""
     retry_at_ms: int | None = None  # after a failure, or when deferred: the channel's next try
     splitting: bool = False  # a failing batch is being split: the next round goes on at once
+    # The channel was left behind (a full batch still waits, a split goes on, or time ran
+    # out): its worker enqueues it again (botmemory.consolidation.work).
+    again: bool = False
     index_writes: int = 0  # search index writes after the commit
     index_withdrawn: int = 0  # passages removed again: their source went meanwhile
     index_failed: bool = False  # the search index refused the round's passages (counted)

@@ -81,7 +81,7 @@ def roll(
     current: ChannelSummary | None,
     proposed: str,
     *,
-    model: MemoryModel,
+    model: MemoryModel | None,
     settings: Settings,
     channel_id: str,
     speakers: dict[str, str],
@@ -92,10 +92,13 @@ def roll(
     """The channel summary after a batch whose model answer proposed `proposed`.
 
     `speakers` are the batch's people (id -> name). Nothing changes when the model gave no
-    summary, gave back the current one, or the recompression it needed failed."""
+    summary, gave back the current one, or the recompression it needed failed or could not
+    be made (`model` None: no time left for that call)."""
     rolled = RolledSummary()
     text = clean(proposed, MAX_PROPOSED_CHARS)
     if text and estimated_tokens(text) > settings.summary_max_tokens:
+        if model is None:
+            return rolled
         rolled.recompressed = True
         text = _recompressed(model, text, settings, channel_id)
     text = clean(text, settings.summary_max_chars)

@@ -64,6 +64,14 @@ class Settings(BaseModel):
     episode_retention_days: int = Field(default=90, ge=1)
     lock_lease_seconds: int = Field(default=900, ge=10)
     idle_flush_minutes: int = Field(default=30, ge=0)
+    # A quiet channel with only a few observations waiting (1 to 5) is flushed once it has
+    # been quiet this long instead (botmemory.consolidation.work): its model call waits for more.
+    tiny_flush_minutes: int = Field(default=120, ge=0, le=10_080)
+    # ConsolidateWorkerFunction's queue (botmemory.consolidation.work): the stream consumer and
+    # the sweep hand each channel's work to it; a local run names its in-process queue here.
+    consolidate_queue_url: str | None = Field(
+        default=None, pattern=r"^(https?://\S+|[A-Za-z0-9_.-]{1,80})$"
+    )
     facts_per_person_in_model: int = Field(default=15, ge=0, le=50)
     # Facts a person may gain in one batch (restated ones do not count): one chatty batch
     # cannot flood their memory.
@@ -270,6 +278,8 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_EPISODE_RETENTION_DAYS": "episode_retention_days",
     "MEMORY_LOCK_LEASE_SECONDS": "lock_lease_seconds",
     "MEMORY_IDLE_FLUSH_MINUTES": "idle_flush_minutes",
+    "MEMORY_TINY_FLUSH_MINUTES": "tiny_flush_minutes",
+    "CONSOLIDATE_QUEUE_URL": "consolidate_queue_url",
     "MEMORY_FACTS_PER_PERSON_IN_MODEL": "facts_per_person_in_model",
     "MEMORY_NEW_FACTS_PER_PERSON": "new_facts_per_person",
     "MEMORY_HOT_FACTS_PER_PERSON": "hot_facts_per_person",

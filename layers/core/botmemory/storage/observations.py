@@ -303,6 +303,11 @@ class ObservationStore(Table):
     def channels_due(self, before_ms: int, page_size: int) -> Iterator[str]:
         """Every channel on the sweep's list due before `before_ms`, longest waiting first,
         read page by page as the caller goes on."""
+        for channel_id, _since in self.channels_due_since(before_ms, page_size):
+            yield channel_id
+
+    def channels_due_since(self, before_ms: int, page_size: int) -> Iterator[tuple[str, int]]:
+        """As `channels_due`, each channel with its place on the list (pending_since, ms)."""
         request: dict[str, Any] = {
             "TableName": self.table_name,
             "IndexName": SWEEP_INDEX,
@@ -316,7 +321,7 @@ class ObservationStore(Table):
         for item in self._query_all(request):
             channel_id = keys.channel_id_of(item["pk"]["S"])
             if channel_id:
-                yield channel_id
+                yield channel_id, int(item["pending_since"]["N"])
 
     def clear_pending_since(self, channel_id: str) -> None:
         self._client.update_item(
