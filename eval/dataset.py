@@ -41,6 +41,7 @@ class Question:
     text: str
     category: int
     evidence: tuple[str, ...]  # dia_ids, only of turns that were replayed
+    answer: str = ""  # LoCoMo's answer, as text (some are numbers)
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,9 @@ def load_conversation(path: Path, limit: int | None = None) -> Conversation:
         if not evidence or not isinstance(qa.get("question"), str):
             unanswerable += 1
             continue
-        questions.append(Question(number, qa["question"], qa["category"], evidence))
+        answer = qa.get("answer")
+        text = "" if answer is None else str(answer)
+        questions.append(Question(number, qa["question"], qa["category"], evidence, text))
     return Conversation(path.stem, replay, turns, questions, unanswerable)
 
 

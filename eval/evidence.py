@@ -12,6 +12,18 @@ A turn counts as shown (strictly) when the block holds:
 
 The looser figure also counts every turn an episode was made from (its time range), quoted
 or not: the episode was built from it, but its words are not in the block.
+
+Those two count what the block points at. The strict figure (`held`) counts only what it
+shows: a long message is shown as its snippet (the sentences that best match the query), a
+message's context is cut to 80 characters, an episode's quote may be cut, and the part
+left out may be the part that answers. A turn is held when the text the block shows of it
+still holds every word of LoCoMo's answer that the turn itself holds (`holds_evidence`); a
+turn that holds none of them (the answer is a date worked out from the session, or an
+inference) is held only when shown whole, since nothing says which part of it mattered. A
+fact restates a turn in the memory's own words: it is held when it holds the answer's words
+the turn holds, and on its citation alone when the turn holds none. Answer words rather than
+a fixed share of the turn's words: a share would credit a snippet that kept the greeting and
+dropped the answer, and fail a short snippet that kept exactly the answer.
 """
 
 from __future__ import annotations
@@ -22,10 +34,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from botmemory.recall.contract import RecalledEpisode, RecallResult
+from botmemory.recall.assemble import CONTEXT_QUOTE_CHARS
+from botmemory.recall.contract import RecalledEpisode, RecalledPassage, RecallResult
+from botmemory.recall.search_leg import query_snippet
 from botmemory.records import Fact
+from botmemory.search.keywords import tokens
 from botmemory.storage.keys import message_of
-from botmemory.text import scrub
+from botmemory.text import quote_for_prompt, scrub
 from eval.dataset import Turn
 
 # `Name: “quoted words”`, the quote possibly cut by the summary's length limit.
@@ -38,10 +53,37 @@ MIN_CUT_QUOTE = 12
 class Shown:
     strict: frozenset[str]  # dia_ids in passages, cited by facts, quoted by episodes
     loose: frozenset[str]  # strict, plus every turn an episode shown was made from
+    held: frozenset[str] = frozenset()  # strict, where the text shown still holds the answer
 
 
 def normalized(text: str) -> str:
     return " ".join(scrub(text).split()).casefold()
+
+
+def answer_words(turn_text: str, answer: str) -> frozenset[str]:
+    """The words of the answer that the turn holds (search's tokens: stemmed, no stopwords)."""
+    return frozenset(tokens(answer)) & frozenset(tokens(turn_text))
+
+
+def holds_evidence(turn_text: str, shown: str, answer: str) -> bool:
+    """Whether `shown`, what a block shows of a turn, still holds its evidence: every answer
+    word the turn holds, or, when it holds none, the whole turn."""
+    key = answer_words(turn_text, answer)
+    shown_tokens = tokens(shown)
+    if key:
+        return key <= frozenset(shown_tokens)
+    return shown_tokens == tokens(turn_text)
+
+
+def shown_message(passage: RecalledPassage, query: str | None) -> str:
+    """A passage's message as the block shows it: its snippet for the query (as recall's
+    assembler makes it)."""
+    return query_snippet(passage.text, set(tokens(query or "")))
+
+
+def shown_context(passage: RecalledPassage) -> str:
+    """A passage's context as the block shows it: quoted and cut to CONTEXT_QUOTE_CHARS."""
+    return quote_for_prompt(passage.context or "", limit=CONTEXT_QUOTE_CHARS)
 
 
 class EvidenceIndex:
@@ -52,6 +94,7 @@ class EvidenceIndex:
         self._times = [t.at_ms for t in self._turns]
         self._texts = [normalized(t.text) for t in self._turns]
         self._by_message = {t.message_id: t.dia_id for t in turns}
+        self._by_dia = {t.dia_id: t for t in turns}
         self._fact_turns = {f.fact_id: self.turns_of(f.provenance) for f in facts}
         self._episodes: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {}
 
@@ -60,7 +103,13 @@ class EvidenceIndex:
         found = (self._by_message.get(message_of(sk) or "") for sk in observation_sks)
         return frozenset(d for d in found if d)
 
-    def shown(self, result: RecallResult) -> Shown:
+    def turn(self, dia_id: str) -> Turn | None:
+        return self._by_dia.get(dia_id)
+
+    def shown(
+        self, result: RecallResult, query: str | None = None, answer: str | None = None
+    ) -> Shown:
+        """The turns a result shows; `held` only with the question's answer (else empty)."""
         strict: set[str] = set(self._passage_turns(result))
         for facts in result.facts.values():
             for fact in facts:
@@ -70,7 +119,41 @@ class EvidenceIndex:
             quoted, sources = self.episode_turns(episode)
             strict |= quoted
             loose |= quoted | sources
-        return Shown(frozenset(strict), frozenset(loose))
+        held = self._held(result, query, answer) if answer is not None else set()
+        return Shown(frozenset(strict), frozenset(loose), frozenset(held))
+
+    def _held(self, result: RecallResult, query: str | None, answer: str) -> set[str]:
+        """The turns whose shown text still holds the answer (see the module docstring)."""
+        pieces: list[tuple[str, str]] = []  # (dia_id, what the block shows of it)
+        for passage in result.passages:
+            turns = [self.turns_of([sk]) for sk in passage.provenance]
+            if passage.context is not None and len(turns) == 2:
+                pieces += [(d, shown_context(passage)) for d in turns[0]]
+            if turns:
+                pieces += [(d, shown_message(passage, query)) for d in turns[-1]]
+        for episode in result.episodes:
+            pieces += self._quoted_pieces(episode)
+        held = {d for d, shown in pieces if self._holds(d, shown, answer)}
+        for facts in result.facts.values():
+            for fact in facts:
+                for dia_id in self._fact_turns.get(fact.id, frozenset()):
+                    turn = self._by_dia[dia_id]
+                    key = answer_words(turn.text, answer)
+                    if not key or key <= frozenset(tokens(fact.text)):
+                        held.add(dia_id)
+        return held
+
+    def _holds(self, dia_id: str, shown: str, answer: str) -> bool:
+        turn = self._by_dia.get(dia_id)
+        return turn is not None and holds_evidence(turn.text, shown, answer)
+
+    def _quoted_pieces(self, episode: RecalledEpisode) -> list[tuple[str, str]]:
+        first = bisect.bisect_left(self._times, episode.start_ms)
+        span = range(first, bisect.bisect_right(self._times, episode.end_ms))
+        found = (
+            (self._quoted(name, quote, span), quote) for name, quote in _quotes(episode.summary)
+        )
+        return [(dia_id, quote) for dia_id, quote in found if dia_id]
 
     def episode_turns(self, episode: RecalledEpisode) -> tuple[frozenset[str], frozenset[str]]:
         """The turns an episode quotes, and all the turns it was made from."""

@@ -21,15 +21,16 @@ the two baselines pack raw turns into the same sizes.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from botmemory.clock import ManualClock
 from botmemory.consolidation.model.rules import RulesModel
@@ -42,14 +43,18 @@ from botmemory.records import Fact, scope_of
 from botmemory.runtime import build_services
 from botmemory.search import EMBEDDING_TIMEOUT_SECONDS
 from botmemory.search.embeddings import Embedder, build_embedder
-from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.search.port import SearchIndex
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings, settings_from
 from botmemory.snowflake import snowflake_ms
+from botmemory.storage.repository import MemoryRepository
 from botmemory.storage.schema import create_table
+from eval import embedding_server
 from eval.baselines import RawTurns
 from eval.dataset import Conversation, Question, load_conversation
-from eval.evidence import EvidenceIndex
+from eval.embedding_server import EmbeddingServer, EmbeddingStats
+from eval.evidence import EvidenceIndex, holds_evidence
+from eval.paths import KEYWORDS, search_paths
 
 TABLE = "LocomoEval"
 STREAM_WINDOW_MS = 10_000  # ConsolidateFunction's MaximumBatchingWindowInSeconds
@@ -113,6 +118,9 @@ class ReplayStats:
     recall_s: float = 0.0
     passages: int = 0  # search index entries at question time
     search: dict[str, int] = field(default_factory=dict)  # recalls by search status
+    embedder: str = ""  # the vector legs' embedder, "" for keywords only
+    index_embedding: EmbeddingStats = field(default_factory=EmbeddingStats)  # the replay's
+    query_embedding: EmbeddingStats = field(default_factory=EmbeddingStats)  # the questions'
 
 
 @dataclass
@@ -120,11 +128,20 @@ class QuestionOutcome:
     conversation: str
     number: int
     category: int
-    system: dict[str, bool] = field(default_factory=dict)
-    loose: dict[str, bool] = field(default_factory=dict)
+    # By search path (eval.paths), then block size: the block shows an evidence turn (cited:
+    # today's provenance figure), and shows it still holding the answer (held: strict).
+    cited: dict[str, dict[str, bool]] = field(default_factory=dict)
+    held: dict[str, dict[str, bool]] = field(default_factory=dict)
+    loose: dict[str, bool] = field(default_factory=dict)  # keyword-only, + episode sources
     recency: dict[str, bool] = field(default_factory=dict)
-    bm25: dict[str, bool] = field(default_factory=dict)
-    block_chars: dict[str, int] = field(default_factory=dict)
+    bm25: dict[str, bool] = field(default_factory=dict)  # whole turns: cited is held
+    bm25_snippets: dict[str, bool] = field(default_factory=dict)  # held, as for recall
+    block_chars: dict[str, int] = field(default_factory=dict)  # keyword-only
+
+    @property
+    def system(self) -> dict[str, bool]:
+        """The keyword-only path's cited figure, by size."""
+        return self.cited.get(KEYWORDS, {})
 
 
 @dataclass
@@ -254,8 +271,39 @@ def recall_request(conversation: Conversation, question: str) -> RecallRequest:
     )
 
 
+class ReadCache:
+    """The repository's reads, each answered once: the table does not change while the
+    questions are asked, and the vector paths ask the same reads as the keyword-only one
+    (copies are handed out, so no caller can change another's answer). Only for the
+    vector paths: the keyword-only path reads the table itself, and its requests are counted."""
+
+    def __init__(self, repository: MemoryRepository) -> None:
+        self._repository = repository
+        self._answers: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._repository, name)
+        if not callable(method):
+            return method
+
+        def cached(*args: Any, **kwargs: Any) -> Any:
+            key = repr((name, args, sorted(kwargs.items())))
+            with self._lock:
+                if key in self._answers:
+                    return copy.deepcopy(self._answers[key])
+            answer = method(*args, **kwargs)
+            with self._lock:
+                self._answers[key] = copy.deepcopy(answer)
+            return answer
+
+        return cached
+
+
 class Measurer:
-    """Asks every question at every block size, and packs the baselines to match."""
+    """Asks every question at every block size on every search path, and packs the
+    baselines to match. The keyword-only path gets every size; the vector paths the fixed
+    sizes only (today's settings carry an unchecked summary: see harness.UNCHECKED_SECTIONS)."""
 
     def __init__(
         self,
@@ -263,10 +311,24 @@ class Measurer:
         conversation: Conversation,
         counter: RequestCounter,
         sizes: tuple[int | None, ...],
+        indexes: dict[str, SearchIndex] | None = None,
     ) -> None:
         self._conversation = conversation
         self._counter = counter
-        self._recallers = {label(chars): _recaller(services, chars) for chars in sizes}
+        if indexes is None:
+            index = services.search_index
+            indexes = {KEYWORDS: index} if index is not None else {}
+        self._paths: dict[str, dict[str, Recaller]] = {}
+        reads = cast(MemoryRepository, ReadCache(services.repository))
+        for path, index in indexes.items():
+            path_sizes = sizes if path == KEYWORDS else tuple(c for c in sizes if c is not None)
+            repository = services.repository if path == KEYWORDS else reads
+            self._paths[path] = {
+                label(chars): _recaller(services, chars, index, repository) for chars in path_sizes
+            }
+        self._recallers = self._paths.get(KEYWORDS) or {
+            label(chars): _recaller(services, chars, None, services.repository) for chars in sizes
+        }
         self._budgets = {label(chars): chars for chars in sizes}
         scope = scope_of(conversation.replay.guild_id)
         facts: list[Fact] = []
@@ -285,24 +347,53 @@ class Measurer:
         evidence = set(question.evidence)
         ranking = self._raw.ranking(question.text)
         request = recall_request(self._conversation, question.text)
-        for name, recaller in self._recallers.items():
-            self._counter.take()
-            started = time.perf_counter()
-            result = recaller.recall(request)
-            self.latencies_ms[name].append((time.perf_counter() - started) * 1000)
-            self.requests[name].append(self._counter.take())
-            self.search[result.search.value] += 1
-            shown = self._evidence.shown(result)
-            # Today's settings have no total size: the baselines get this block's length.
-            budget = self._budgets[name] or len(result.memory)
-            if budget not in self._recency:
-                self._recency[budget] = self._raw.recency(budget)
-            outcome.system[name] = bool(evidence & shown.strict)
-            outcome.loose[name] = bool(evidence & shown.loose)
-            outcome.recency[name] = bool(evidence & self._recency[budget])
-            outcome.bm25[name] = bool(evidence & self._raw.pack(ranking, budget))
-            outcome.block_chars[name] = len(result.memory)
+        for path, recallers in self._paths.items():
+            outcome.cited[path], outcome.held[path] = {}, {}
+            for name, recaller in recallers.items():
+                self._counter.take()
+                started = time.perf_counter()
+                result = recaller.recall(request)
+                if path == KEYWORDS:  # latency and requests: as before, one path
+                    self.latencies_ms[name].append((time.perf_counter() - started) * 1000)
+                    self.requests[name].append(self._counter.take())
+                self.search[result.search.value] += 1
+                shown = self._evidence.shown(result, question.text, question.answer)
+                outcome.cited[path][name] = bool(evidence & shown.strict)
+                outcome.held[path][name] = bool(evidence & shown.held)
+                if path == KEYWORDS:
+                    outcome.loose[name] = bool(evidence & shown.loose)
+                    outcome.block_chars[name] = len(result.memory)
+                    self._baselines(outcome, question, ranking, name, len(result.memory))
         return outcome
+
+    def _baselines(
+        self,
+        outcome: QuestionOutcome,
+        question: Question,
+        ranking: list[int],
+        name: str,
+        chars: int,
+    ) -> None:
+        evidence = set(question.evidence)
+        # Today's settings have no total size: the baselines get this block's length.
+        budget = self._budgets[name] or chars
+        if budget not in self._recency:
+            self._recency[budget] = self._raw.recency(budget)
+        outcome.recency[name] = bool(evidence & self._recency[budget])
+        outcome.bm25[name] = bool(evidence & self._raw.pack(ranking, budget))
+        snippets = self._raw.pack_snippets(ranking, budget, question.text)
+        outcome.bm25_snippets[name] = any(
+            dia_id in snippets and holds_evidence(turn.text, snippets[dia_id], question.answer)
+            for dia_id in evidence
+            if (turn := self._evidence.turn(dia_id)) is not None
+        )
+
+
+def _embedding(stats: EmbeddingStats, embedder: TimedEmbedder | None) -> EmbeddingStats:
+    """The server's counts, or, for an embedder the environment names, the client's."""
+    if embedder is not None and not stats.requests:
+        return EmbeddingStats(embedder.texts, 0, 0, embedder.seconds)
+    return stats
 
 
 def embedder_from_environment() -> Embedder | None:
@@ -318,19 +409,91 @@ def embedder_from_environment() -> Embedder | None:
     )
 
 
-def _recaller(services: MemoryServices, chars: int | None) -> Recaller:
-    """A recaller whose block is at most `chars` characters, searching the same index."""
+def _recaller(
+    services: MemoryServices,
+    chars: int | None,
+    index: SearchIndex | None,
+    repository: MemoryRepository,
+) -> Recaller:
+    """A recaller whose block is at most `chars` characters, searching `index`."""
     settings = sized_settings(services.settings, chars)
-    index = services.search_index
-    search = SearchLeg(index, services.repository, settings) if index is not None else None
-    return Recaller(services.repository, settings, services.clock, search)
+    search = SearchLeg(index, repository, settings) if index is not None else None
+    return Recaller(repository, settings, services.clock, search)
+
+
+class TimedEmbedder:
+    """An embedder, timed: the seconds spent in its calls, HTTP included, and the texts."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self._inner = inner
+        self.name = inner.name
+        self.dimensions = inner.dimensions
+        self.seconds = 0.0
+        self.texts = 0
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        started = time.perf_counter()
+        try:
+            return self._inner.embed(texts)
+        finally:
+            with self._lock:
+                self.seconds += time.perf_counter() - started
+                self.texts += len(texts)
+
+
+# The offline model's server, one per process (each eval process runs its own model).
+_SERVER: EmbeddingServer | None = None
+
+
+def offline_server() -> EmbeddingServer | None:
+    """This process's server of the shipped model, started on first use; None without it."""
+    global _SERVER
+    if _SERVER is None:
+        model, _ = embedding_server.offline_model()
+        if model is None:
+            return None
+        _SERVER = EmbeddingServer(model.encode, model.dimensions, model.name)
+    return _SERVER
+
+
+def run_embedder(vectors: bool) -> tuple[Embedder | None, EmbeddingServer | None]:
+    """The vector legs' embedder: EMBEDDING_MODEL when the environment names one, else the
+    offline model served on 127.0.0.1 through the project's `openai:` embedder; None when
+    `vectors` is off or neither is there."""
+    if not vectors:
+        return None, None
+    configured = embedder_from_environment()
+    if configured is not None:
+        return configured, None
+    server = offline_server()
+    if server is None:
+        return None, None
+    embedder = build_embedder(
+        f"openai:{embedding_server.MODEL_NAME}",
+        base_url=server.base_url,
+        api_key=None,
+        dimensions=server.dimensions,
+        # Not the deployed 800 ms search budget: one model on a busy core embeds batches.
+        timeout_seconds=120.0,
+        max_attempts=1,
+    )
+    return embedder, server
 
 
 def run_conversation(
-    path: Path, limit: int | None = None, sizes: tuple[int | None, ...] = (None, *BLOCK_SIZES)
+    path: Path,
+    limit: int | None = None,
+    sizes: tuple[int | None, ...] = (None, *BLOCK_SIZES),
+    vectors: bool = True,
 ) -> ConversationReport:
-    """Replay one conversation on a fresh local table and ask it all its questions."""
+    """Replay one conversation on a fresh local table and ask it all its questions, on every
+    search path the embedder allows (eval.paths)."""
     conversation = load_conversation(path, limit)
+    inner, server = run_embedder(vectors)
+    embedder = TimedEmbedder(inner) if inner is not None else None
+    paths = search_paths(embedder)
+    before = server.stats if server is not None else EmbeddingStats()
     with local_dynamodb() as client:
         counter = RequestCounter(client)
         events = conversation.replay.events
@@ -338,25 +501,28 @@ def run_conversation(
         # Search gets 5 s, not the deployed 800 ms: here it waits on moto in this process, on
         # two busy cores, which says nothing of DynamoDB (latency is printed apart).
         settings = Settings(table_name=TABLE, memory_model="rules", search_timeout_ms=5_000)
-        # The embedded search index: the keyword leg, and the vector leg when the environment
-        # names an OpenAI-compatible embedding model (AWS credentials are faked here).
-        index = SqliteSearchIndex(":memory:", embedder_from_environment())
+        # Every search path's index is written by the same consolidation (eval.paths).
         services = build_services(
-            settings, dynamodb=client, clock=clock, model=RulesModel(), search_index=index
+            settings, dynamodb=client, clock=clock, model=RulesModel(), search_index=paths.tee
         )
         stats = Replayer(services, clock, conversation.replay.channel_id).replay(events)
+        replayed = server.stats if server is not None else EmbeddingStats()
+        stats.index_embedding = _embedding(replayed.since(before), embedder)
         clock.set(clock.now_ms() + SWEEP_EVERY_MS)
         started = time.perf_counter()
-        measurer = Measurer(services, conversation, counter, sizes)
+        measurer = Measurer(services, conversation, counter, sizes, paths.indexes)
         stats.facts = measurer.facts
         stats.episodes = len(
             services.repository.recent_episodes(conversation.replay.channel_id, 100)
         )
         outcomes = [measurer.ask(q) for q in conversation.questions]
         stats.recall_s = time.perf_counter() - started
-        stats.passages = sum(1 for _ in index.passages())
+        stats.passages = sum(1 for _ in paths.tee.passages())
         stats.search = dict(measurer.search)
-        index.close()
+        stats.embedder = embedder.name if embedder is not None else ""
+        if server is not None:
+            stats.query_embedding = server.stats.since(replayed)
+        paths.close()
     return ConversationReport(
         sample_id=conversation.sample_id,
         speakers=list(conversation.speakers),

