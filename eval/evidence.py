@@ -65,14 +65,21 @@ def answer_words(turn_text: str, answer: str) -> frozenset[str]:
     return frozenset(tokens(answer)) & frozenset(tokens(turn_text))
 
 
+# A turn that holds none of the answer's words (a date worked out from the session's time,
+# an inference) is held when the text shown keeps at least this share of its words: most of
+# the statement is there, where a greeting-only snippet is not.
+HELD_SHARE = 0.5
+
+
 def holds_evidence(turn_text: str, shown: str, answer: str) -> bool:
     """Whether `shown`, what a block shows of a turn, still holds its evidence: every answer
-    word the turn holds, or, when it holds none, the whole turn."""
+    word the turn holds, or, when it holds none, at least HELD_SHARE of the turn's words."""
     key = answer_words(turn_text, answer)
-    shown_tokens = tokens(shown)
+    shown_tokens = frozenset(tokens(shown))
     if key:
-        return key <= frozenset(shown_tokens)
-    return shown_tokens == tokens(turn_text)
+        return key <= shown_tokens
+    words = frozenset(tokens(turn_text))
+    return not words or len(words & shown_tokens) >= HELD_SHARE * len(words)
 
 
 def shown_message(passage: RecalledPassage, query: str | None) -> str:
