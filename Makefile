@@ -83,7 +83,7 @@ typecheck: venv
 	$(VENV)/bin/mypy
 
 unit: venv sam-venv
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --numprocesses auto
 
 # The application as `sam deploy` ships it, in .aws-sam/ (options: samconfig.toml).
 build: sam-venv
