@@ -156,7 +156,7 @@ def test_created_indexes_are_configured_as_the_templates_shared_index() -> None:
         pass
 
     Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
-    template = yaml.load(TEMPLATE.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506
+    template = yaml.load(TEMPLATE.read_text(encoding="utf-8"), Loader=Loader)
     shared = template["Resources"]["SearchVectorIndex"]["Properties"]
     assert shared["DataType"] == "float32" and shared["DistanceMetric"] == "cosine"
     assert shared["IndexName"] == SHARED
@@ -325,7 +325,7 @@ def test_a_search_reads_the_shared_index_and_its_own_servers_never_anothers(
 
     hits = make(client, embedder=embedder).search(query(text="Luna the cat", scope=A))
 
-    assert [h.passage.id for h in hits][0] == "M#new"  # nearest across both
+    assert hits[0].passage.id == "M#new"  # nearest across both
     assert {h.passage.id for h in hits} == {"M#new", "M#old"}
     assert len(embedder.calls) == 1  # one embedding for both queries
 
