@@ -323,3 +323,55 @@ def test_only_recall_reads_the_dm_notes_parameter_and_only_that_one(
     # The other functions get at most its name (`/memory show` says notes exist).
     named = {f for f in FUNCTIONS if "DM_NOTES_PARAMETER" in _environment(translated, f)}
     assert named == {"RecallFunction", "AnswerFunction", "InteractionsFunction"}
+
+
+def s3vectors_statements(translated: dict[str, Any], function: str) -> list[dict[str, Any]]:
+    return [
+        s
+        for s in function_statements(translated, function)
+        if any(str(a).startswith("s3vectors:") for a in listed(s["Action"]))
+    ]
+
+
+def server_indexes(resource: Any) -> bool:
+    """The servers' own indexes: the shared index's ARN followed by "-*"
+    (botmemory.search.shards names them "<shared>-g<guild id>", "<shared>-dm")."""
+    sub = resource.get("Fn::Sub") if isinstance(resource, dict) else None
+    return (
+        isinstance(sub, list)
+        and sub[0] == "${IndexArn}-*"
+        and sub[1] == {"IndexArn": {"Fn::GetAtt": ["SearchVectorIndex", "IndexArn"]}}
+    )
+
+
+SHARED_INDEX = {"Fn::GetAtt": ["SearchVectorIndex", "IndexArn"]}
+INDEX_CREATORS = {"ConsolidateFunction", "SweepFunction", "AnswerFunction"}
+
+
+def test_search_indexes_are_reached_only_on_the_shared_index_and_the_servers_own(
+    translated: dict[str, Any],
+) -> None:
+    for function in FUNCTIONS:
+        for statement in s3vectors_statements(translated, function):
+            for resource in listed(statement["Resource"]):
+                assert resource == SHARED_INDEX or server_indexes(resource), (function, resource)
+
+
+def test_only_the_writers_create_server_indexes_and_none_deletes_one(
+    translated: dict[str, Any],
+) -> None:
+    """CreateIndex only where passages are written (a server's first write creates its index),
+    only on the servers' indexes, never the shared one; DeleteIndex (a purge) and GetIndex
+    are no function's: `python -m botmemory.ops.purge_index` runs with the operator's rights."""
+    creators = set()
+    for function in FUNCTIONS:
+        for statement in s3vectors_statements(translated, function):
+            actions = listed(statement["Action"])
+            assert "s3vectors:DeleteIndex" not in actions, function
+            assert "s3vectors:GetIndex" not in actions, function
+            assert not any(str(a).endswith("*") for a in actions), (function, actions)
+            if "s3vectors:CreateIndex" in actions:
+                creators.add(function)
+                assert actions == ["s3vectors:CreateIndex"], (function, actions)
+                assert all(server_indexes(r) for r in listed(statement["Resource"])), function
+    assert creators == INDEX_CREATORS

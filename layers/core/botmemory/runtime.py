@@ -52,7 +52,7 @@ def build_services(
     repository = MemoryRepository(dynamodb, settings.table_name)
     opt_outs = OptOuts(repository, clock)
     if search_index is None and settings.memory_enabled:
-        search_index = build_search_index(settings)
+        search_index = build_search_index(settings, repository, clock)
     writer = IndexWriter(search_index, repository, clock) if search_index else None
     leg = SearchLeg(search_index, repository, settings) if search_index else None
     personas = PersonaDirectory(repository, deployment_personas or deployment_source(settings))

@@ -428,8 +428,8 @@ class BrokenIndex:
             raise self.error
         return self.inner.search(query)
 
-    def remove(self, ids: Iterable[str]) -> int:
-        return self.inner.remove(ids)
+    def remove(self, ids: Iterable[str], scope: str | None = None) -> int:
+        return self.inner.remove(ids, scope=scope)
 
     def passages(self) -> Iterator[Passage]:
         return self.inner.passages()

@@ -489,7 +489,7 @@ class Consolidator:
         if commit.archived_summary is not None:
             everything.append(summary_passage(commit.archived_summary, batch.scope))
         try:
-            report = self._index_writer.write(everything, remove=batch.unindexed)
+            report = self._index_writer.write(everything, remove=batch.unindexed, scope=batch.scope)
         except Exception as exc:  # the search index is never a reason to lose a round
             log.warning(
                 "search indexing failed",

@@ -3,8 +3,14 @@ MEMORY_SEARCH_INDEX. Adapter modules are imported only when chosen."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from botmemory.search.port import Passage, PassageKind, SearchHit, SearchIndex, SearchQuery
 from botmemory.settings.config import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from botmemory.clock import Clock
+    from botmemory.search.shards import PurgeLedger
 
 __all__ = [
     "Passage",
@@ -20,8 +26,11 @@ __all__ = [
 EMBEDDING_TIMEOUT_SECONDS = 10.0
 
 
-def build_search_index(settings: Settings) -> SearchIndex | None:
-    """The configured index, or None when search is off."""
+def build_search_index(
+    settings: Settings, purges: PurgeLedger | None = None, clock: Clock | None = None
+) -> SearchIndex | None:
+    """The configured index, or None when search is off. An S3 Vectors one is sharded by
+    server (botmemory.search.shards); `purges` records its purges (the repository)."""
     spec = (settings.search_index or "").strip()
     if not spec or spec == "off":
         return None
@@ -50,9 +59,13 @@ def build_search_index(settings: Settings) -> SearchIndex | None:
                 "MEMORY_SEARCH_INDEX=s3vectors:... needs EMBEDDING_MODEL: a vector index "
                 "stores nothing without an embedding model"
             )
-        from botmemory.search.s3vectors_index import S3VectorsSearchIndex
+        from botmemory.search.shards import ShardedS3VectorsIndex, check_shared_name
 
-        return S3VectorsSearchIndex(bucket, index, embedder)
+        try:
+            check_shared_name(index)
+        except ValueError as exc:
+            raise ConfigError(f"MEMORY_SEARCH_INDEX={spec!r}: {exc}") from exc
+        return ShardedS3VectorsIndex(bucket, index, embedder, purges=purges, clock=clock)
     raise ConfigError(
         f"MEMORY_SEARCH_INDEX={spec!r} is not one of 'sqlite:<path>', "
         "'s3vectors:<bucket>/<index>', 'off' or unset"

@@ -52,11 +52,13 @@ class IndexWriter:
         self._repository = repository
         self._clock = clock
 
-    def write(self, passages: list[Passage], remove: Sequence[str] = ()) -> IndexReport:
-        """Remove what the round made stale (passages of deleted messages), index the new
-        passages, then withdraw those the table no longer holds as written."""
+    def write(
+        self, passages: list[Passage], remove: Sequence[str] = (), scope: str | None = None
+    ) -> IndexReport:
+        """Remove what the round made stale (passages of deleted messages, of `scope`), index
+        the new passages, then withdraw those the table no longer holds as written."""
         if remove:
-            self._index.remove(remove)
+            self._index.remove(remove, scope=scope)
         if not passages:
             return IndexReport()
         vector_error: Exception | None = None
@@ -66,17 +68,17 @@ class IndexWriter:
             written, vector_error = partial.written, partial.error
         sources = passage_sources(self._repository, passages)
         now = self._clock.now_ms()
-        stale = [p.id for p in passages if not still_held(p, sources.get(p.id, []), now)]
-        if stale:
-            self._index.remove(stale)
+        stale = [p for p in passages if not still_held(p, sources.get(p.id, []), now)]
+        for stale_scope, ids in by_scope((p.scope, p.id) for p in stale).items():
+            self._index.remove(ids, scope=stale_scope)
         return IndexReport(written=written, withdrawn=len(stale), vector_error=vector_error)
 
-    def withdraw(self, ids: Sequence[str]) -> None:
+    def withdraw(self, ids: Sequence[str], scope: str | None = None) -> None:
         """Remove these passages; a failure is logged. What stays is never shown (recall reads
         every hit back from the table and drops words it no longer holds), and the stream
         removes it when its item is next deleted or leaves the active facts."""
         try:
-            self._index.remove(ids)
+            self._index.remove(ids, scope=scope)
         except Exception as error:
             log.warning(
                 "passages not withdrawn", extra={"ids": list(ids), "error": repr(error)[:300]}
@@ -94,7 +96,7 @@ def reindex_fact(writer: IndexWriter, fact: Fact, subject_name: str | None) -> I
     try:
         return writer.write([passage])
     except Exception:
-        writer.withdraw([passage.id])
+        writer.withdraw([passage.id], scope=passage.scope)
         raise
 
 
@@ -112,21 +114,39 @@ class IndexFollower:
 
     def follow(self, records: Iterable[dict[str, Any]]) -> FollowReport:
         report = FollowReport()
-        ids: list[str] = []
+        pairs: list[tuple[str | None, str]] = []
         for record in records:
             try:
-                ids += passages_to_remove(record)
+                scope = scope_of_record(record)
+                pairs += [(scope, pid) for pid in passages_to_remove(record)]
             except (KeyError, TypeError, ValueError) as error:
                 report.skipped += 1
                 log.warning(
                     "unreadable stream record skipped",
                     extra={"event_id": _event_id(record), "error": repr(error)[:200]},
                 )
-        unique = list(dict.fromkeys(ids))
-        if unique:  # an index failure raises: the stream retries the batch (idempotent)
-            self._index.remove(unique)
-        report.removed = len(unique)
+        # An index failure raises: the stream retries the batch (idempotent).
+        for scope, ids in by_scope(pairs).items():
+            self._index.remove(ids, scope=scope)
+            report.removed += len(ids)
         return report
+
+
+def by_scope(pairs: Iterable[tuple[str | None, str]]) -> dict[str | None, list[str]]:
+    """Passage ids grouped by the scope they belong to (each id once per scope)."""
+    grouped: dict[str | None, dict[str, None]] = {}
+    for scope, pid in pairs:
+        grouped.setdefault(scope, {})[pid] = None
+    return {scope: list(ids) for scope, ids in grouped.items()}
+
+
+def scope_of_record(record: dict[str, Any]) -> str | None:
+    """The scope a stream record's item was stored under (observations, facts, episodes and
+    summaries all carry it), so a sharded index removes its passages from the right server's
+    index; None when the old image has none."""
+    old = from_item(record["dynamodb"].get("OldImage") or {})
+    scope = old.get("scope")
+    return str(scope) if isinstance(scope, str) and scope else None
 
 
 def _event_id(record: Any) -> str | None:

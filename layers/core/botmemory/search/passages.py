@@ -25,6 +25,7 @@ from botmemory.records import (
     ObservationKind,
     Record,
 )
+from botmemory.search.keywords import stem, tokens
 from botmemory.search.port import Passage, PassageKind
 from botmemory.storage import keys
 
@@ -38,11 +39,33 @@ CONTEXT_CHARS = 300
 _QUESTION_MARK = re.compile(r"\?(?=\s|$)")
 
 
+# Words that acknowledge rather than say something ("ok", "lol", "thanks"): a message of
+# nothing else, or of emoji and punctuation, carries no searchable content. Stopwords are
+# already out of keywords.tokens.
+_FILLER_TEXT = """
+    ok okay k kk okk yes yeah yea yep yup ya nope nah lol lmao lmfao rofl haha hahaha hehe
+    xd hmm hm mhm uh um oh ah wow nice cool thanks thank thx ty np gg sure true same omg
+"""
+FILLER = frozenset(stem(word) for word in _FILLER_TEXT.split())
+# A custom emoji or a mention (<:name:id>, <a:name:id>, <@id>, <#id>, <@&id>) is no content.
+_MARKUP = re.compile(r"<a?:\w{1,32}:\d{1,20}>|<(?:@[!&]?|#)\d{1,20}>")
+
+
+def searchable(text: str) -> bool:
+    """Whether a message says anything a search could find it by: at least one token that is
+    not a filler word, once Discord's emoji and mention markup is taken out. "ok", "lol 😂",
+    "👍" and "<:pepe:123>" say nothing; "ok, 7pm at the station" does."""
+    return any(token not in FILLER for token in tokens(_MARKUP.sub(" ", text)))
+
+
 def indexable(observation: Observation, bot_user_id: str | None) -> bool:
+    """Whether a message gets a passage of its own (it may still be the context of the next
+    one's): words by a person, not the bot, that carry searchable content (no embedding is
+    paid for "ok" or an emoji)."""
     return (
         observation.kind in INDEXED_KINDS
         and bool(observation.message_id)
-        and bool(observation.content.strip())
+        and searchable(observation.content)
         and bool(observation.author_id)
         and not observation.author_is_bot
         and observation.author_id != bot_user_id

@@ -90,9 +90,10 @@ class SearchIndex(Protocol):
         kinds and expiry."""
         ...
 
-    def remove(self, ids: Iterable[str]) -> int:
+    def remove(self, ids: Iterable[str], scope: str | None = None) -> int:
         """Remove the passages with these ids (absent ids are fine); returns how many ids
-        were sent for removal."""
+        were sent for removal. `scope` is the scope they belong to, when the caller knows it:
+        a sharded index (botmemory.search.shards) removes them from that server's index too."""
         ...
 
     def passages(self) -> Iterator[Passage]:

@@ -44,6 +44,9 @@ MAX_LABELS = 4
 # Stands for "never expires" in the filterable expires_at (epoch seconds, year 2286), so an
 # expiry filter needs no $or on a missing key.
 NEVER_EXPIRES = 9_999_999_999
+# Metadata the index only carries (template.yaml's SearchVectorIndex and every index
+# botmemory.search.shards creates declare the same): the rest stays filterable.
+NON_FILTERABLE_KEYS = ("text", "authors", "sources", "time_ms")
 
 T = TypeVar("T")
 
@@ -134,6 +137,50 @@ def query_filter(query: SearchQuery) -> dict[str, Any]:
     return {"$and": conditions}
 
 
+def s3vectors_client(region_name: str | None = None) -> Any:
+    """An S3 Vectors client with bounded timeouts and retries. boto3 is imported and the client
+    built only when needed: both are slow on a cold start."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        connect_timeout=3,
+        read_timeout=10,
+        retries={"total_max_attempts": 3, "mode": "standard"},
+    )
+    return boto3.client("s3vectors", region_name=region_name, config=config)
+
+
+def error_code(error: Exception) -> str | None:
+    """The service's error code of a botocore ClientError ("NotFoundException"), else None."""
+    response = getattr(error, "response", None)
+    if not isinstance(response, dict):
+        return None
+    code = response.get("Error", {}).get("Code")
+    return str(code) if code else None
+
+
+def fused_hits(query: SearchQuery, text: str, candidates: list[Passage]) -> list[SearchHit]:
+    """The vector order (nearest first) fused with the keyword leg's BM25 re-rank of it."""
+    if not candidates:
+        return []
+    vector_order = [p.id for p in candidates]
+    keyword_order = [vector_order[i] for i, _ in rank(text, [keyword_text(p) for p in candidates])]
+    fused = reciprocal_rank_fusion([vector_order, keyword_order])
+    by_id = {p.id: p for p in candidates}
+    vector_rank = {pid: n for n, pid in enumerate(vector_order, start=1)}
+    keyword_rank = {pid: n for n, pid in enumerate(keyword_order, start=1)}
+    return [
+        SearchHit(
+            passage=by_id[pid],
+            score=score,
+            vector_rank=vector_rank[pid],
+            keyword_rank=keyword_rank.get(pid),
+        )
+        for pid, score in fused[: query.limit]
+    ]
+
+
 def _distance(hit: dict[str, Any]) -> float:
     distance = hit.get("distance")
     return float(distance) if isinstance(distance, int | float) else math.inf
@@ -163,18 +210,13 @@ class S3VectorsSearchIndex:
         self._region_name = region_name
 
     def _s3vectors(self) -> Any:
-        # boto3 is imported and the client built only when needed: both are slow on a cold start.
         if self._client is None:
-            import boto3
-            from botocore.config import Config
-
-            config = Config(
-                connect_timeout=3,
-                read_timeout=10,
-                retries={"total_max_attempts": 3, "mode": "standard"},
-            )
-            self._client = boto3.client("s3vectors", region_name=self._region_name, config=config)
+            self._client = s3vectors_client(self._region_name)
         return self._client
+
+    @property
+    def index_name(self) -> str:
+        return self._index
 
     def _where(self) -> dict[str, str]:
         return {"vectorBucketName": self._bucket, "indexName": self._index}
@@ -182,25 +224,17 @@ class S3VectorsSearchIndex:
     # -- writing -------------------------------------------------------------------------------
 
     def add(self, passages: Sequence[Passage]) -> int:
-        # A blank text has nothing to be found by, and embedding services refuse it.
-        passages = [p for p in passages if p.text.strip()]
-        if not passages:
-            return 0
-        vectors = self._embedder.embed([p.text for p in passages])
-        if len(vectors) != len(passages):
-            raise EmbeddingError(
-                f"{self._embedder.name} returned {len(vectors)} vectors for {len(passages)} texts"
-            )
-        entries = [
-            {"key": p.id, "data": {"float32": v}, "metadata": metadata_of(p)}
-            for p, v in zip(passages, vectors, strict=True)
-        ]
-        client = self._s3vectors()
-        for batch in _batches(entries, PUT_BATCH, PUT_PAYLOAD_BYTES, _json_bytes):
-            client.put_vectors(**self._where(), vectors=batch)
+        return self.put_entries(vector_entries(self._embedder, passages))
+
+    def put_entries(self, entries: Sequence[dict[str, Any]]) -> int:
+        """PutVectors of entries `vector_entries` made, in batches within the service's limits."""
+        if entries:
+            client = self._s3vectors()
+            for batch in _batches(entries, PUT_BATCH, PUT_PAYLOAD_BYTES, _json_bytes):
+                client.put_vectors(**self._where(), vectors=batch)
         return len(entries)
 
-    def remove(self, ids: Iterable[str]) -> int:
+    def remove(self, ids: Iterable[str], scope: str | None = None) -> int:
         keys = list(dict.fromkeys(ids))
         if keys:
             client = self._s3vectors()
@@ -233,39 +267,20 @@ class S3VectorsSearchIndex:
         # An empty $in list is refused by the service and could match nothing anyway.
         if text is None or query.channel_ids == [] or query.kinds == []:
             return []
-        candidates = self._vector_candidates(query, text)
-        if not candidates:
-            return []
-        vector_order = [p.id for p in candidates]
-        keyword_order = [
-            vector_order[i] for i, _ in rank(text, [keyword_text(p) for p in candidates])
-        ]
-        fused = reciprocal_rank_fusion([vector_order, keyword_order])
-        by_id = {p.id: p for p in candidates}
-        vector_rank = {pid: n for n, pid in enumerate(vector_order, start=1)}
-        keyword_rank = {pid: n for n, pid in enumerate(keyword_order, start=1)}
-        return [
-            SearchHit(
-                passage=by_id[pid],
-                score=score,
-                vector_rank=vector_rank[pid],
-                keyword_rank=keyword_rank.get(pid),
-            )
-            for pid, score in fused[: query.limit]
-        ]
-
-    def _vector_candidates(self, query: SearchQuery, text: str) -> list[Passage]:
-        """The nearest passages within the query's filter, nearest first."""
         vector = self._embedder.embed([text])[0]
+        return fused_hits(query, text, [p for _, p in self.nearest(query, vector)])
+
+    def nearest(self, query: SearchQuery, vector: list[float]) -> list[tuple[float, Passage]]:
+        """The nearest passages within the query's filter, nearest first, with their distance."""
         response = self._s3vectors().query_vectors(
             **self._where(),
-            topK=min(max(self._candidates, query.limit), MAX_TOP_K),
+            topK=self.top_k(query),
             queryVector={"float32": vector},
             filter=query_filter(query),
             returnMetadata=True,
             returnDistance=True,
         )
-        found: list[Passage] = []
+        found: list[tuple[float, Passage]] = []
         seen: set[str] = set()
         # Nearest first; the sort is stable, so the service's order breaks ties.
         hits = sorted(response.get("vectors", []), key=_distance)
@@ -279,5 +294,26 @@ class S3VectorsSearchIndex:
             # Defence in depth: whatever the filter did, a passage never leaves its scope.
             if passage.scope == query.scope and passage.id not in seen:
                 seen.add(passage.id)
-                found.append(passage)
+                found.append((_distance(hit), passage))
         return found
+
+    def top_k(self, query: SearchQuery) -> int:
+        return min(max(self._candidates, query.limit), MAX_TOP_K)
+
+
+def vector_entries(embedder: Embedder, passages: Sequence[Passage]) -> list[dict[str, Any]]:
+    """The PutVectors entries of passages: one embedding call for all of them (the embedder
+    batches as its provider allows). A blank text has nothing to be found by, and embedding
+    services refuse it: it is left out."""
+    passages = [p for p in passages if p.text.strip()]
+    if not passages:
+        return []
+    vectors = embedder.embed([p.text for p in passages])
+    if len(vectors) != len(passages):
+        raise EmbeddingError(
+            f"{embedder.name} returned {len(vectors)} vectors for {len(passages)} texts"
+        )
+    return [
+        {"key": p.id, "data": {"float32": v}, "metadata": metadata_of(p)}
+        for p, v in zip(passages, vectors, strict=True)
+    ]

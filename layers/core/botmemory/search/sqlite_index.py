@@ -346,8 +346,9 @@ class SqliteSearchIndex:
         typed = [(str(pid), str(body), bytes(blob)) for pid, body, blob in rows]
         return _ranked_by_similarity(target, typed, depth)
 
-    def remove(self, ids: Iterable[str]) -> int:
-        """Delete by id (the trigger drops the FTS row too); absent ids are fine."""
+    def remove(self, ids: Iterable[str], scope: str | None = None) -> int:
+        """Delete by id (the trigger drops the FTS row too); absent ids are fine. One file holds
+        every scope: `scope` changes nothing."""
         distinct = list(dict.fromkeys(ids))
         if distinct:
             with self._transaction() as conn:

@@ -65,6 +65,9 @@ CHANNEL_VISIBILITY_PREFIX = "CHAN#"
 # Under a server's scope partition: the notes its staff keep for direct messages
 # (botmemory.memory.notes), one item, about no member.
 NOTES_SK = "NOTES"
+# Under a server's scope partition: its search index was purged (botmemory.search.shards), so
+# a write racing the purge does not create it again.
+INDEX_PURGED_SK = "INDEX_PURGED"
 
 
 class ItemKind(StrEnum):

@@ -7,7 +7,8 @@ summaries, quarantine and legacy memory in episodes.py; the consolidation commit
 commit.py; people (opt-outs, erasure, names) in people.py; channel visibility in
 channels.py; personas, short-term memory, summary archives and deferred candidates in
 personas.py, short_term.py, summaries.py and candidates.py; the servers' notes for direct
-messages in notes.py; the client and the shared
+messages in notes.py; the marker a server's search index purge leaves in index_purges.py;
+the client and the shared
 helpers in table.py. What search reads back of the table is in botmemory.search.sources.
 """
 
@@ -18,6 +19,7 @@ from botmemory.storage.channels import ChannelRepository
 from botmemory.storage.commit import CommitStore
 from botmemory.storage.episodes import EpisodeStore
 from botmemory.storage.facts import FactStore
+from botmemory.storage.index_purges import IndexPurgeStore
 from botmemory.storage.notes import NotesRepository
 from botmemory.storage.observations import ObservationStore
 from botmemory.storage.people import PeopleRepository
@@ -38,5 +40,6 @@ class MemoryRepository(
     SummaryRepository,
     CandidateRepository,
     NotesRepository,
+    IndexPurgeStore,
 ):
     """The table, as every flow reaches it: the stores above, over one client and name."""
