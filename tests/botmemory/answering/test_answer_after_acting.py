@@ -271,9 +271,9 @@ def test_no_second_call_when_the_invocation_cannot_fit_it(
     openai_bot: Bot,  # noqa: F811
     chat_server: ScriptServer,
 ) -> None:
-    # The invocation has 30 s left (tests/support/lambda_local.py); a 29 s attempt and the
-    # posts do not fit in it.
-    openai_bot.local._overrides[ANSWER]["CHAT_MODEL_TIMEOUT_SECONDS"] = "29"
+    # The invocation has AnswerFunction's Timeout left (90 s: tests/support/lambda_local.py
+    # reports the template's); an 89 s attempt and the posts do not fit in it.
+    openai_bot.local._overrides[ANSWER]["CHAT_MODEL_TIMEOUT_SECONDS"] = "89"
     city = seed_fact(openai_bot, gw.ALICE, "Alice lives in Paris")
     chat_server.script.append(completion("", [update(city.fact_id, "Alice lives in Berlin")]))
 
