@@ -417,9 +417,11 @@ def passages_kept(kept: list[Any]) -> Iterator[None]:
 
     original = IndexWriter.write
 
-    def write(writer: IndexWriter, passages: list[Any], remove: Sequence[str] = ()) -> Any:
+    def write(
+        writer: IndexWriter, passages: list[Any], remove: Sequence[str] = (), scope: Any = None
+    ) -> Any:
         kept.extend(passages)
-        return original(writer, passages, remove)
+        return original(writer, passages, remove, scope)
 
     IndexWriter.write = write  # type: ignore[method-assign,assignment]
     try:

@@ -14,13 +14,16 @@ shadows the runtime's.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = ROOT / "layers" / "core" / "requirements.txt"
@@ -88,6 +91,29 @@ def _built_size() -> int | None:
     return sum(p.stat().st_size for p in BUILT_LAYER.rglob("*") if p.is_file())
 
 
+def _layer_build() -> ModuleType:
+    """layers/core/layer_build.py, the script `sam build` runs for the layer."""
+    spec = importlib.util.spec_from_file_location(
+        "layer_build", ROOT / "layers/core/layer_build.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def shipped_size(names: list[str]) -> int:
+    """The layer as layer_build.py leaves it (no bytecode, PRUNED removed, botmemory added),
+    laid out from this virtualenv's copies of the same distributions."""
+    build = _layer_build()
+    with tempfile.TemporaryDirectory() as folder:
+        site = Path(folder) / "python"
+        build.copy_installed(names, site)
+        build.prune(site)
+        build.add_botmemory(site)
+        return sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
+
+
 def _import_ms(code: str) -> float:
     samples = []
     for _ in range(RUNS):
@@ -119,6 +145,11 @@ def bench_layer() -> None:
     total = sum(size for size in layer.values() if size > 0)
     total_traced = sum(size for size in traced.values() if size > 0)
     print(f"{'total':<{width}}  {total / MB:>6.1f}  {total_traced / MB:>8.1f}")
+    shipped = shipped_size(sorted(name for name, size in layer.items() if size > 0))
+    print(
+        f"  As `sam build` ships it (layers/core/layer_build.py: no bytecode, what nothing"
+        f" imports pruned, botmemory added): {shipped / MB:.1f} MB (target: at most 20)."
+    )
     built = _built_size()
     if built is not None:
         print(f"  Built layer (.aws-sam/build/CoreLayer, from `make build`): {built / MB:.1f} MB.")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import shutil
 import subprocess  # nosec B404 # runs pip, with fixed arguments
 import sys
+from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -87,6 +88,32 @@ def prune(site: Path) -> None:
             path.unlink()
 
 
+def copy_installed(names: list[str], site: Path) -> None:
+    """These installed distributions' files, laid out as `pip install --target` does and without
+    bytecode: the layer measured from a virtualenv (tests/stack/test_layer.py, make bench) where
+    no arm64 wheels can be fetched."""
+    for name in names:
+        distribution = metadata.distribution(name)
+        base = Path(str(distribution.locate_file(""))).resolve()
+        for file in distribution.files or []:
+            source = Path(str(distribution.locate_file(file)))
+            if "__pycache__" in source.parts or not source.is_file():
+                continue
+            try:
+                relative = source.resolve().relative_to(base)
+            except ValueError:
+                continue  # a console script outside site-packages
+            target = site / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+
+
+def add_botmemory(site: Path) -> None:
+    shutil.copytree(
+        HERE / "botmemory", site / "botmemory", ignore=shutil.ignore_patterns("__pycache__")
+    )
+
+
 def build(artifacts: Path) -> None:
     site = artifacts / "python"
     subprocess.run(  # nosec B603 # this interpreter's pip, fixed arguments and our own file
@@ -96,9 +123,7 @@ def build(artifacts: Path) -> None:
         check=True,
     )
     prune(site)
-    shutil.copytree(
-        HERE / "botmemory", site / "botmemory", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    add_botmemory(site)
 
 
 if __name__ == "__main__":

@@ -41,24 +41,6 @@ def _build_module() -> ModuleType:
 layer_build = _build_module()
 
 
-def copy_distributions(names: list[str], site: Path) -> None:
-    """The installed files of these distributions, as pip --target lays them out."""
-    for name in names:
-        distribution = metadata.distribution(name)
-        base = Path(str(distribution.locate_file("")))
-        for file in distribution.files or []:
-            source = Path(str(distribution.locate_file(file)))
-            if "__pycache__" in source.parts or not source.is_file():
-                continue
-            try:
-                relative = source.resolve().relative_to(base.resolve())
-            except ValueError:
-                continue  # a console script outside site-packages
-            target = site / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """ARTIFACTS_DIR/python as the build leaves it, from this venv's wheels."""
@@ -66,13 +48,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, version in pinned.items():
         assert metadata.version(name) == str(version), f"{name}: the venv is not the lock's"
     site = tmp_path_factory.mktemp("layer") / "python"
-    copy_distributions(sorted(pinned), site)
+    layer_build.copy_installed(sorted(pinned), site)
     layer_build.prune(site)
-    shutil.copytree(
-        ROOT / "layers" / "core" / "botmemory",
-        site / "botmemory",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
+    layer_build.add_botmemory(site)
     return site
 
 
@@ -156,7 +134,7 @@ def test_every_handler_imports_from_the_pruned_layer_and_the_runtimes_boto3(
     built: Path, tmp_path: Path
 ) -> None:
     runtime = tmp_path / "runtime"
-    copy_distributions([n for n in RUNTIME if canonicalize_name(n) != "jmespath"], runtime)
+    layer_build.copy_installed([n for n in RUNTIME if canonicalize_name(n) != "jmespath"], runtime)
     handlers = sorted(str(p) for p in (ROOT / "functions").glob("*/app.py"))
     assert handlers
     result = subprocess.run(
