@@ -77,6 +77,20 @@ class DynamoMeter:
             self.latency_s = 0.0
 
     @contextmanager
+    def timed(self, operation: str) -> Iterator[None]:
+        """A request to another service (an embedding call, QueryVectors), recorded in the
+        same timeline as DynamoDB's and held for the same simulated latency."""
+        request = Request(operation, {}, time.perf_counter(), tag=self.tag)
+        with self._lock:
+            self._requests.append(request)
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        try:
+            yield
+        finally:
+            request.ended = time.perf_counter()
+
+    @contextmanager
     def tagged(self, tag: str) -> Iterator[None]:
         """Tags the requests started inside (whatever thread starts them)."""
         self.tag = tag

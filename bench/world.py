@@ -35,6 +35,7 @@ from botmemory.records import (
     scope_of,
 )
 from botmemory.runtime import build_services
+from botmemory.search.embeddings import Embedder
 from botmemory.search.keywords import tokens
 from botmemory.search.passages import message_passages
 from botmemory.search.sqlite_index import SqliteSearchIndex
@@ -152,7 +153,9 @@ class Lab:
             self._index.close()
             self._index = None
 
-    def world(self, model: CountingModel | None = None, **overrides: Any) -> World:
+    def world(
+        self, model: CountingModel | None = None, embedder: Embedder | None = None, **overrides: Any
+    ) -> World:
         if self._tables:
             self.client.delete_table(TableName=f"Bench{self._tables}")
         self.close()
@@ -168,7 +171,7 @@ class Lab:
             **overrides,
         )
         model, clock = model or CountingModel(), ManualClock(T0)
-        index = self._index = SqliteSearchIndex(":memory:")
+        index = self._index = SqliteSearchIndex(":memory:", embedder)
         services = build_services(
             settings, dynamodb=self.client, clock=clock, model=model, search_index=index
         )

@@ -6,6 +6,7 @@ search, imports nothing of consolidation, search or recall."""
 from __future__ import annotations
 
 import ast
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,14 @@ import pytest
 from botmemory.clock import DAY_MS, epoch_seconds
 from botmemory.recall.recaller import respond
 from botmemory.records import Observation
+from botmemory.search.passages import message_passages, source_keys
+from botmemory.search.sources import passage_sources
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from botmemory.services import MemoryServices
 from botmemory.storage import keys
 from botmemory.storage.items import observation_values
+from botmemory.storage.observations import deletion_keys
+from botmemory.storage.table import BATCH_GET_LIMIT, Table
 from localrun.storage import put_items
 from scripts.make_events import snowflake
 from tests.conftest import START_MS
@@ -140,3 +145,39 @@ def test_storage_imports_nothing_of_the_packages_above_it() -> None:
                     above.append(f"{path.name}: {name}")
 
     assert above == []
+
+
+class _Waves(Table):
+    """A table whose BatchGetItems each wait for the others of their read-back: read one
+    after another, the first waits alone and the barrier breaks."""
+
+    def __init__(self, parties: int) -> None:
+        super().__init__(client=None, table_name="t")  # type: ignore[arg-type]
+        self.barrier = threading.Barrier(parties, timeout=10)
+        self.sizes: list[int] = []
+
+    def _items_at(
+        self,
+        wanted: list[dict[str, Any]],
+        projection: str | None = None,
+        names: dict[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        self.sizes.append(len(wanted))
+        self.barrier.wait()
+        return []
+
+
+def test_a_read_back_of_more_than_100_keys_sends_its_batches_side_by_side() -> None:
+    history = [said(ALICE, f"hiking trip number {n}", START_MS + n) for n in range(60)]
+    passages = message_passages(history, GUILD, None)
+    wanted = {k for p in passages for k in [*source_keys(p), *deletion_keys(source_keys(p))]}
+    batches = -(-len(wanted) // BATCH_GET_LIMIT)
+    assert batches >= 2
+    table = _Waves(batches)
+
+    sources = passage_sources(table, passages)  # one round trip: every batch at once
+
+    assert sorted(table.sizes) == sorted(
+        [BATCH_GET_LIMIT] * (batches - 1) + [len(wanted) - BATCH_GET_LIMIT * (batches - 1)]
+    )
+    assert all(found == [] for found in sources.values())  # nothing held: nothing shown

@@ -22,6 +22,7 @@ the name CONSOLIDATE_QUEUE_URL gives; it delivers every message (no deduplicatio
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -74,8 +75,10 @@ def dedup_id(work: WorkMessage, now_ms: int) -> str:
     """The FIFO deduplication id: the source, the channel and its time window."""
     if work.source == "sweep":
         return f"sweep.{work.channel_id}.{now_ms // SWEEP_WINDOW_MS}"
-    if work.source == "continue":  # the worker's own follow-up: unique, never dropped
-        return f"continue.{work.channel_id}.{now_ms}"
+    if work.source == "continue":
+        # The worker's own follow-up: unique, never dropped (two follow-ups of one channel
+        # can be sent within one millisecond of the clock).
+        return f"continue.{work.channel_id}.{now_ms}.{uuid.uuid4().hex[:12]}"
     return f"stream.{work.channel_id}.{now_ms // ENQUEUE_WINDOW_MS}"
 
 

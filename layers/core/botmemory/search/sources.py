@@ -6,6 +6,7 @@ recall (botmemory.recall.search_leg), through the repository's table.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from botmemory.records import ChannelSummary, Episode, Fact, Observation, Record
@@ -14,7 +15,11 @@ from botmemory.search.port import Passage, PassageKind
 from botmemory.storage import keys
 from botmemory.storage.items import from_item, key
 from botmemory.storage.observations import deleted, deletion_keys
-from botmemory.storage.table import Table
+from botmemory.storage.table import BATCH_GET_LIMIT, Table
+
+# BatchGetItems of one read-back sent side by side: recall's search leg waits for one round
+# trip, not one per 100 keys (on the deployed path the embedding and QueryVectors precede it).
+READ_SIDE_BY_SIDE = 4
 
 
 def passage_sources(table: Table, passages: Iterable[Passage]) -> dict[str, list[Record]]:
@@ -27,7 +32,7 @@ def passage_sources(table: Table, passages: Iterable[Passage]) -> dict[str, list
         wanted.update(source_keys(passage))
         wanted.update(_deletion_keys(passage))
     found: dict[tuple[str, str], Record] = {}
-    for item in table._items_at([key(pk, sk) for pk, sk in sorted(wanted)]):
+    for item in _items_side_by_side(table, [key(pk, sk) for pk, sk in sorted(wanted)]):
         plain = from_item(item)
         record = _source_record(plain)
         if record is not None:
@@ -36,6 +41,15 @@ def passage_sources(table: Table, passages: Iterable[Passage]) -> dict[str, list
         p.id: [found[k] for k in source_keys(p) if k in found and not deleted(k, found)]
         for p in ordered
     }
+
+
+def _items_side_by_side(table: Table, wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items at these keys, each BatchGetItem's share of them read at the same time."""
+    chunks = [wanted[i : i + BATCH_GET_LIMIT] for i in range(0, len(wanted), BATCH_GET_LIMIT)]
+    if len(chunks) <= 1:
+        return table._items_at(wanted)
+    with ThreadPoolExecutor(max_workers=min(len(chunks), READ_SIDE_BY_SIDE)) as pool:
+        return [item for part in pool.map(table._items_at, chunks) for item in part]
 
 
 def _deletion_keys(passage: Passage) -> list[tuple[str, str]]:
