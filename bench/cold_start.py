@@ -106,8 +106,8 @@ def bench_cold_start() -> None:
         " pydantic imported: {pydantic_loaded}.".format(**flags)
     )
     print(
-        "  No AWS client exists before a command arrives. Target: below 100 ms on a quiet machine;"
-        " Powertools' event_handler package (every resolver it holds) is most of what is left."
+        "  No AWS client, and no Powertools event resolver, exists before a command arrives."
+        " Target: below 100 ms on a quiet machine."
     )
     print()
 

@@ -4,10 +4,11 @@ Every request's Ed25519 signature is checked first (401 on any failure: Discord 
 with bad signatures), and so is its signed timestamp: one further than
 DISCORD_TIMESTAMP_TOLERANCE_SECONDS from this function's clock gets 401 too, so a captured
 request replayed later does nothing. A signed body that is not a JSON object with an
-integer `type` gets 400, whatever it holds. PING is answered from this module alone: the
+integer `type` gets 400, whatever it holds. PING is answered from this module alone, before
+Powertools' event resolver (whose package loads every resolver it has) is imported: that, the
 memory core, pydantic and boto3 load only when a command arrives, so a cold PING stays far
 inside Discord's 3 seconds (tests/stack/test_interactions_cold_start.py checks it in a fresh
-interpreter). Its settings are read at cold start: a missing or malformed one fails the
+interpreter; `make bench` table 5 times it). Its settings are read at cold start: a missing or malformed one fails the
 init with one line naming the variable, before any request is answered.
 """
 
@@ -20,7 +21,6 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -40,11 +40,11 @@ from botmemory.observability import logger, metrics
 from botmemory.settings.environment import ConfigError
 
 if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Response
     from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 
     from botmemory.commands.router import Commands
 
-app = LambdaFunctionUrlResolver()
 # The function's clock: signed timestamps are judged against it (tests set a ManualClock).
 clock: Clock = SystemClock()
 TOLERANCE_ENV = "DISCORD_TIMESTAMP_TOLERANCE_SECONDS"
@@ -76,9 +76,54 @@ def raw_body(event: dict[str, Any]) -> bytes:
 
 
 def as_json(status: int, body: dict[str, Any]) -> Response[str]:
+    from aws_lambda_powertools.event_handler import Response, content_types
+
     return Response(
         status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
     )
+
+
+def checked(event: dict[str, Any]) -> tuple[dict[str, Any], int] | Refusal | None:
+    """The signed interaction (payload and type), the signature's refusal, or None for a
+    signed body that is not an interaction."""
+    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
+    try:
+        body = raw_body(event)
+    except ValueError:
+        body = b""
+    refusal = verifier().refusal(
+        headers.get("x-signature-ed25519"), headers.get("x-signature-timestamp"), body
+    )
+    return refusal if refusal is not None else parse_interaction(body)
+
+
+def pong(event: dict[str, Any]) -> dict[str, Any] | None:
+    """A signed PING to POST / answered here, as a Function URL response; None for anything
+    else, which the resolver answers (and, for a bad signature, refuses)."""
+    http = (event.get("requestContext") or {}).get("http") or {}
+    if http.get("method") != "POST" or event.get("rawPath", "/") != "/":
+        return None
+    found = checked(event)
+    if not isinstance(found, tuple) or found[1] != InteractionType.PING:
+        return None
+    metrics.add_metric(name="Interactions", unit=MetricUnit.Count, value=1)
+    return {
+        "statusCode": 200,
+        "headers": {"Content-Type": "application/json"},
+        "body": json.dumps({"type": InteractionResponseType.PONG}),
+        "isBase64Encoded": False,
+    }
+
+
+@lru_cache(maxsize=1)
+def resolver() -> LambdaFunctionUrlResolver:
+    """Powertools' Function URL resolver with the one route, made at the first request that
+    is not a PING."""
+    from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver
+
+    app = LambdaFunctionUrlResolver()
+    app.post("/")(interaction)
+    return app
 
 
 @lru_cache(maxsize=1)
@@ -124,26 +169,18 @@ def command_runner() -> tuple[Commands, Callable[..., dict[str, Any]], Idempoten
     return commands, replay_safe, config
 
 
-@app.post("/")
 def interaction() -> Response[str]:
+    from aws_lambda_powertools.event_handler import Response, content_types
+
     metrics.add_metric(name="Interactions", unit=MetricUnit.Count, value=1)
-    event = app.current_event.raw_event
-    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
-    try:
-        body = raw_body(event)
-    except ValueError:
-        body = b""
-    refusal = verifier().refusal(
-        headers.get("x-signature-ed25519"), headers.get("x-signature-timestamp"), body
-    )
-    if refusal is not None:
+    parsed = checked(resolver().current_event.raw_event)
+    if isinstance(parsed, Refusal):
         metrics.add_metric(name="InteractionsUnauthorized", unit=MetricUnit.Count, value=1)
-        if refusal is Refusal.TIMESTAMP:  # Discord's signature on an old request: a replay
+        if parsed is Refusal.TIMESTAMP:  # Discord's signature on an old request: a replay
             metrics.add_metric(name="InteractionsStale", unit=MetricUnit.Count, value=1)
         return Response(
             status_code=401, content_type=content_types.TEXT_PLAIN, body="invalid request signature"
         )
-    parsed = parse_interaction(body)
     if parsed is None:
         metrics.add_metric(name="InteractionsMalformed", unit=MetricUnit.Count, value=1)
         return as_json(400, {"error": "malformed interaction"})
@@ -170,7 +207,7 @@ def run_command(payload: dict[str, Any]) -> dict[str, Any]:
     commands, run_once, config = command_runner()
     if commands.changes_nothing(payload):
         return commands.handle(payload)  # reads are safe to repeat; their answers are not stored
-    config.register_lambda_context(app.lambda_context)
+    config.register_lambda_context(resolver().lambda_context)
     try:
         return run_once(interaction=payload)
     except IdempotencyAlreadyInProgressError:
@@ -195,4 +232,4 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             lambda job: commands.finish(job, time_left_ms=context.get_remaining_time_in_millis),
         )
         return {"finished": event["deferred"].get("work")}
-    return app.resolve(event, context)
+    return pong(event) or resolver().resolve(event, context)
