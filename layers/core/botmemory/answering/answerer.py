@@ -277,7 +277,7 @@ class Answerer:
         report: AnswerReport,
     ) -> str:
         """The answer once the corrections are applied (botmemory.answering.follow_up)."""
-        assert self._model is not None  # answer() returned OFF otherwise
+        assert self._model is not None  # nosec B101 # narrows the type: answer() returned OFF otherwise
         follow_up = answer_after(
             self._model,
             request,

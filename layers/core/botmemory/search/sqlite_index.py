@@ -233,7 +233,7 @@ class SqliteSearchIndex:
             return self._conn.execute(sql, params).fetchall()
 
     def _vectors(self, texts: Sequence[str]) -> list[bytes]:
-        assert self._embedder is not None
+        assert self._embedder is not None  # nosec B101 # narrows the type: called only with an embedder
         vectors = self._embedder.embed(texts)
         if len(vectors) != len(texts):
             raise ValueError(
