@@ -33,9 +33,8 @@ from botmemory.records import (
 )
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
-from botmemory.storage.commit import ConsolidationCommit, Lock, NameSeen
+from botmemory.storage.commit import ConsolidationCommit, Lock
 from botmemory.storage.repository import MemoryRepository
-from botmemory.text import normalized
 
 log = logging.getLogger(__name__)
 
@@ -86,34 +85,23 @@ def _fit_one_transaction(
     names: NameIndex,
     waiting: list[Candidate] | None = None,
 ) -> tuple[list[Observation], bool]:
-    """Trim the batch so that consuming it, the profiles of its people, the checks that
-    they are not being erased, their names, the candidates waiting (one action each, and the
-    checks on their people) and what the answer adds fit one transaction. True when it was
-    trimmed."""
+    """Trim the batch so that consuming it, the checks that its people are not being
+    erased, the candidates waiting (one action each, and the checks on their people) and what
+    the answer adds fit one transaction (their profiles and names are written outside it,
+    botmemory.storage.round_people). True when it was trimmed."""
     trimmed = False
     waiting = waiting or []
     queued = {p for c in waiting for p in c.people}
     while observations:
-        people = {(o.scope, o.author_id, "") for o in observations if o.author_id}
         named = {p for o in observations for p in names.named_in(o.content)}
         authors = {o.author_id for o in observations if o.author_id}
         named = set(sorted(named - authors)[:NAMED_GUARDS])
-        # Each name of each author the registry does not have them under yet (plan._names_seen).
-        spoken = {
-            (o.author_id, key)
-            for o in observations
-            if o.author_id
-            for n in [o.author_name or "", *o.author_names]
-            if (key := normalized(n)) and o.author_id not in names.stored.get(key, ())
-        }
         consuming = ConsolidationCommit(
             lock=lock,
             scope="",
             consumed=observations,
             discarded=opted_out,
-            people=list(people),
             guarded=sorted(authors | named | queued),
-            names=[NameSeen("", a, n, ()) for a, n in spoken],
             candidate_deletes=[keys.candidate_sk(c.fact.fact_id) for c in waiting],
             now_ms=0,
         )
