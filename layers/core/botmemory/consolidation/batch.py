@@ -14,12 +14,13 @@ import logging
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 from botmemory.clock import Clock, ttl_alive
 from botmemory.consolidation.model.contract import NumberedObservation
 from botmemory.memory import fact_history
 from botmemory.memory.personas import PersonaDirectory
-from botmemory.people.names import NameIndex, nobody_named
+from botmemory.people.names import NameIndex, NameLookup, nobody_named
 from botmemory.people.optout import OptOuts
 from botmemory.records import (
     Candidate,
@@ -46,9 +47,6 @@ WORDS = {ObservationKind.MESSAGE, ObservationKind.EDIT}
 # episodes it pushes beyond the cap, the channel summary and its archive, and facts.
 ROOM_FOR_ANSWER = 26
 
-# The name registry read per round (one Query of the scope's NAME# items) stops here: in a
-# larger server the names beyond it are not looked for (mentions by id still are).
-MAX_REGISTRY_NAMES = 2000
 # People named by others a round guards in its transaction (two checks each); pointers to
 # anyone beyond are written after the commit, for those not barred by then. A message naming
 # fifty people cannot crowd a batch out of its transaction.
@@ -68,6 +66,8 @@ class Batch:
     more: bool  # a backlog waits behind this batch
     waiting: bool  # anything is left pending (a backlog, or rows the index lagged on)
     names: NameIndex | None = None  # who a text names, in this scope
+    # The scope's name registry, read by key for what the round's texts could name.
+    name_lookup: NameLookup | None = None
     persona: Persona | None = None  # the persona the channel answers as (servers only)
     staff: set[str] = field(default_factory=set)  # authors who are the server's staff
     redacted: dict[str, str] = field(default_factory=dict)  # sk -> text without barred people
@@ -226,7 +226,8 @@ class BatchReader:
         if not observations:
             return None
         scope = _channel_scope(observations)
-        names = self._names(scope, observations)
+        lookup = self._name_lookup(scope, observations)
+        names = lookup.index(o.content for o in observations) if lookup else nobody_named()
         # Opted out or being erased, read fresh (never from ingest's cache): the words of
         # such an author are dropped unread; such a person named by others is redacted.
         authors = {o.author_id for o in observations if o.author_id and not o.author_is_bot}
@@ -252,7 +253,7 @@ class BatchReader:
             # keeps the channel on the sweep's list.
             waiting=more or len(live) < len(candidates),
         )
-        batch.names = names
+        batch.names, batch.name_lookup = names, lookup
         batch.redacted = {sk: t for sk, t in redacted.items() if sk in {o.sk for o in observations}}
         return batch
 
@@ -263,19 +264,20 @@ class BatchReader:
             return None
         return self._personas.for_channel(batch.scope, batch.observations[0].channel_id)
 
-    def _names(self, scope: str, observations: list[Observation]) -> NameIndex:
+    def _name_lookup(self, scope: str, observations: list[Observation]) -> NameLookup | None:
         """Who the batch's texts can name: mentions by id anywhere; names only in a server
-        (the `dm` scope is everyone who talks to the bot, not one community)."""
+        (the `dm` scope is everyone who talks to the bot, not one community), read from the
+        registry by key for the words the texts hold (people.names.NameLookup)."""
         if scope == scope_of(None):
-            return nobody_named()
+            return None
         authors = {
             o.author_id: o.author_name
             for o in observations
             if o.author_id and o.author_name and not o.author_is_bot
         }
-        aliases = _aliases(observations)
-        registry = self._repository.name_registry(scope, MAX_REGISTRY_NAMES)
-        return NameIndex(registry, authors, aliases)
+        return NameLookup(
+            partial(self._repository.names_at, scope), authors, _aliases(observations)
+        )
 
     def prepare(
         self,

@@ -198,7 +198,12 @@ class CommitPlanner:
         """A pointer under each person an observation of someone else, the episode or the
         channel summary names: erasure finds those items by the person's id."""
         episode = judgement.episode
-        names = batch.names or nobody_named()
+        texts = [episode.summary] if episode else []
+        texts += [s.summary for s in (judgement.summary.summary, judgement.summary.archived) if s]
+        # The model's words may name someone the batch's did not: their names are read too.
+        names = (
+            batch.name_lookup.index(texts) if batch.name_lookup else batch.names or nobody_named()
+        )
         channel_id = batch.observations[0].channel_id if batch.observations else ""
         pointers: dict[tuple[str, str], Named] = {}
         targets: list[tuple[str, str, set[str], int | None]] = [
