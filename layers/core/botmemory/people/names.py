@@ -135,8 +135,10 @@ class NameIndex:
         return redacted(text, people, names)
 
 
-# A Discord display name is at most 32 characters: no longer run of words can be one.
+# A Discord display name is at most 32 characters: no longer run of words can be one; and
+# runs of more than three words are not looked up (each costs a key read every round).
 MAX_NAME_CHARS = 32
+MAX_NAME_WORDS = 3
 # Registry keys one lookup reads at most (BatchGetItem, 100 a call): a text of random words
 # costs a bounded read, whatever the server's size. Single words come first, then pairs.
 MAX_NAME_LOOKUPS = 400
@@ -145,10 +147,11 @@ MAX_NAME_LOOKUPS = 400
 def name_candidates(texts: Iterable[str], limit: int = MAX_NAME_LOOKUPS) -> list[str]:
     """The registry keys (normalized names) these texts could name someone by: each run of
     words a name pattern could match (`NameIndex.named_in` looks for whole words), up to
-    MAX_NAME_CHARS, that could be distinctive; shorter runs first, at most `limit`."""
+    MAX_NAME_WORDS words and MAX_NAME_CHARS, that could be distinctive; shorter runs first,
+    at most `limit`."""
     tokens = [_haystack(text).split() for text in texts if text]
     found: dict[str, None] = {}
-    for size in range(1, MAX_NAME_CHARS // 2 + 1):
+    for size in range(1, MAX_NAME_WORDS + 1):
         longer = False
         for words in tokens:
             for start in range(len(words) - size + 1):
