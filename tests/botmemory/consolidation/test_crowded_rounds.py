@@ -159,3 +159,27 @@ def test_forgetme_finds_the_episodes_through_the_channel_items(
     assert services.repository.recent_episodes(DEV, 5) == []
     left = [i for i in scan_all(deployed.dynamodb) if SPEAKERS[3] in str(i)]
     assert left == []
+
+
+def test_a_repair_after_an_erasure_brings_nothing_of_the_person_back(
+    deployed: Deployment,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    written = RoundPeopleStore.write_round_people
+
+    def refused(self: RoundPeopleStore, owed: Any) -> None:
+        raise ClientError({"Error": {"Code": "InternalServerError"}}, "UpdateItem")
+
+    monkeypatch.setattr(RoundPeopleStore, "write_round_people", refused)
+    deployed.say(*(said_by(deployed, s, f"hi {s[-2:]}") for s in SPEAKERS[:20]))
+    assert "people_due" in state(deployed)
+    services = deployed.services()
+    Eraser(services.repository, services.clock, services.opt_outs.hash_of).erase(SPEAKERS[1])
+    deployed.later(minutes=30)  # the erasure's marker is gone; what the round owed is not
+
+    monkeypatch.setattr(RoundPeopleStore, "write_round_people", written)
+    deployed.say(*(said_by(deployed, s, f"later {s[-2:]}") for s in SPEAKERS[10:30]))
+
+    profiles = {p["user_id"]["S"] for p in items(deployed, keys.PROFILE_SK)}
+    assert profiles == set(SPEAKERS) - {SPEAKERS[1]}
+    assert [i for i in scan_all(deployed.dynamodb) if SPEAKERS[1] in str(i)] == []

@@ -49,7 +49,7 @@ class PeopleWriter:
         """What the channel's last committed round could not write, written first; a
         failure here fails this round (nothing of it is kept yet) and is tried again."""
         if lock.people_due:
-            self._write(lock.channel_id, lock.people_due)
+            self._write(lock.channel_id, lock.people_due, late=True)
             log.info(
                 "people writes of an earlier round repaired", extra={"channel_id": lock.channel_id}
             )
@@ -66,8 +66,11 @@ class PeopleWriter:
                 extra={"channel_id": channel_id, "error": repr(exc)[:300]},
             )
 
-    def _write(self, channel_id: str, owed_json: str) -> None:
+    def _write(self, channel_id: str, owed_json: str, *, late: bool = False) -> None:
         owed = RoundPeople.from_json(owed_json)
-        owed = owed.without(self._opt_outs.barred(owed.user_ids()))
+        barred = self._opt_outs.barred(owed.user_ids())
+        if late:  # an erasure since (its marker gone by now) took their SPOKE# item too
+            barred |= owed.user_ids() - self._repository.spoken_in(channel_id, owed.pairs())
+        owed = owed.without(barred)
         self._repository.write_round_people(owed)
         self._repository.clear_people_due(channel_id, owed_json)

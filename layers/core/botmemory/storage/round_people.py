@@ -53,6 +53,12 @@ class RoundPeople:
     def __bool__(self) -> bool:
         return bool(self.people or self.names)
 
+    def pairs(self) -> set[tuple[str, str]]:
+        """(scope, person) of everyone these writes are of."""
+        return {(s, u) for s, u, _ in self.people} | {
+            (n.scope, u) for n in self.names for u in n.user_ids
+        }
+
     def user_ids(self) -> set[str]:
         return {u for _, u, _ in self.people} | {u for n in self.names for u in n.user_ids}
 
@@ -128,6 +134,14 @@ class RoundPeopleStore(Table):
         ]
         self._batch_write([{"PutRequest": {"Item": item}} for item in items])
         return new
+
+    def spoken_in(self, channel_id: str, people: Iterable[tuple[str, str]]) -> set[str]:
+        """Of these (scope, person), the ids of those whose `SPOKE#` item for this channel
+        exists (strongly consistent, one BatchGetItem per 100)."""
+        wanted = [
+            key(keys.user_pk(s, u), keys.spoke_sk(channel_id)) for s, u in dict.fromkeys(people)
+        ]
+        return {str(from_item(i)["user_id"]) for i in self._items_at(wanted, "user_id")}
 
     def forget_spoken(self, channel_id: str, speakers: Iterable[tuple[str, str]]) -> None:
         """Take back `SPOKE#` items a round wrote and never committed anything for."""
