@@ -400,3 +400,27 @@ def test_any_other_refusal_of_the_final_answer_is_raised_for_the_retries(
 
     with pytest.raises(DiscordApiError):
         finish_and_reply(job, lambda _: {"content": "Done.", "components": []})
+
+
+# Channels of their own -----------------------------------------------------------------
+
+
+def test_a_person_of_a_hundred_and_fifty_channels_loses_every_episode(
+    services: MemoryServices,
+) -> None:
+    """The channels a person spoke in are items of their own (SPOKE#, a page of them at a
+    time), not a set on the profile that grows to the item size limit: all are read."""
+    channels = [f"12000000000000{n:05d}" for n in range(150)]
+    for channel in channels:
+        services.repository.record_spoken(channel, [(GUILD, ALICE), (GUILD, BOB)], START_MS)
+        put_episode(
+            services.repository, episode(f"Alice in {channel}", {ALICE: "Alice"}, channel), GUILD
+        )
+    put_items(services.repository, [profile(ALICE, "Alice", [])])
+
+    report = eraser(services).erase(ALICE, ["Alice"])
+
+    assert report.finished and report.episodes == 150 and len(report.channels) == 150
+    assert nothing_of(services, ALICE)
+    # Bob's items stay: only what is Alice's went.
+    assert len(services.repository.user_items_page(BOB, 200, kind=keys.ItemKind.SPOKE)[0]) == 150

@@ -14,12 +14,13 @@ import logging
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 from botmemory.clock import Clock, ttl_alive
 from botmemory.consolidation.model.contract import NumberedObservation
 from botmemory.memory import fact_history
 from botmemory.memory.personas import PersonaDirectory
-from botmemory.people.names import NameIndex, nobody_named
+from botmemory.people.names import NameIndex, NameLookup, nobody_named
 from botmemory.people.optout import OptOuts
 from botmemory.records import (
     Candidate,
@@ -33,9 +34,8 @@ from botmemory.records import (
 )
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
-from botmemory.storage.commit import ConsolidationCommit, Lock, NameSeen
+from botmemory.storage.commit import ConsolidationCommit, Lock
 from botmemory.storage.repository import MemoryRepository
-from botmemory.text import normalized
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +47,6 @@ WORDS = {ObservationKind.MESSAGE, ObservationKind.EDIT}
 # episodes it pushes beyond the cap, the channel summary and its archive, and facts.
 ROOM_FOR_ANSWER = 26
 
-# The name registry read per round (one Query of the scope's NAME# items) stops here: in a
-# larger server the names beyond it are not looked for (mentions by id still are).
-MAX_REGISTRY_NAMES = 2000
 # People named by others a round guards in its transaction (two checks each); pointers to
 # anyone beyond are written after the commit, for those not barred by then. A message naming
 # fifty people cannot crowd a batch out of its transaction.
@@ -69,6 +66,8 @@ class Batch:
     more: bool  # a backlog waits behind this batch
     waiting: bool  # anything is left pending (a backlog, or rows the index lagged on)
     names: NameIndex | None = None  # who a text names, in this scope
+    # The scope's name registry, read by key for what the round's texts could name.
+    name_lookup: NameLookup | None = None
     persona: Persona | None = None  # the persona the channel answers as (servers only)
     staff: set[str] = field(default_factory=set)  # authors who are the server's staff
     redacted: dict[str, str] = field(default_factory=dict)  # sk -> text without barred people
@@ -86,34 +85,23 @@ def _fit_one_transaction(
     names: NameIndex,
     waiting: list[Candidate] | None = None,
 ) -> tuple[list[Observation], bool]:
-    """Trim the batch so that consuming it, the profiles of its people, the checks that
-    they are not being erased, their names, the candidates waiting (one action each, and the
-    checks on their people) and what the answer adds fit one transaction. True when it was
-    trimmed."""
+    """Trim the batch so that consuming it, the checks that its people are not being
+    erased, the candidates waiting (one action each, and the checks on their people) and what
+    the answer adds fit one transaction (their profiles and names are written outside it,
+    botmemory.storage.round_people). True when it was trimmed."""
     trimmed = False
     waiting = waiting or []
     queued = {p for c in waiting for p in c.people}
     while observations:
-        people = {(o.scope, o.author_id, "") for o in observations if o.author_id}
         named = {p for o in observations for p in names.named_in(o.content)}
         authors = {o.author_id for o in observations if o.author_id}
         named = set(sorted(named - authors)[:NAMED_GUARDS])
-        # Each name of each author the registry does not have them under yet (plan._names_seen).
-        spoken = {
-            (o.author_id, key)
-            for o in observations
-            if o.author_id
-            for n in [o.author_name or "", *o.author_names]
-            if (key := normalized(n)) and o.author_id not in names.stored.get(key, ())
-        }
         consuming = ConsolidationCommit(
             lock=lock,
             scope="",
             consumed=observations,
             discarded=opted_out,
-            people=list(people),
             guarded=sorted(authors | named | queued),
-            names=[NameSeen("", a, n, ()) for a, n in spoken],
             candidate_deletes=[keys.candidate_sk(c.fact.fact_id) for c in waiting],
             now_ms=0,
         )
@@ -238,7 +226,8 @@ class BatchReader:
         if not observations:
             return None
         scope = _channel_scope(observations)
-        names = self._names(scope, observations)
+        lookup = self._name_lookup(scope, observations)
+        names = lookup.index(o.content for o in observations) if lookup else nobody_named()
         # Opted out or being erased, read fresh (never from ingest's cache): the words of
         # such an author are dropped unread; such a person named by others is redacted.
         authors = {o.author_id for o in observations if o.author_id and not o.author_is_bot}
@@ -264,7 +253,7 @@ class BatchReader:
             # keeps the channel on the sweep's list.
             waiting=more or len(live) < len(candidates),
         )
-        batch.names = names
+        batch.names, batch.name_lookup = names, lookup
         batch.redacted = {sk: t for sk, t in redacted.items() if sk in {o.sk for o in observations}}
         return batch
 
@@ -275,19 +264,20 @@ class BatchReader:
             return None
         return self._personas.for_channel(batch.scope, batch.observations[0].channel_id)
 
-    def _names(self, scope: str, observations: list[Observation]) -> NameIndex:
+    def _name_lookup(self, scope: str, observations: list[Observation]) -> NameLookup | None:
         """Who the batch's texts can name: mentions by id anywhere; names only in a server
-        (the `dm` scope is everyone who talks to the bot, not one community)."""
+        (the `dm` scope is everyone who talks to the bot, not one community), read from the
+        registry by key for the words the texts hold (people.names.NameLookup)."""
         if scope == scope_of(None):
-            return nobody_named()
+            return None
         authors = {
             o.author_id: o.author_name
             for o in observations
             if o.author_id and o.author_name and not o.author_is_bot
         }
-        aliases = _aliases(observations)
-        registry = self._repository.name_registry(scope, MAX_REGISTRY_NAMES)
-        return NameIndex(registry, authors, aliases)
+        return NameLookup(
+            partial(self._repository.names_at, scope), authors, _aliases(observations)
+        )
 
     def prepare(
         self,

@@ -34,6 +34,7 @@ from botmemory.consolidation.model.contract import (
     render_batch,
 )
 from botmemory.consolidation.outcome import Outcome, Status
+from botmemory.consolidation.people_writes import PeopleWriter
 from botmemory.consolidation.plan import CommitPlanner
 from botmemory.memory import short_term
 from botmemory.memory.hot_tier import HotTier
@@ -114,6 +115,7 @@ class Consolidator:
             repository, settings, clock, opt_outs, self._retry, indexing=index_writer is not None
         )
         self._time_left: TimeLeft = _unbounded  # the running trigger's, while it runs
+        self._people = PeopleWriter(repository, clock, opt_outs)
 
     # Entry points -------------------------------------------------------------------
 
@@ -272,6 +274,7 @@ class Consolidator:
         """Read the batch (and the candidates waiting, when the channel's state or the
         caller says some do), ask the model, judge its answer, and commit: one round."""
         channel_id = lock.channel_id
+        self._people.repair(lock)  # what the last round's commit could not write after it
         # Read only when the last round left some (its commit says so on the channel's state).
         read = (
             self._repository.read_candidates(channel_id) if lock.candidates or candidates else None
@@ -286,6 +289,8 @@ class Consolidator:
             self._repository.release_lock(lock)
             return Outcome(channel_id, Status.NOTHING_PENDING)
         batch.candidates = waiting
+        # Before anything of the round exists: erasure finds the channel through them.
+        spoken = self._people.spoken(batch)
         outcome = Outcome(channel_id, Status.CONSOLIDATED)
         outcome.candidates_unreadable = read.unreadable if read else 0
         judgement = Judgement()
@@ -319,6 +324,8 @@ class Consolidator:
         passages = self._planner.message_passages(batch)
         commit.holders = holders(passages)
         outcome = self._commit(commit, batch, outcome)
+        if outcome.status == Status.REJECTED and spoken:
+            self._people.refused(channel_id, spoken)
         if outcome.status == Status.CONSOLIDATED:
             self._index(commit, batch, passages, outcome)
         return outcome
@@ -402,6 +409,7 @@ class Consolidator:
             outcome.detail = str(rejected)
             return outcome
 
+        self._people.after_commit(commit.lock.channel_id, commit.people_due, outcome)
         if commit.history_later:  # idempotent, like the pointers
             barred = self._opt_outs.barred({e.user_id for e in commit.history_later})
             self._repository.put_history(

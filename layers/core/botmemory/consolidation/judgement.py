@@ -159,7 +159,9 @@ def _names_a_member(text: str, batch: Batch) -> str | None:
     or account name) (None: it names no one)."""
     if SNOWFLAKE_LIKE.search(text):
         return "names a member: holds an id"
-    if (batch.names or nobody_named()).named_in(text):
+    # The registry is read by key for the words of this text too (model output).
+    index = batch.name_lookup.index([text]) if batch.name_lookup else batch.names
+    if (index or nobody_named()).named_in(text):
         return "names a member of this server"
     names = list(batch.authors.values()) + [n for a in batch.aliases.values() for n in a]
     spoken = names_pattern([*names, *(normalized(n) for n in names)])

@@ -69,6 +69,9 @@ class Outcome:
     candidates_kept: int = 0
     candidates_waiting: int = 0
     candidates_unreadable: int = 0  # stored candidates that did not read as one: deleted
+    # The profiles and name registry entries written after the commit failed (counted): the
+    # channel's state keeps them and its next round writes them first.
+    people_unwritten: bool = False
 
 
 def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
@@ -95,6 +98,8 @@ def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
             ]
             if outcome.index_failed:
                 figures.append(("SearchIndexFailed", 1))
+            if outcome.people_unwritten:
+                figures.append(("PeopleWritesFailed", 1))
             if outcome.index_keywords_only:
                 figures.append(("SearchIndexKeywordsOnly", 1))
             if outcome.embedding_dimensions_wrong:

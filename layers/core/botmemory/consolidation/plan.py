@@ -2,9 +2,10 @@
 
 From the batch and the judgement: the facts that fit the transaction and the supersessions,
 their history entries, the episode and the episodes it pushes beyond the cap, the channel
-summary, the registry's new names, the pointers under each person a text names (erasure
-finds those items by the person's id), the checks on everyone written of, and the candidates
-settled. What does not fit is written right after the commit, for people not barred by then.
+summary, the pointers under each person a text names (erasure finds those items by the
+person's id), the checks on everyone written of, and the candidates settled. What does not
+fit is written right after the commit, for people not barred by then, as the speakers'
+profiles and the registry's new names always are (botmemory.consolidation.people_writes).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.commit import ConsolidationCommit, Lock, NameSeen, PersonaMember
 from botmemory.storage.repository import MemoryRepository
+from botmemory.storage.round_people import RoundPeople
 from botmemory.text import normalized
 
 log = logging.getLogger(__name__)
@@ -144,6 +146,10 @@ class CommitPlanner:
             # Each candidate read costs one action, whatever becomes of it (reserved).
             candidate_deletes=[keys.candidate_sk(c.fact.fact_id) for c in batch.candidates],
         )
+        # Written after the commit (botmemory.storage.round_people): kept on the channel's
+        # state by it until they are.
+        owed = RoundPeople(tuple(commit.people), tuple(commit.names), now)
+        commit.people_due = owed.to_json() if owed else None
         facts, superseded = _fitting(
             judgement.facts, judgement.superseded, commit.room_left(), outcome
         )
@@ -192,7 +198,12 @@ class CommitPlanner:
         """A pointer under each person an observation of someone else, the episode or the
         channel summary names: erasure finds those items by the person's id."""
         episode = judgement.episode
-        names = batch.names or nobody_named()
+        texts = [episode.summary] if episode else []
+        texts += [s.summary for s in (judgement.summary.summary, judgement.summary.archived) if s]
+        # The model's words may name someone the batch's did not: their names are read too.
+        names = (
+            batch.name_lookup.index(texts) if batch.name_lookup else batch.names or nobody_named()
+        )
         channel_id = batch.observations[0].channel_id if batch.observations else ""
         pointers: dict[tuple[str, str], Named] = {}
         targets: list[tuple[str, str, set[str], int | None]] = [

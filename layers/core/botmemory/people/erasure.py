@@ -5,7 +5,8 @@ the observations they wrote, their reactions, the pins made in their name, quara
 records, forget tombstones, Named pointers, the history entries of their facts, the deferred
 candidates of their facts), the candidates resting on their words in the channels they spoke
 in, and the episodes they took part in (by
-participant id, in the channels their profiles list), and likewise the channel's rolling
+participant id, in the channels their SPOKE# items list, one a channel, and those older
+profiles still list), and likewise the channel's rolling
 summary and its archives (botmemory.consolidation.summary). Text written by others is touched
 only where it names them: each Named pointer leads to one item (an episode naming them
 is deleted, another person's recorded message loses their mentions and their distinctive
@@ -22,7 +23,7 @@ lives), then the episodes of their channels one channel at a time, then the know
 their servers' personas learned from them (botmemory.memory.personas) one persona at a time, then
 their items (persona_user facts included: they carry the person's id) a page at a time (listing again until a pass finds nothing: the index is eventually
 consistent), then the replay-protection records quoting them, the name registry, and the
-profiles last (they remember the channels). Between steps the run checks its time
+profiles and SPOKE# items last (they remember the channels). Between steps the run checks its time
 budget; when it runs short it stops and returns a checkpoint that a continuation resumes
 from, so an erasure is never restarted from scratch and never does a step twice.
 """
@@ -40,6 +41,7 @@ from botmemory.records import ChannelSummary, Episode
 from botmemory.storage import keys
 from botmemory.storage.keys import ItemKind
 from botmemory.storage.repository import MemoryRepository
+from botmemory.storage.round_people import spoke_of
 from botmemory.storage.table import ItemRef
 from botmemory.text import normalized, scrub
 
@@ -114,6 +116,10 @@ class _Run:
     # Persona scopes of the person's servers whose knowledge is still to read.
     persona_scopes: list[str] = field(default_factory=list)
     channels_seen: list[str] = field(default_factory=list)
+    # The person's SPOKE# items (a channel each) are listed a page at a time as the
+    # episodes step needs them: where the next page starts, and whether the last was read.
+    spoke_cursor: dict[str, Any] | None = None
+    spoke_listed: bool = False
     cursor: dict[str, Any] | None = None
     found_in_pass: bool = False
     passes: int = 0
@@ -204,6 +210,7 @@ class Eraser:
         names |= {str(n).strip() for h in heads for n in h.get("author_names") or []}
         names.discard("")
         scopes = {p.scope for p in profiles} | {str(h["scope"]) for h in heads if h.get("scope")}
+        # Profiles written before channels had items of their own still list them.
         pairs = sorted({(p.scope, c) for p in profiles for c in p.channels})
         run = _Run(
             phase=_EPISODES,
@@ -217,7 +224,8 @@ class Eraser:
                 for lineage in self._lineages(scope)
             ],
         )
-        for scope in sorted(scopes):
+        self._list_spoken(run, user_id)  # the first page; the episodes step reads the rest
+        for scope in sorted(scopes | {scope for scope, _ in run.channels}):
             self._distinctive(run, scope, user_id)
         return run
 
@@ -236,8 +244,11 @@ class Eraser:
     def _episodes_step(self, run: _Run, user_id: str) -> None:
         """One channel the person spoke in: the episodes they took part in, or that mention
         their id or a name of theirs alone, go."""
+        if not run.channels and not run.spoke_listed:
+            self._list_spoken(run, user_id)
         if not run.channels:
-            run.phase = _PERSONAS if run.persona_scopes else _ITEMS
+            if run.spoke_listed:
+                run.phase = _PERSONAS if run.persona_scopes else _ITEMS
             return
         scope, channel_id = run.channels[0]
         names = self._distinctive(run, scope, user_id)
@@ -259,6 +270,20 @@ class Eraser:
         run.channels_seen.append(channel_id)
         run.channels.pop(0)
 
+    def _list_spoken(self, run: _Run, user_id: str) -> None:
+        """One page of the channels the person spoke in (their SPOKE# items), queued for
+        the episodes step; a channel already read is not read again."""
+        refs, run.spoke_cursor = self._repository.user_items_page(
+            user_id, PAGE, run.spoke_cursor, kind=ItemKind.SPOKE
+        )
+        queued = {(scope, channel) for scope, channel in run.channels}
+        for ref in refs:
+            pair = spoke_of(ref.pk, ref.sk, user_id)
+            if pair and pair not in queued and pair[1] not in run.channels_seen:
+                run.channels.append(list(pair))
+                queued.add(pair)
+        run.spoke_listed = run.spoke_cursor is None
+
     def _personas_step(self, run: _Run, user_id: str) -> None:
         """One persona of their servers: the knowledge it learned from them goes (what it
         knows of them alone, persona_user, holds their id and goes with their items)."""
@@ -275,7 +300,8 @@ class Eraser:
         profiles is deleted. A pass that deleted something is followed by another."""
         repository = self._repository
         refs, next_start = repository.user_items_page(user_id, PAGE, run.cursor)
-        work = [ref for ref in refs if ref.kind != ItemKind.PROFILE]
+        # Profiles and SPOKE# items go last: they remember the person's channels.
+        work = [ref for ref in refs if ref.kind not in _LAST]
         for ref in work:
             if ref.kind == ItemKind.NAMED:
                 self._follow_pointer(run, ref, user_id)
@@ -342,9 +368,15 @@ class Eraser:
         run.phase = _PROFILES
 
     def _profiles_step(self, run: _Run, user_id: str) -> None:
-        """Last: the person leaves the name registry, their profiles go, and one more
+        """Last: their SPOKE# items go (a page a step: a person may have spoken in thousands
+        of channels), the person leaves the name registry, their profiles go, and one more
         listing checks that nothing of theirs is left (else another pass over the items)."""
         repository = self._repository
+        spoken, more = repository.user_items_page(user_id, PAGE, kind=ItemKind.SPOKE)
+        if spoken:
+            run.add("other", repository.delete_items(spoken))
+            if more is not None:
+                return
         for scope in sorted(run.distinctive):
             for name in run.names:
                 repository.drop_from_name(scope, name, user_id)
@@ -370,6 +402,9 @@ class Eraser:
                 if is_distinctive(name, self._repository.users_with_name(scope, name), user_id)
             ]
         return run.distinctive[scope]
+
+
+_LAST = (ItemKind.PROFILE, ItemKind.SPOKE)
 
 
 def _count_of(kind: ItemKind) -> str:

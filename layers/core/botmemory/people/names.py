@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from botmemory.text import normalized
 
@@ -133,6 +133,75 @@ class NameIndex:
         """The text without these people's mentions, ids and names."""
         names = [name for name, user_id in self.person_of.items() if user_id in people]
         return redacted(text, people, names)
+
+
+# A Discord display name is at most 32 characters: no longer run of words can be one; and
+# runs of more than three words are not looked up (each costs a key read every round).
+MAX_NAME_CHARS = 32
+MAX_NAME_WORDS = 3
+# Registry keys one lookup reads at most (BatchGetItem, 100 a call): a text of random words
+# costs a bounded read, whatever the server's size. Single words come first, then pairs.
+MAX_NAME_LOOKUPS = 400
+
+
+def name_candidates(texts: Iterable[str], limit: int = MAX_NAME_LOOKUPS) -> list[str]:
+    """The registry keys (normalized names) these texts could name someone by: each run of
+    words a name pattern could match (`NameIndex.named_in` looks for whole words), up to
+    MAX_NAME_WORDS words and MAX_NAME_CHARS, that could be distinctive; shorter runs first,
+    at most `limit`."""
+    tokens = [_haystack(text).split() for text in texts if text]
+    found: dict[str, None] = {}
+    for size in range(1, MAX_NAME_WORDS + 1):
+        longer = False
+        for words in tokens:
+            for start in range(len(words) - size + 1):
+                run = " ".join(words[start : start + size])
+                if len(run) > MAX_NAME_CHARS:
+                    continue
+                longer = True
+                if run in found or len(run) < MIN_NAME_CHARS:
+                    continue
+                if all(word in _COMMON_WORDS for word in words[start : start + size]):
+                    continue
+                found[run] = None
+                if len(found) >= limit:
+                    return list(found)
+        if not longer:
+            break
+    return list(found)
+
+
+class NameLookup:
+    """The name registry of one scope, read by key for the names texts could hold (never the
+    whole registry: a server of 500,000 members has as many entries), cached per lookup."""
+
+    def __init__(
+        self,
+        read: Callable[[list[str]], dict[str, list[str]]],
+        authors: Mapping[str, str],
+        aliases: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
+        """`read`: registry entries by normalized name (botmemory.storage PeopleRepository
+        `names_at` of the scope); `authors` and `aliases` as NameIndex takes them."""
+        self._read = read
+        self._authors = dict(authors)
+        self._aliases = {k: list(v) for k, v in (aliases or {}).items()}
+        self._registry: dict[str, list[str]] = {}
+        self._looked: set[str] = set()
+        own = [normalized(n) for n in self._authors.values()]
+        own += [normalized(n) for names in self._aliases.values() for n in names]
+        self._fetch([n for n in own if n])  # what the registry has each speaker under
+
+    def _fetch(self, wanted: list[str]) -> None:
+        new = [n for n in dict.fromkeys(wanted) if n not in self._looked]
+        if new:
+            self._registry.update(self._read(new))
+            self._looked.update(new)
+
+    def index(self, texts: Iterable[str]) -> NameIndex:
+        """Who these texts (and any looked up before) can name."""
+        self._fetch(name_candidates(texts))
+        return NameIndex(self._registry, self._authors, self._aliases)
 
 
 def nobody_named() -> NameIndex:

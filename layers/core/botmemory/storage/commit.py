@@ -2,10 +2,12 @@
 
 Facts, supersessions, their history entries, the episode, episodes beyond the cap, the channel
 summary (rolled, archived, or dropped for a deleted message), consumption of the batch,
-deletion of opted-out words, the profiles of the people seen, the member markers of the persona
-that learned something of a person, the quarantine record of a batch that kept failing, and the
-release of the channel lock (with the channel's failure record) go into one
-`TransactWriteItems`, so a round either happens whole or not at all. DynamoDB takes at most
+deletion of opted-out words, the member markers of the persona that learned something of a
+person, the quarantine record of a batch that kept failing, and the release of the channel
+lock (with the channel's failure record) go into one `TransactWriteItems`, so a round either
+happens whole or not at all. The profiles and name registry entries of the people seen are
+not in it: they are written idempotently after it (botmemory.storage.round_people), which
+keeps four actions a speaker out of the budget. DynamoDB takes at most
 `MAX_TRANSACTION_ACTIONS` actions in one transaction; `ConsolidationCommit.room_left` is the
 one place that budget is counted. `CommitStore`, part of `MemoryRepository` (see
 repository.py), sends it.
@@ -50,10 +52,8 @@ from botmemory.storage.items import (
     forgotten_key,
     history_puts,
     key,
-    name_key,
     named_values,
     observation_key,
-    profile_key,
     quarantine_values,
     state_key,
     to_item,
@@ -77,6 +77,9 @@ class Lock:
     # Whether the channel's last round left candidates waiting (botmemory.consolidation.candidates): a
     # round reads them only then.
     candidates: bool = False
+    # What the channel's last committed round still owes of its people (the JSON of
+    # botmemory.storage.round_people.RoundPeople); None: nothing.
+    people_due: str | None = None
 
 
 @dataclass(frozen=True)
@@ -163,9 +166,12 @@ class ConsolidationCommit:
     # condition that it is still the one read.
     summary_dropped: bool = False
     more_pending_since_ms: int | None = None  # oldest observation left pending, if any
-    # People seen in the batch: (scope, user id, display name); each profile, in the scope
-    # of that person's observations, learns the channel.
+    # People seen in the batch: (scope, user id, display name), and the name registry's new
+    # entries (`names`): not actions of the transaction; the lock release records them on the
+    # channel's state (`people_due`, their JSON, botmemory.storage.round_people) until they
+    # are written after it.
     people: Sequence[tuple[str, str, str]] = ()
+    people_due: str | None = None
     # Observations of people who opted out: deleted instead of consumed.
     discarded: Sequence[Observation] = ()
     # A batch that kept failing: consumed without facts, recorded here.
@@ -179,7 +185,7 @@ class ConsolidationCommit:
     # The persona's member marker of each person a persona_user fact is written of.
     members: Sequence[PersonaMember] = ()
     # Name registry entries that learn a member (new names, or new members of a name).
-    names: Sequence[NameSeen] = ()
+    names: Sequence[NameSeen] = ()  # written after the commit, as `people` are
     # Pointers to the batch's observations and the episode, under each person they name.
     named: Sequence[Named] = ()
     # Pointers beyond the transaction's room: written once it succeeded (not counted).
@@ -213,7 +219,6 @@ class ConsolidationCommit:
         return (
             len(self.consumed)
             + len(self.discarded)
-            + len(self.people)
             + len(self.facts)
             + len(self.superseded)
             + (1 if self.episode else 0)
@@ -225,7 +230,6 @@ class ConsolidationCommit:
             + 2 * len(self.guarded)  # erasure marker and opt-out, per person
             + len(self.facts)  # each fact's forget tombstone
             + len(self.members)  # a persona's member markers
-            + len(self.names)
             + len(self.named)
             + sum(len(history_puts(entry)) for entry in self.history)
             + len(self.candidate_puts)
@@ -293,11 +297,6 @@ class ConsolidationCommit:
             }
             for o in self.discarded
         ]
-        actions += [
-            {"Update": self._profile_seen(scope, user_id, name)}
-            for scope, user_id, name in self.people
-        ]
-        actions += [{"Update": _name_seen(name)} for name in self.names]
         actions += [{"Put": {"Item": to_item(named_values(named))}} for named in self.named]
         actions += [{"Put": self._candidate_put(c)} for c in self.candidate_puts]
         actions += [
@@ -377,30 +376,10 @@ class ConsolidationCommit:
             )
         return checks
 
-    def _profile_seen(self, scope: str, user_id: str, name: str) -> dict[str, Any]:
-        """A person's profile in a scope: names, first and last seen, and the channels they
-        took part in (erasure finds their episodes through it)."""
-        return {
-            "Key": profile_key(scope, user_id),
-            "UpdateExpression": (
-                "SET user_id = :user, #scope = :scope, display_name = :name, "
-                "first_seen_ms = if_not_exists(first_seen_ms, :now), last_seen_ms = :now "
-                "ADD channels :channel"
-            ),
-            "ExpressionAttributeNames": {"#scope": "scope"},
-            "ExpressionAttributeValues": {
-                ":user": {"S": user_id},
-                ":scope": {"S": scope},
-                ":name": {"S": name},
-                ":now": {"N": str(self.now_ms)},
-                ":channel": {"SS": [self.lock.channel_id]},
-            },
-        }
-
     def _release_and_record(self) -> dict[str, Any]:
         """Release the lock (only while still ours), count the round, write the channel's
-        failure record, and keep the channel on the sweep's list when something is still
-        waiting."""
+        failure record and what it owes of its people, and keep the channel on the sweep's
+        list when something is still waiting."""
         sets, removes, values = attempts_update(self.attempts)
         values.update(
             {
@@ -421,6 +400,11 @@ class ConsolidationCommit:
             sets.append("candidates_waiting = :one")
         elif self.candidates_left is False:
             removes.append("candidates_waiting")
+        if self.people_due:
+            sets.append("people_due = :people_due")
+            values[":people_due"] = {"S": self.people_due}
+        else:
+            removes.append("people_due")
         if self.more_pending_since_ms is None:
             removes += ["sweep_bucket", "pending_since"]
         else:
@@ -461,20 +445,6 @@ def _consume(
     if values:
         update["ExpressionAttributeValues"] = values
     return update
-
-
-def _name_seen(name: NameSeen) -> dict[str, Any]:
-    """A display name of the scope learns the members seen using it."""
-    return {
-        "Key": name_key(name.scope, name.normalized),
-        "UpdateExpression": "SET #name = :name, #scope = :scope ADD user_ids :users",
-        "ExpressionAttributeNames": {"#name": "name", "#scope": "scope"},
-        "ExpressionAttributeValues": {
-            ":name": {"S": name.name},
-            ":scope": {"S": name.scope},
-            ":users": {"SS": sorted(name.user_ids)},
-        },
-    }
 
 
 def _supersede(fact: Fact, now_ms: int) -> dict[str, Any]:

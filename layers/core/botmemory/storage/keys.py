@@ -27,6 +27,9 @@ CANDIDATE_PREFIX = "CAND#"
 # and a pointer to an item written by others that names them (erasure finds it by id).
 FORGOTTEN_PREFIX = "FORGOT#"
 NAMED_PREFIX = "NAMED#"
+# Under a person's partition: one item per channel they spoke in (erasure reads the episodes
+# of those channels), so that no item grows with the channels a person ever spoke in.
+SPOKE_PREFIX = "SPOKE#"
 # Under a person's partition: their short-term entries (botmemory.memory.short_term), one item with
 # one attribute per public channel they spoke in lately (SHORT_TERM_ATTRIBUTE_PREFIX + id), so
 # recall reads everyone's in one BatchGetItem.
@@ -83,6 +86,7 @@ class ItemKind(StrEnum):
     QUARANTINE = "quarantine"
     FORGOTTEN = "forgotten"
     NAMED = "named"
+    SPOKE = "spoke"
     SHORT_TERM = "short_term"
     NAME = "name"
     HISTORY = "history"
@@ -144,6 +148,7 @@ def kind_of(sk: str) -> ItemKind:
         (QUARANTINE_PREFIX, ItemKind.QUARANTINE),
         (FORGOTTEN_PREFIX, ItemKind.FORGOTTEN),
         (NAMED_PREFIX, ItemKind.NAMED),
+        (SPOKE_PREFIX, ItemKind.SPOKE),
         (NAME_PREFIX, ItemKind.NAME),
         (HISTORY_PREFIX, ItemKind.HISTORY),
         (ACTED_PREFIX, ItemKind.ACTED),
@@ -228,6 +233,11 @@ def forgotten_sk(fact_id: str) -> str:
 def named_sk(channel_id: str, target_sk: str) -> str:
     """A pointer, under the named person's partition, to a channel's item naming them."""
     return f"{NAMED_PREFIX}{channel_id}#{target_sk}"
+
+
+def spoke_sk(channel_id: str) -> str:
+    """A person spoke in this channel (under their partition in the channel's scope)."""
+    return f"{SPOKE_PREFIX}{channel_id}"
 
 
 def short_term_attribute(channel_id: str) -> str:

@@ -215,6 +215,7 @@ class ObservationStore(Table):
             int(state["fence"]),
             attempts_of(state),
             candidates=bool(state.get("candidates_waiting")),
+            people_due=str(state["people_due"]) if state.get("people_due") else None,
         )
 
     def release_lock(self, lock: Lock) -> bool:

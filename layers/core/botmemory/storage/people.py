@@ -399,4 +399,5 @@ _USER_KIND_PREFIX = {
     keys.ItemKind.OBSERVATION: keys.OBS_PREFIX,
     keys.ItemKind.FACT: keys.FACT_PREFIX,
     keys.ItemKind.NAMED: keys.NAMED_PREFIX,
+    keys.ItemKind.SPOKE: keys.SPOKE_PREFIX,
 }

@@ -4,7 +4,8 @@
 methods with their concern: observations and channel state (lock, pending, sweep) in
 observations.py; facts, history, pins, recall hits and tiers in facts.py; episodes, channel
 summaries, quarantine and legacy memory in episodes.py; the consolidation commit in
-commit.py; people (opt-outs, erasure, names) in people.py; channel visibility in
+commit.py; people (opt-outs, erasure, names) in people.py; what a round writes of each person
+outside its transaction in round_people.py; channel visibility in
 channels.py; personas, short-term memory, summary archives and deferred candidates in
 personas.py, short_term.py, summaries.py and candidates.py; the servers' notes for direct
 messages in notes.py; the marker a server's search index purge leaves in index_purges.py;
@@ -24,6 +25,7 @@ from botmemory.storage.notes import NotesRepository
 from botmemory.storage.observations import ObservationStore
 from botmemory.storage.people import PeopleRepository
 from botmemory.storage.personas import PersonaRepository
+from botmemory.storage.round_people import RoundPeopleStore
 from botmemory.storage.short_term import ShortTermRepository
 from botmemory.storage.summaries import SummaryRepository
 
@@ -34,6 +36,7 @@ class MemoryRepository(
     EpisodeStore,
     CommitStore,
     PeopleRepository,
+    RoundPeopleStore,
     ChannelRepository,
     ShortTermRepository,
     PersonaRepository,

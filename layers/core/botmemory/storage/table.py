@@ -130,13 +130,15 @@ class Table:
         wanted: list[dict[str, Any]],
         projection: str | None = None,
         names: dict[str, str] | None = None,
+        *,
+        consistent: bool = True,
     ) -> list[dict[str, Any]]:
-        """The items at these keys that exist, read strongly consistent."""
+        """The items at these keys that exist, read strongly consistent unless told."""
         found: list[dict[str, Any]] = []
         for start in range(0, len(wanted), BATCH_GET_LIMIT):
             batch: dict[str, Any] = {
                 "Keys": wanted[start : start + BATCH_GET_LIMIT],
-                "ConsistentRead": True,
+                "ConsistentRead": consistent,
             }
             if projection:
                 batch["ProjectionExpression"] = projection
