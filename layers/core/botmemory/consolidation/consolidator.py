@@ -24,6 +24,7 @@ from botmemory.clock import DAY_MS, Clock, epoch_seconds, ttl_alive
 from botmemory.consolidation import summary as channel_summary
 from botmemory.consolidation.attempts import MINUTE_MS, RetryPolicy
 from botmemory.consolidation.batch import Batch, BatchReader, deleted_in, memory_scope, speakers_of
+from botmemory.consolidation.indexing import index_round
 from botmemory.consolidation.judgement import Judge, Judgement
 from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
@@ -40,11 +41,9 @@ from botmemory.memory import short_term
 from botmemory.memory.hot_tier import HotTier
 from botmemory.memory.personas import PersonaDirectory
 from botmemory.people.optout import OptOuts
-from botmemory.records import Attempts, ChannelSummary, Fact, MemoryScope, Quarantine
-from botmemory.search.embeddings import EmbeddingDimensionsError
+from botmemory.records import Attempts, ChannelSummary, Fact, Quarantine
 from botmemory.search.index_sync import IndexWriter
-from botmemory.search.passages import episode_passage, fact_passage, holders, summary_passage
-from botmemory.search.port import Passage
+from botmemory.search.passages import holders
 from botmemory.settings.config import Settings
 from botmemory.storage.commit import CommitRejected, ConsolidationCommit, Lock, LockRefused
 from botmemory.storage.observations import PendingCount
@@ -327,7 +326,7 @@ class Consolidator:
         if outcome.status == Status.REJECTED and spoken:
             self._people.refused(channel_id, spoken)
         if outcome.status == Status.CONSOLIDATED:
-            self._index(commit, batch, passages, outcome)
+            index_round(self._index_writer, commit, batch, passages, outcome)
         return outcome
 
     def _ask_model(
@@ -469,50 +468,6 @@ class Consolidator:
             )
             return 0
         return len(entries)
-
-    # The search index ----------------------------------------------------------------
-
-    def _index(
-        self,
-        commit: ConsolidationCommit,
-        batch: Batch,
-        passages: list[Passage],
-        outcome: Outcome,
-    ) -> None:
-        """After the commit: the round's messages, facts and episode go to the search index.
-        A failure leaves the memory whole (the table has it all) and is counted
-        (SearchIndexFailed); those passages stay out of search."""
-        if self._index_writer is None:
-            return
-        names = {c.fact.user_id: c.subject_name or "" for c in batch.candidates} | batch.authors
-        # A person's own facts only: a persona's memories stay out of the shared index.
-        facts = [
-            fact_passage(f, names.get(f.user_id))
-            for f in commit.facts
-            if f.memory_scope == MemoryScope.USER
-        ]
-        everything = passages + [p for p in facts if p is not None]
-        if commit.episode is not None:
-            everything.append(episode_passage(commit.episode, batch.scope))
-        if commit.archived_summary is not None:
-            everything.append(summary_passage(commit.archived_summary, batch.scope))
-        try:
-            report = self._index_writer.write(everything, remove=batch.unindexed, scope=batch.scope)
-        except Exception as exc:  # the search index is never a reason to lose a round
-            log.warning(
-                "search indexing failed",
-                extra={"channel_id": outcome.channel_id, "error": repr(exc)[:300]},
-            )
-            outcome.index_failed = True
-            outcome.embedding_dimensions_wrong = isinstance(exc, EmbeddingDimensionsError)
-            return
-        outcome.index_writes = report.written
-        outcome.index_withdrawn = report.withdrawn
-        if report.vector_error is not None:
-            outcome.index_keywords_only = True
-            outcome.embedding_dimensions_wrong = isinstance(
-                report.vector_error, EmbeddingDimensionsError
-            )
 
     # A round that failed --------------------------------------------------------------
 
