@@ -22,8 +22,8 @@ from botmemory.memory import fact_history
 from botmemory.memory.personas import MAX_PERSONAS_PER_SERVER
 from botmemory.memory.visibility import Where, learned_where
 from botmemory.people.erasure import Eraser
-from botmemory.people.names import NameIndex
-from botmemory.recall.block import MAX_REGISTRY_NAMES, SECTION_HEADINGS
+from botmemory.people.names import NameIndex, name_candidates
+from botmemory.recall.block import SECTION_HEADINGS
 from botmemory.records import Fact, Forgotten, HistoryActor, Persona
 from botmemory.services import MemoryServices
 from botmemory.storage import keys
@@ -86,7 +86,9 @@ class CommandContext:
         server alone goes by (its name registry). `whose`: "A persona's knowledge is"."""
         if _MENTION_OR_ID.search(text):
             raise CommandError(f"{whose} about no one: please leave out mentions and ids.")
-        registry = self.services.repository.name_registry(invocation.scope, MAX_REGISTRY_NAMES)
+        # The registry read by key for the names the text could hold (never a fixed first
+        # few thousand: a large server's member far down the registry is found too).
+        registry = self.services.repository.names_at(invocation.scope, name_candidates([text]))
         if NameIndex(registry, {}).named_in(text):
             raise CommandError(
                 f"That names a member of this server. {whose} about no one; {learned}."

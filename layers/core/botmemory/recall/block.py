@@ -43,9 +43,6 @@ SECTION_HEADINGS = (
 )
 # A name is cut to this many characters, quotes included.
 NAME_CHARS = 62
-# The name registry read to find the people a query names (one Query of the scope's NAME#
-# items).
-MAX_REGISTRY_NAMES = 2000
 
 
 class Section:

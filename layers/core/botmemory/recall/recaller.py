@@ -30,9 +30,8 @@ from botmemory.memory.notes import DmNotes, Note
 from botmemory.memory.personas import PersonaDirectory
 from botmemory.memory.short_term import RecentElsewhere, recent_elsewhere
 from botmemory.memory.visibility import Visibility
-from botmemory.people.names import NameIndex
+from botmemory.people.names import NameIndex, name_candidates
 from botmemory.recall.assemble import assemble, assemble_legacy
-from botmemory.recall.block import MAX_REGISTRY_NAMES
 from botmemory.recall.contract import RecallError, RecallRequest, RecallResult, parse_request
 from botmemory.recall.search_leg import (
     Found,
@@ -132,7 +131,8 @@ class Recaller:
             settings.episodes_per_channel if query else settings.recall_episodes,
         )
         registry_future = (
-            pool.submit(repository.name_registry, scope, MAX_REGISTRY_NAMES)
+            # By key, the names the query could hold: found however large the server.
+            pool.submit(repository.names_at, scope, name_candidates([query]))
             if query and request.guild_id
             else None
         )
