@@ -345,7 +345,9 @@ def server_indexes(resource: Any) -> bool:
 
 
 SHARED_INDEX = {"Fn::GetAtt": ["SearchVectorIndex", "IndexArn"]}
-INDEX_CREATORS = {"ConsolidateFunction", "SweepFunction", "AnswerFunction"}
+# The consolidation worker writes a round's passages; AnswerFunction a corrected fact's. The
+# stream consumer and the sweep only hand work out.
+INDEX_CREATORS = {"ConsolidateWorkerFunction", "AnswerFunction"}
 
 
 def test_search_indexes_are_reached_only_on_the_shared_index_and_the_servers_own(
