@@ -124,6 +124,8 @@ def run_all(
 ) -> list[ConversationReport]:
     """Every conversation's report, in the order given; `jobs` processes side by side."""
     sizes = (None, *BLOCK_SIZES)
+    if not paths:  # --no-languages, or an empty folder
+        return []
     if jobs == 1 or len(paths) == 1:
         reports = []
         for path in paths:

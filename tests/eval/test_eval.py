@@ -13,7 +13,7 @@ from eval.bm25 import BM25, stem, tokenize
 from eval.dataset import dia_ids, load_conversation
 from eval.evidence import EvidenceIndex
 from eval.harness import BLOCK_SIZES, label, run_conversation, sized_settings
-from eval.locomo import main
+from eval.locomo import main, run_all
 from localrun.replay import SHARED_DATASET
 
 # A conversation in LoCoMo's format, small enough to replay in a second.
@@ -143,6 +143,11 @@ def test_the_harness_traces_memory_and_baselines_back_to_evidence(tiny_dataset: 
         assert len(report.latencies_ms[name]) == len(report.questions)
         assert all(n > 0 for n in report.requests[name])
         assert all(0 < q.block_chars[name] <= (chars or 4_000) for q in report.questions)
+
+
+def test_no_languages_with_two_jobs_runs_nothing_and_does_not_fail() -> None:
+    # A process pool of zero workers is an error: an empty list must not reach it.
+    assert run_all([], None, jobs=2) == []
 
 
 def test_make_eval_prints_a_table_per_block_size(
