@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from botmemory.recall.contract import RecalledEpisode, RecalledFact, RecalledPassage, RecallResult
-from botmemory.recall.search_leg import query_snippet
+from botmemory.recall.search_leg import SNIPPET_CHARS, query_snippet
 from botmemory.search.keywords import tokens
 from botmemory.storage.keys import observation_sk
 from eval.baselines import BLOCK_OVERHEAD, RawTurns
@@ -16,6 +16,10 @@ from eval.evidence import EvidenceIndex, answer_words, holds_evidence, shown_con
 LONG = (
     "We spent the whole morning at the market and it was packed with people. "
     "Then my brother called about the dinner plans for the weekend at his place. "
+    "In the evening we walked down to the river and watched the boats come in. "
+    "The ferry was late again, so we had dinner at the little place by the pier. "
+    "Tomorrow it is back to work, and the inbox will be overflowing as usual. "
+    "The neighbours are still building that fence between our two gardens. "
     "Anyway, the big news is that I finally adopted a grey cat and named her Pepper. "
     "She sleeps on the sofa all day long."
 )
@@ -71,7 +75,7 @@ def test_a_turn_holding_none_of_the_answer_counts_when_most_of_it_is_shown() -> 
     # "When did Alice adopt her cat?" "7 May 2023": the date is the session's, not the turn's.
     assert not answer_words(LONG, "7 May 2023")
     assert holds_evidence(LONG, LONG, "7 May 2023")
-    # Three of its four sentences keep most of its words; one sentence does not.
+    # All but its first sentence keep most of its words; one sentence does not.
     most = LONG.split(". ", 1)[1]
     assert holds_evidence(LONG, most, "7 May 2023")
     assert not holds_evidence(LONG, LONG[:72] + " …", "7 May 2023")
@@ -144,11 +148,12 @@ def test_bm25_with_snippets_shows_each_turn_as_its_best_sentences_within_the_bud
     query = "What did Alice name the cat she adopted?"
     ranking = raw.ranking(query)
     assert ranking[0] == 0
-    whole = raw.pack(ranking, 600)
-    snippets = raw.pack_snippets(ranking, 600, query)
+    whole = raw.pack(ranking, 1_200)
+    snippets = raw.pack_snippets(ranking, 1_200, query)
     assert "D1:1" in snippets and len(snippets["D1:1"]) < len(LONG)
     assert holds_evidence(LONG, snippets["D1:1"], "Pepper")
     # The snippet fits a budget the whole turn does not.
-    tight = BLOCK_OVERHEAD + 180
+    tight = BLOCK_OVERHEAD + SNIPPET_CHARS + 40
+    assert len(LONG) > SNIPPET_CHARS + 40  # the whole turn does not fit that room
     assert "D1:1" not in raw.pack(ranking, tight) and "D1:1" in whole
     assert "D1:1" in raw.pack_snippets(ranking, tight, query)

@@ -9,7 +9,7 @@ import pytest
 
 from botmemory.clock import ManualClock
 from botmemory.recall.recaller import respond
-from botmemory.recall.search_leg import SearchStatus, query_snippet
+from botmemory.recall.search_leg import SNIPPET_CHARS, SearchStatus, query_snippet
 from botmemory.search.keywords import tokens
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from botmemory.services import MemoryServices
@@ -216,10 +216,15 @@ def test_a_long_message_is_shown_as_the_sentences_the_query_is_about(
 ) -> None:
     long = (
         "We moved house last spring and the kids love the new garden. "
-        "Work has been busy with the quarterly reports. "
+        "The weather has been awful, rain every single day this month. "
+        "Our neighbours finally finished building the fence between the two gardens. "
+        "The cat still hides under the bed whenever the doorbell rings, every time. "
+        "Next month we are driving to the coast for a long weekend with my parents. "
+        "The car needs new tyres before then, and the garage is booked for Friday. "
         "My sister taught me to bake sourdough bread in Lisbon. "
-        "The weather has been awful, rain every single day this month."
+        "Work has been busy with the quarterly reports, the whole team staying late every night."
     )
+    assert len(long) > SNIPPET_CHARS
     consolidated(searching, [said(BOB, long, START_MS)])
     clock.advance(days=1)
 
