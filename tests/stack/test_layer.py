@@ -126,6 +126,11 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor
 from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver
 for name in ("aws_lambda_powertools", "pydantic", "nacl", "botmemory"):
     assert sys.modules[name].__file__.startswith(sys.argv[1]), name
+# The keyword leg's Porter2, from the pruned snowballstemmer (English alone, no __init__).
+from botmemory.search.keywords import tokens
+assert tokens("painted mentored collaboration") == ["paint", "mentor", "collabor"]
+assert sys.modules["snowballstemmer.english_stemmer"].__file__.startswith(sys.argv[1])
+assert "snowballstemmer.arabic_stemmer" not in sys.modules
 print("ok")
 """
 

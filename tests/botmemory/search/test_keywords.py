@@ -34,6 +34,10 @@ from botmemory.search.keywords import (
         ("families", "family"),
         ("quickly", "quick"),
         ("movies", "movie"),
+        # Porter2's, which a light stemmer misses.
+        ("mentored", "mentor"),
+        ("collaborate", "collaboration"),
+        ("generously", "generous"),
         ("tried", "try"),
     ],
 )
@@ -46,8 +50,8 @@ def test_inflected_forms_share_a_stem(query: str, document: str) -> None:
     "word", ["thing", "sing", "string", "speed", "shed", "add", "bus", "class", "tennis"]
 )
 def test_short_or_suffix_like_words_keep_their_body(word: str) -> None:
-    # A suffix is only taken off when a real stem is left.
-    assert stem(word) in {word, word.rstrip("e")}
+    # A suffix is only taken off when a real stem is left ("tennis" may lose its s).
+    assert word.startswith(stem(word)) and len(stem(word)) >= len(word) - 1
     assert len(stem(word)) >= 3
 
 
