@@ -49,6 +49,7 @@ from keyword_index import bench_keyword_index  # noqa: E402
 from layer_size import bench_layer  # noqa: E402
 from model_calls import bench_model_calls  # noqa: E402
 from moto import mock_aws  # noqa: E402
+from raid import bench_raid  # noqa: E402
 from reads import bench_answer, bench_recall  # noqa: E402
 from scale import bench_scale  # noqa: E402
 from world import Lab  # noqa: E402
@@ -87,6 +88,7 @@ def main() -> int:
         lab = Lab(boto3.client("dynamodb", region_name=REGION))
         bench_cost(lab)  # table 8, at bench/prices.toml's prices
         bench_scale(lab)
+        bench_raid(lab)  # table 9d: the raid of 10,000 (the tests run 1,000)
         lab.close()
     print(f"(bench finished in {time.perf_counter() - started:.1f} s)")
     return 0

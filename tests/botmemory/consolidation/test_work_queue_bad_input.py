@@ -31,7 +31,9 @@ from tests.botmemory.consolidation.test_work_queue import (
 from tests.support.fake_providers import CompletionServer, serving
 from tests.support.lambda_local import TABLE
 
-RAID = 1_000  # the raid is 10,000 in a minute: 1,000 keeps moto to seconds
+# The raid is 10,000 in a minute: `make bench` runs that (bench/raid.py, table 9d);
+# on moto it takes minutes (a Query reads its whole partition), 1,000 keep this to seconds.
+RAID = 1_000
 STREAM_BATCH = 100  # template.yaml: the stream's BatchSize
 
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from botmemory.memory.visibility import Visibility, learned_where, place_label
+from botmemory.memory.visibility import (
+    MAX_FACT_CHANNELS,
+    Visibility,
+    Where,
+    learned_where,
+    place_label,
+)
 from botmemory.records import MemoryScope
 from tests.support.facts import a_fact
 
@@ -47,3 +53,19 @@ def test_where_learned_adds_up_and_is_listed() -> None:
     fact = first.model_copy(update=both.fields())
     assert place_label(fact) == f"learned in <#{PRIVATE}> (private), <#{PUBLIC}>"
     assert "not known" in place_label(a_fact("1", "y", learned_in=()))
+
+
+def test_a_full_channel_set_takes_no_new_channel_and_stays_shown_where_it_was() -> None:
+    full = [f"3{n:02d}" for n in range(MAX_FACT_CHANNELS)]
+    fact = a_fact("1", "x", learned_in=tuple(full), public=True)
+    # A restatement in a new public channel: neither set takes it (never public alone).
+    assert learned_where(PUBLIC, True).within_cap(fact) == Where([], [])
+    assert learned_where(PUBLIC, True).added_to(fact) == Where.of(fact)
+    # In a channel it holds, the channel stays (a no-op for the ADD).
+    assert learned_where(full[0], True).within_cap(fact) == Where([full[0]], [full[0]])
+    # Room for one more: the first new channels only.
+    almost = a_fact("1", "y", learned_in=tuple(full[1:]), public=True)
+    assert Where([PRIVATE, PUBLIC], [PUBLIC]).within_cap(almost) == Where([PRIVATE], [])
+    # A channel already learned, public now: added to the public set while it has room.
+    private = a_fact("1", "z", learned_in=tuple(full))
+    assert learned_where(full[3], True).within_cap(private) == Where([full[3]], [full[3]])

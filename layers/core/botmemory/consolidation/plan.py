@@ -20,6 +20,7 @@ from botmemory.consolidation.candidates import settle
 from botmemory.consolidation.judgement import Judgement, discard
 from botmemory.consolidation.outcome import Outcome
 from botmemory.memory import fact_history
+from botmemory.memory.visibility import Where
 from botmemory.people.names import nobody_named
 from botmemory.people.optout import OptOuts
 from botmemory.records import Fact, FactChange, FactHistory, HistoryActor, Named, scope_of
@@ -52,6 +53,19 @@ def _names_seen(batch: Batch) -> list[NameSeen]:
         NameSeen(batch.scope, key, name, tuple(sorted(users)))
         for key, (name, users) in sorted(grouped.items())
     ]
+
+
+def _places_within_cap(fact: Fact, stored: Fact | None) -> Fact:
+    """`fact` adding to the stored fact's channel sets (the commit ADDs them) only the
+    channels that fit their cap (botmemory.memory.visibility.MAX_FACT_CHANNELS)."""
+    fits = Where.of(fact).within_cap(stored)
+    if fits == Where.of(fact):
+        return fact
+    log.info(
+        "fact's channel set full: this channel not added",
+        extra={"fact_id": fact.fact_id, "channels": fact.learned_in},
+    )
+    return fact.model_copy(update=fits.fields())
 
 
 def _fitting(
@@ -153,6 +167,8 @@ class CommitPlanner:
         facts, superseded = _fitting(
             judgement.facts, judgement.superseded, commit.room_left(), outcome
         )
+        stored = self._repository.facts_at((f.scope, f.user_id, f.fact_id) for f in facts)
+        facts = [_places_within_cap(f, stored.get((f.scope, f.user_id, f.fact_id))) for f in facts]
         commit.facts, commit.superseded = facts, superseded
         self._settle_candidates(commit, batch, judgement, outcome)
         commit.members = list(dict.fromkeys(m for f in facts if (m := PersonaMember.of(f))))
@@ -160,7 +176,7 @@ class CommitPlanner:
         # checks then cover them as they cover the facts); those beyond are written right
         # after it, for people not barred by then, as the pointers below are. Facts come
         # first: recording a change never costs a fact its place.
-        history = self._history(facts, superseded, judgement.superseded_by, now)
+        history = self._history(facts, stored, superseded, judgement.superseded_by, now)
         fits = max(0, commit.room_left())
         commit.history, commit.history_later = history[:fits], history[fits:]
         # Pointers, person by person while they and the checks on that person fit.
@@ -263,14 +279,14 @@ class CommitPlanner:
     def _history(
         self,
         facts: list[Fact],
+        stored: dict[tuple[str, str, str], Fact],
         superseded: list[Fact],
         superseded_by: dict[str, Fact],
         now_ms: int,
     ) -> list[FactHistory]:
         """The history entries of what the round writes: a fact created, restated with new
-        text or after it was superseded (one consistent read of what is stored), and each
+        text or after it was superseded (`stored`: one consistent read of what is), and each
         fact superseded, with the newer fact's text. A fact stated again as it is: none."""
-        stored = self._repository.facts_at((f.scope, f.user_id, f.fact_id) for f in facts)
         retention = self._settings.fact_retention_days
         entries = [
             entry

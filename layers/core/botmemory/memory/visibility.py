@@ -17,6 +17,12 @@ the person's own `/memory show` and staff listings. In a direct message, which o
 member reads, that member sees their own facts: what they said there, and what they said in
 the servers they share with the bot (recall reads those for the direct message).
 
+Each of a fact's two channel sets holds at most MAX_FACT_CHANNELS channels: once one is full, a
+restatement in another channel adds nothing to it (`Where.within_cap`), so a fact confirmed all
+over a large server stays a small item. A channel left out only ever shows the fact in fewer
+places (the rule above shows it nowhere a set does not name), a channel is left out of
+`learned_in_public` whenever it is left out of `learned_in`, and a full set is never empty.
+
 This module is the rule's one owner: recall, the answer prompt (memory block, speaker note,
 correctable facts), correction notices and the listings all ask it.
 """
@@ -27,6 +33,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from botmemory.records import Fact, MemoryScope
+
+# At most this many channels in each of a fact's channel sets (module docstring): those it was
+# learned in first are kept.
+MAX_FACT_CHANNELS = 50
 
 
 @dataclass(frozen=True)
@@ -65,17 +75,47 @@ class Where:
     learned_in: list[str]
     learned_in_public: list[str]
 
+    @classmethod
+    def of(cls, fact: Fact) -> Where:
+        return cls(list(fact.learned_in), list(fact.learned_in_public))
+
     def fields(self) -> dict[str, list[str]]:
         return {"learned_in": self.learned_in, "learned_in_public": self.learned_in_public}
 
+    def within_cap(self, fact: Fact | None) -> Where:
+        """Those of these channels that may be added to where `fact` is stored as learned
+        (None: nothing stored yet): the ones it holds already, and new ones while the set has
+        room (MAX_FACT_CHANNELS). A channel is added as public only with the channel itself."""
+        held = fact.learned_in if fact else []
+        learned = _fitting(held, self.learned_in)
+        public = [c for c in self.learned_in_public if c in learned or c in held]
+        return Where(learned, _fitting(fact.learned_in_public if fact else [], public))
+
     def added_to(self, fact: Fact | None) -> Where:
-        """These channels added to where `fact` was learned before (None: these alone)."""
+        """These channels added to where `fact` was learned before (None: these alone),
+        within the cap."""
+        fits = self.within_cap(fact)
         if fact is None:
-            return self
+            return fits
         return Where(
-            list(dict.fromkeys([*fact.learned_in, *self.learned_in])),
-            list(dict.fromkeys([*fact.learned_in_public, *self.learned_in_public])),
+            list(dict.fromkeys([*fact.learned_in, *fits.learned_in])),
+            list(dict.fromkeys([*fact.learned_in_public, *fits.learned_in_public])),
         )
+
+
+def _fitting(held: list[str], new: list[str]) -> list[str]:
+    """Of the `new` channels, those a set holding `held` keeps: the ones it has, and the
+    others in order while it has fewer than MAX_FACT_CHANNELS."""
+    have = set(held)
+    room = MAX_FACT_CHANNELS - len(have)
+    kept: list[str] = []
+    for channel in dict.fromkeys(new):
+        if channel in have:
+            kept.append(channel)
+        elif room > 0:
+            kept.append(channel)
+            room -= 1
+    return kept
 
 
 def learned_where(channel_id: str, public: bool) -> Where:

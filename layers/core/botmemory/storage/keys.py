@@ -189,6 +189,15 @@ def channel_visibility_sk(channel_id: str) -> str:
     return f"{CHANNEL_VISIBILITY_PREFIX}{channel_id}"
 
 
+def channel_named_by(sk: str) -> str | None:
+    """The channel a person's SPOKE# item or a guild's visibility item is about; None for
+    any other key."""
+    for prefix in (SPOKE_PREFIX, CHANNEL_VISIBILITY_PREFIX):
+        if sk.startswith(prefix):
+            return sk.removeprefix(prefix) or None
+    return None
+
+
 def observation_sk(at_ms: int, kind: str, *ids: str) -> str:
     return f"{OBS_PREFIX}{at_ms:013d}#{kind}#{'#'.join(ids)}"
 

@@ -8,7 +8,8 @@ commit.py; people (opt-outs, erasure, names) in people.py; what a round writes o
 outside its transaction in round_people.py; channel visibility in
 channels.py; personas, short-term memory, summary archives and deferred candidates in
 personas.py, short_term.py, summaries.py and candidates.py; the servers' notes for direct
-messages in notes.py; the marker a server's search index purge leaves in index_purges.py;
+messages in notes.py; the marker a server's search index purge leaves in index_purges.py; every item of a server,
+found and deleted, in server_purge.py;
 the client and the shared
 helpers in table.py. What search reads back of the table is in botmemory.search.sources.
 """
@@ -26,6 +27,7 @@ from botmemory.storage.observations import ObservationStore
 from botmemory.storage.people import PeopleRepository
 from botmemory.storage.personas import PersonaRepository
 from botmemory.storage.round_people import RoundPeopleStore
+from botmemory.storage.server_purge import ServerPurgeStore
 from botmemory.storage.short_term import ShortTermRepository
 from botmemory.storage.summaries import SummaryRepository
 
@@ -44,5 +46,6 @@ class MemoryRepository(
     CandidateRepository,
     NotesRepository,
     IndexPurgeStore,
+    ServerPurgeStore,
 ):
     """The table, as every flow reaches it: the stores above, over one client and name."""
