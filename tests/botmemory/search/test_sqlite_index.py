@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from botmemory.search.fusion import LEGS_K, reciprocal_rank_fusion
 from botmemory.search.keywords import tokens
 from botmemory.search.port import Passage, PassageKind, SearchHit, SearchQuery
-from botmemory.search.sqlite_index import SqliteSearchIndex
+from botmemory.search.sqlite_index import SqliteSearchIndex, _fuse
 
 NOW_S = 1_767_225_600
 SCOPE = "G#1"
@@ -350,8 +351,25 @@ def test_vector_leg_promotes_a_passage_the_keyword_leg_misses(make: MakeIndex) -
     assert ids(hits) == ["kw-only", "vec-only"]
     assert by_id["vec-only"].keyword_rank is None and by_id["vec-only"].vector_rank == 1
     assert by_id["kw-only"].keyword_rank == 1 and by_id["kw-only"].vector_rank == 2
-    assert hits[0].score == pytest.approx(1 / 61 + 1 / 62)
-    assert hits[1].score == pytest.approx(1 / 61)
+    assert hits[0].score == pytest.approx(1 / (LEGS_K + 1) + 1 / (LEGS_K + 2))
+    assert hits[1].score == pytest.approx(1 / (LEGS_K + 1))
+
+
+def test_a_legs_first_place_outranks_a_middling_place_in_both() -> None:
+    # One leg's best (first by keywords, 31st by vectors) against a passage eighth in both:
+    # with RRF's usual k of 60 the middling one wins; the search legs' k keeps the best.
+    others = [passage(f"o{i}", f"filler {i}") for i in range(40)]
+    best, middling = passage("best", "the answer"), passage("middling", "near it")
+
+    def candidates(order: list[Passage]) -> list[tuple[str, str]]:
+        return [(p.id, p.model_dump_json()) for p in order]
+
+    keyword = candidates([best, *others[:6], middling, *others[6:20]])
+    vector = candidates([*others[20:27], middling, *others[27:40], *others[:9], best])
+    assert [id for id, _ in vector].index("best") == 30  # 31st
+    assert ids(_fuse(keyword, vector, 2))[0] == "best"
+    usual = reciprocal_rank_fusion([[id for id, _ in keyword], [id for id, _ in vector]], k=60)
+    assert usual[0][0] == "middling"
 
 
 def test_add_embeds_in_one_call(make: MakeIndex) -> None:

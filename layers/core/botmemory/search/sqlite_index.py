@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from botmemory.search.fusion import reciprocal_rank_fusion
+from botmemory.search.fusion import LEGS_K, reciprocal_rank_fusion
 from botmemory.search.keywords import TOKENS_VERSION, clip_query, fts_match, tokens
 from botmemory.search.passages import keyword_text
 from botmemory.search.port import KeywordsOnly, Passage, SearchHit, SearchHits, SearchQuery
@@ -169,7 +169,7 @@ def _fuse(keyword: list[Candidate], vector: list[Candidate], limit: int) -> list
             keyword_rank=keyword_rank.get(passage_id),
             vector_rank=vector_rank.get(passage_id),
         )
-        for passage_id, score in reciprocal_rank_fusion([keyword_ids, vector_ids])[:limit]
+        for passage_id, score in reciprocal_rank_fusion([keyword_ids, vector_ids], k=LEGS_K)[:limit]
     ]
 
 
