@@ -23,6 +23,7 @@ from localrun.samtemplate import passes_filters
 from tests.conftest import TABLE
 from tests.stack.test_sam_local import stream_records
 from tests.support.fake_discord import BOT_TOKEN, FakeDiscordRest
+from tests.support.fake_memory_model import RunningWriter, Teaching
 from tests.support.fake_providers import Scripted, ScriptServer
 from tests.support.lambda_local import LocalLambda, sample_env
 
@@ -159,3 +160,26 @@ class Deployment:
             dynamodb=self.dynamodb,
             clock=self.clock,
         )
+
+
+def goldfish_deployment(
+    monkeypatch: pytest.MonkeyPatch,
+    fake_discord: FakeDiscordRest,
+    dynamodb: Any,
+    chat_server: ScriptServer,
+    fact_writer: RunningWriter,
+    tmp_path: Path,
+    **consolidate_env: str,
+) -> Deployment:
+    """A deployment whose memory model (the fact writer on 127.0.0.1) learns "{name} keeps
+    goldfish" from any message naming goldfish; `consolidate_env` adds to
+    ConsolidateFunction's environment (MEMORY_CONSOLIDATE_EVERY, ...)."""
+    fact_writer.writer.teachings = [Teaching("goldfish", "{name} keeps goldfish")]
+    return Deployment(
+        monkeypatch,
+        fake_discord,
+        dynamodb,
+        chat_server,
+        tmp_path / "index.db",
+        {"ConsolidateFunction": {**fact_writer.environment(), **consolidate_env}},
+    )

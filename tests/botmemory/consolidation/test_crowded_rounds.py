@@ -17,9 +17,9 @@ from botmemory.storage import keys
 from botmemory.storage.round_people import RoundPeopleStore
 from localrun import gateway as gw
 from tests.conftest import scan_all
-from tests.support.deployment import Deployment, guild_create
+from tests.support.deployment import Deployment, goldfish_deployment, guild_create
 from tests.support.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
-from tests.support.fake_memory_model import RunningWriter, Teaching, fact_writer  # noqa: F401
+from tests.support.fake_memory_model import RunningWriter, fact_writer  # noqa: F401
 from tests.support.fake_providers import ScriptServer
 
 DEV = gw.CHANNEL
@@ -35,14 +35,8 @@ def deployed(
     fact_writer: RunningWriter,  # noqa: F811
     tmp_path: Path,
 ) -> Deployment:
-    fact_writer.writer.teachings = [Teaching("goldfish", "{name} keeps goldfish")]
-    deployment = Deployment(  # the defaults: a batch of 20
-        monkeypatch,
-        fake_discord,
-        dynamodb,
-        chat_server,
-        tmp_path / "index.db",
-        {"ConsolidateFunction": fact_writer.environment()},
+    deployment = goldfish_deployment(  # the defaults: a batch of 20
+        monkeypatch, fake_discord, dynamodb, chat_server, fact_writer, tmp_path
     )
     deployment.say(guild_create([DEV], []))
     return deployment

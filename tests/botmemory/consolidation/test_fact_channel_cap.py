@@ -14,9 +14,9 @@ import pytest
 from botmemory.memory.visibility import MAX_FACT_CHANNELS
 from botmemory.records import Fact
 from localrun import gateway as gw
-from tests.support.deployment import Deployment, guild_create
+from tests.support.deployment import Deployment, goldfish_deployment, guild_create
 from tests.support.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
-from tests.support.fake_memory_model import RunningWriter, Teaching, fact_writer  # noqa: F401
+from tests.support.fake_memory_model import RunningWriter, fact_writer  # noqa: F401
 from tests.support.fake_providers import ScriptServer
 
 # More channels than a set holds; private, so that the fact is shown only where a set names.
@@ -32,14 +32,14 @@ def deployed(
     fact_writer: RunningWriter,  # noqa: F811
     tmp_path: Path,
 ) -> Deployment:
-    fact_writer.writer.teachings = [Teaching("goldfish", "{name} keeps goldfish")]
-    deployment = Deployment(
+    deployment = goldfish_deployment(
         monkeypatch,
         fake_discord,
         dynamodb,
         chat_server,
-        tmp_path / "index.db",
-        {"ConsolidateFunction": {**fact_writer.environment(), "MEMORY_CONSOLIDATE_EVERY": "1"}},
+        fact_writer,
+        tmp_path,
+        MEMORY_CONSOLIDATE_EVERY="1",
     )
     deployment.say(guild_create([], CHANNELS))
     return deployment

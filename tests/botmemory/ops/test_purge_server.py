@@ -24,10 +24,10 @@ from botmemory.storage import keys
 from localrun import gateway as gw
 from tests.botmemory.search.test_s3vectors_index import passage, stored
 from tests.conftest import TABLE, scan_all
-from tests.support.deployment import Deployment, guild_create
+from tests.support.deployment import Deployment, goldfish_deployment, guild_create
 from tests.support.facts import a_fact
 from tests.support.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
-from tests.support.fake_memory_model import RunningWriter, Teaching, fact_writer  # noqa: F401
+from tests.support.fake_memory_model import RunningWriter, fact_writer  # noqa: F401
 from tests.support.fake_providers import ScriptServer
 
 A = gw.GUILD  # purged
@@ -52,14 +52,14 @@ def deployed(
     fact_writer: RunningWriter,  # noqa: F811
     tmp_path: Path,
 ) -> Deployment:
-    fact_writer.writer.teachings = [Teaching("goldfish", "{name} keeps goldfish")]
-    deployment = Deployment(
+    deployment = goldfish_deployment(
         monkeypatch,
         fake_discord,
         dynamodb,
         chat_server,
-        tmp_path / "index.db",
-        {"ConsolidateFunction": {**fact_writer.environment(), "MEMORY_CONSOLIDATE_EVERY": "2"}},
+        fact_writer,
+        tmp_path,
+        MEMORY_CONSOLIDATE_EVERY="2",
     )
     deployment.say(guild_create([A_PUBLIC], [A_PRIVATE]), guild_b())
     # Alice speaks in both servers; Bob only in A.
