@@ -492,9 +492,14 @@ def run_conversation(
     conversation = load_conversation(path, limit)
     inner, server = run_embedder(vectors)
     embedder = TimedEmbedder(inner) if inner is not None else None
-    paths = search_paths(embedder)
     before = server.stats if server is not None else EmbeddingStats()
     with local_dynamodb() as client:
+        import boto3
+
+        from localrun.fakeaws import REGION
+
+        # The deployed path's keyword shards live in moto's S3, in this process.
+        paths = search_paths(embedder, boto3.client("s3", region_name=REGION))
         counter = RequestCounter(client)
         events = conversation.replay.events
         clock = ManualClock(_event_ms(events[0]))

@@ -4,9 +4,12 @@
   history: what `make demo` and the local stack run without an embedding model.
 - `hybrid`: the embedded index with the embedder: keywords over the whole history and the
   vector leg, fused by reciprocal rank.
-- `deployed`: `S3VectorsSearchIndex`, the adapter template.yaml deploys, unchanged: the 50
-  nearest passages by embedding (its `candidates`), re-ranked by keywords and fused. Only the
-  service is played (eval/vector_service.py), since moto has no QueryVectors.
+- `deployed`: what template.yaml deploys: `DeployedSearchIndex`, the S3 Vectors adapter's
+  nearest passages (its 50 `candidates`) fused with the keyword shards' FTS5 over the whole
+  history (`S3KeywordIndex`, on moto's S3 in this process), as the embedded hybrid fuses.
+- `vectors`: S3 Vectors alone (MEMORY_KEYWORD_INDEX unset): the 50 nearest passages by
+  embedding, re-ranked by keywords, so a passage must be a vector candidate to be found.
+  Only the S3 Vectors service is played (eval/vector_service.py): moto has no QueryVectors.
 
 Consolidation writes to all of them at once (`TeeIndex`), so each path searches the same
 passages; recall asks each through its own SearchLeg.
@@ -14,10 +17,15 @@ passages; recall asks each through its own SearchLeg.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from botmemory.search.deployed import DeployedSearchIndex
 from botmemory.search.embeddings import Embedder
+from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.port import Passage, SearchHit, SearchIndex, SearchQuery
 from botmemory.search.s3vectors_index import S3VectorsSearchIndex
 from botmemory.search.sqlite_index import SqliteSearchIndex
@@ -26,10 +34,14 @@ from eval.vector_service import InMemoryS3Vectors
 KEYWORDS = "keywords"
 HYBRID = "hybrid"
 DEPLOYED = "deployed"
+VECTORS = "vectors"
+PATHS = (KEYWORDS, HYBRID, DEPLOYED, VECTORS)  # the order every table prints them in
+KEYWORD_BUCKET = "eval-keywords"
 PATH_TITLES = {
     KEYWORDS: "keyword-only (embedded index, FTS5 over the whole history)",
     HYBRID: "embedded hybrid (FTS5 over the whole history + vectors, fused)",
-    DEPLOYED: "deployed (S3 Vectors adapter: 50 vector candidates, keyword re-rank)",
+    DEPLOYED: "deployed (S3 Vectors' 50 nearest + FTS5 keyword shards in S3, fused)",
+    VECTORS: "S3 Vectors alone (50 vector candidates, keyword re-rank)",
 }
 
 
@@ -77,21 +89,32 @@ class SearchPaths:
     indexes: dict[str, SearchIndex]
     tee: TeeIndex
     service: InMemoryS3Vectors | None = None
+    keyword_dir: str | None = None
 
     def close(self) -> None:
         for index in self.indexes.values():
             if isinstance(index, SqliteSearchIndex):
                 index.close()
+        if self.keyword_dir is not None:
+            shutil.rmtree(self.keyword_dir, ignore_errors=True)
 
 
-def search_paths(embedder: Embedder | None) -> SearchPaths:
-    """Keyword-only always; with an embedder, the embedded hybrid and the deployed path too."""
+def search_paths(embedder: Embedder | None, s3: Any | None = None) -> SearchPaths:
+    """Keyword-only always; with an embedder, the embedded hybrid, the deployed path and S3
+    Vectors alone too. `s3` is an S3 client (moto's, in the eval) for the keyword shards."""
     indexes: dict[str, SearchIndex] = {KEYWORDS: SqliteSearchIndex(":memory:")}
     service = None
+    keyword_dir = None
     if embedder is not None:
         service = InMemoryS3Vectors()
         indexes[HYBRID] = SqliteSearchIndex(":memory:", embedder)
-        indexes[DEPLOYED] = S3VectorsSearchIndex(
-            "eval-vectors", "passages", embedder, client=service
-        )
-    return SearchPaths(indexes, TeeIndex(list(indexes.values())), service)
+        vectors = S3VectorsSearchIndex("eval-vectors", "passages", embedder, client=service)
+        if s3 is not None:
+            s3.create_bucket(Bucket=KEYWORD_BUCKET)
+            keyword_dir = tempfile.mkdtemp(prefix="eval-keywords-")
+            keywords = S3KeywordIndex(KEYWORD_BUCKET, "keywords", client=s3, cache_dir=keyword_dir)
+            indexes[DEPLOYED] = DeployedSearchIndex(vectors, keywords)
+        indexes[VECTORS] = vectors
+    # The deployed path writes the vectors S3 Vectors alone reads: they are written once.
+    written = [i for name, i in indexes.items() if name != VECTORS or DEPLOYED not in indexes]
+    return SearchPaths(indexes, TeeIndex(written), service, keyword_dir)

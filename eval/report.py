@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from eval.dataset import CATEGORIES
 from eval.embedding_server import EmbeddingStats
 from eval.harness import DEFAULT, ConversationReport, QuestionOutcome
-from eval.paths import DEPLOYED, HYBRID, KEYWORDS
+from eval.paths import DEPLOYED, HYBRID, KEYWORDS, PATHS, VECTORS
 
 Pick = Callable[[QuestionOutcome], bool]
 TARGET_SIZE = "4,000"
@@ -38,7 +38,7 @@ def _rate(questions: Sequence[QuestionOutcome], pick: Pick) -> str:
 def paths_of(questions: Sequence[QuestionOutcome]) -> list[str]:
     """The search paths the questions were asked on, in the eval's order."""
     found = {path for q in questions for path in q.cited}
-    return [p for p in (KEYWORDS, HYBRID, DEPLOYED) if p in found]
+    return [p for p in PATHS if p in found]
 
 
 def _both(questions: Sequence[QuestionOutcome], path: str, size: str) -> str:
@@ -128,10 +128,13 @@ def comparison_lines(questions: Sequence[QuestionOutcome]) -> list[str]:
         f"  BM25 with snippets {bm25:5.1f}%, whole turns "
         f"{share(questions, lambda q: q.bm25[TARGET_SIZE]):5.1f}%"
     )
-    if HYBRID in figures and DEPLOYED in figures:
-        gap = figures[HYBRID] - figures[DEPLOYED]
-        verdict = "within 3 points" if gap <= 3.0 else "more than 3 points behind"
-        lines.append(f"  deployed - hybrid: {-gap:+.1f} points ({verdict})")
+    if VECTORS in figures:
+        lines.append(f"  {VECTORS:<9} {figures[VECTORS]:5.1f}%  (S3 Vectors alone, no target)")
+    for path in (DEPLOYED, VECTORS):
+        if HYBRID in figures and path in figures:
+            gap = figures[HYBRID] - figures[path]
+            verdict = "within 3 points" if gap <= 3.0 else "more than 3 points behind"
+            lines.append(f"  {path} - hybrid: {-gap:+.1f} points ({verdict})")
     return lines
 
 

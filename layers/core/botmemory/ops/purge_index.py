@@ -23,6 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from botmemory.clock import SystemClock
 from botmemory.search import build_search_index
+from botmemory.search.deployed import DeployedSearchIndex
 from botmemory.search.shards import ShardedS3VectorsIndex
 from botmemory.settings.config import ConfigError, get_settings
 from botmemory.storage.repository import MemoryRepository
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = get_settings()
         repository = MemoryRepository(boto3.client("dynamodb"), settings.table_name)
         index = build_search_index(settings, repository, SystemClock())
-        if not isinstance(index, ShardedS3VectorsIndex):
+        if not isinstance(index, ShardedS3VectorsIndex | DeployedSearchIndex):
             print("error: MEMORY_SEARCH_INDEX is not s3vectors:<bucket>/<index>", file=sys.stderr)
             return 2
         removed = index.drop_scope(args.server)

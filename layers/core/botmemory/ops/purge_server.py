@@ -31,6 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from botmemory.clock import SystemClock
 from botmemory.search import build_search_index
+from botmemory.search.deployed import DeployedSearchIndex
 from botmemory.search.port import SearchIndex
 from botmemory.search.shards import ShardedS3VectorsIndex
 from botmemory.settings.config import ConfigError, get_settings
@@ -84,7 +85,7 @@ def _drop_index(index: SearchIndex | None, guild: str) -> str:
     """The server's search passages removed; what was done, for the operator."""
     if index is None:
         return "search is off (MEMORY_SEARCH_INDEX): no index to purge"
-    if isinstance(index, ShardedS3VectorsIndex):
+    if isinstance(index, ShardedS3VectorsIndex | DeployedSearchIndex):
         shared = index.drop_scope(guild)
         return f"its index deleted, {shared} passages removed from the shared one"
     ids = [p.id for p in index.passages() if server_scope_of(p.scope) == guild]

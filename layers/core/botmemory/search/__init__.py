@@ -10,6 +10,7 @@ from botmemory.settings.config import ConfigError, Settings
 
 if TYPE_CHECKING:
     from botmemory.clock import Clock
+    from botmemory.search.keyword_shards import S3KeywordIndex
     from botmemory.search.shards import PurgeLedger
 
 __all__ = [
@@ -65,8 +66,28 @@ def build_search_index(
             check_shared_name(index)
         except ValueError as exc:
             raise ConfigError(f"MEMORY_SEARCH_INDEX={spec!r}: {exc}") from exc
-        return ShardedS3VectorsIndex(bucket, index, embedder, purges=purges, clock=clock)
+        vectors = ShardedS3VectorsIndex(bucket, index, embedder, purges=purges, clock=clock)
+        keywords = _keyword_index(settings)
+        if keywords is None:
+            return vectors
+        from botmemory.search.deployed import DeployedSearchIndex
+
+        return DeployedSearchIndex(vectors, keywords)
     raise ConfigError(
         f"MEMORY_SEARCH_INDEX={spec!r} is not one of 'sqlite:<path>', "
         "'s3vectors:<bucket>/<index>', 'off' or unset"
     )
+
+
+def _keyword_index(settings: Settings) -> S3KeywordIndex | None:
+    """MEMORY_KEYWORD_INDEX=s3:<bucket>/<prefix>, the deployed keyword leg; None when unset."""
+    spec = (settings.keyword_index or "").strip()
+    if not spec:
+        return None
+    kind, _, where = spec.partition(":")
+    bucket, _, prefix = where.partition("/")
+    if kind != "s3" or not bucket or not prefix.strip("/"):
+        raise ConfigError(f"MEMORY_KEYWORD_INDEX={spec!r} is not 's3:<bucket>/<prefix>' or unset")
+    from botmemory.search.keyword_shards import S3KeywordIndex
+
+    return S3KeywordIndex(bucket, prefix.strip("/"))

@@ -267,8 +267,11 @@ class S3VectorsSearchIndex:
         # An empty $in list is refused by the service and could match nothing anyway.
         if text is None or query.channel_ids == [] or query.kinds == []:
             return []
-        vector = self._embedder.embed([text])[0]
-        return fused_hits(query, text, [p for _, p in self.nearest(query, vector)])
+        return fused_hits(query, text, self.nearest_passages(query, text))
+
+    def nearest_passages(self, query: SearchQuery, text: str) -> list[Passage]:
+        """The vector leg alone: the query's nearest passages, nearest first."""
+        return [p for _, p in self.nearest(query, self._embedder.embed([text])[0])]
 
     def nearest(self, query: SearchQuery, vector: list[float]) -> list[tuple[float, Passage]]:
         """The nearest passages within the query's filter, nearest first, with their distance."""

@@ -263,6 +263,11 @@ class ShardedS3VectorsIndex:
         text, _ = clip_query(query.text)
         if text is None or query.channel_ids == [] or query.kinds == []:
             return []
+        return fused_hits(query, text, self.nearest_passages(query, text))
+
+    def nearest_passages(self, query: SearchQuery, text: str) -> list[Passage]:
+        """The vector leg alone: the query's nearest passages in the server's index and the
+        shared one, nearest first, as many as one index query returns."""
         vector = self._embedder.embed([text])[0]
         found = self._shared().nearest(query, vector)
         try:
@@ -278,7 +283,7 @@ class ShardedS3VectorsIndex:
             if passage.id not in seen:
                 seen.add(passage.id)
                 candidates.append(passage)
-        return fused_hits(query, text, candidates[: self._shared().top_k(query)])
+        return candidates[: self._shared().top_k(query)]
 
     def index_names(self) -> Iterator[str]:
         """The shared index, then every server's (ListIndexes by the shared name's prefix)."""

@@ -60,6 +60,9 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS passages_scope_time ON passages (scope, time_ms)",
     # The rows a write re-embeds: those whose embedding failed (or predate the embedder).
     "CREATE INDEX IF NOT EXISTS passages_unembedded ON passages (pk) WHERE vector IS NULL",
+    # Passages whose vectors live in another index (a keyword shard of the deployed search,
+    # botmemory.search.keyword_shards) and could not be written there: retried later.
+    "CREATE TABLE IF NOT EXISTS vectors_pending (id TEXT PRIMARY KEY)",
     # External content: the text lives once, in passages.terms; triggers keep FTS in step.
     """CREATE VIRTUAL TABLE IF NOT EXISTS passages_fts USING fts5(
         terms, content='passages', content_rowid='pk',
@@ -92,7 +95,8 @@ ON CONFLICT (id) DO UPDATE SET
 """
 
 _KEYWORD_SQL = """
-SELECT p.id, p.passage FROM passages_fts JOIN passages AS p ON p.pk = passages_fts.rowid
+SELECT p.id, p.passage, bm25(passages_fts) FROM passages_fts
+JOIN passages AS p ON p.pk = passages_fts.rowid
 WHERE passages_fts MATCH ? AND {where}
 ORDER BY bm25(passages_fts), p.time_ms DESC, p.id LIMIT ?
 """
@@ -195,14 +199,19 @@ def _rebuild_keywords(conn: sqlite3.Connection) -> None:
 class SqliteSearchIndex:
     """SearchIndex on one SQLite connection shared by threads behind a lock."""
 
-    def __init__(self, path: str = ":memory:", embedder: Embedder | None = None) -> None:
+    def __init__(
+        self, path: str = ":memory:", embedder: Embedder | None = None, *, wal: bool = True
+    ) -> None:
+        """`wal=False` keeps the database in its one file (a keyword shard uploads it)."""
         self._embedder = embedder
         self._lock = threading.Lock()
         # Autocommit: transactions are begun explicitly, so 3.11 and 3.13 behave alike.
         self._conn = sqlite3.connect(
             path, timeout=_BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
         )
-        if path not in (":memory:", ""):
+        # Deleted rows are overwritten, not left in free pages: deleted means gone.
+        self._conn.execute("PRAGMA secure_delete=ON").fetchall()
+        if wal and path not in (":memory:", ""):
             # WAL lets the other process of the dev stack read while this one writes.
             self._conn.execute("PRAGMA journal_mode=WAL").fetchall()
         with self._transaction() as conn:
@@ -331,7 +340,60 @@ class SqliteSearchIndex:
         self, match: str, where: str, params: list[Param], depth: int
     ) -> list[Candidate]:
         rows = self._read(_KEYWORD_SQL.format(where=where), [match, *params, depth])
-        return [(str(passage_id), str(body)) for passage_id, body in rows]
+        return [(str(passage_id), str(body)) for passage_id, body, _ in rows]
+
+    def keyword_hits(self, query: SearchQuery, depth: int) -> list[tuple[float, Passage]]:
+        """The keyword leg alone, best first, with each passage's FTS5 bm25 (lower is
+        better), so the shards of one search can be merged by score."""
+        text, _ = clip_query(query.text)
+        match = fts_match(text) if text is not None else None
+        if match is None or query.channel_ids == [] or query.kinds == []:
+            return []
+        where, params = _filters(query)
+        rows = self._read(_KEYWORD_SQL.format(where=where), [match, *params, depth])
+        return [(float(score), Passage.model_validate_json(str(body))) for _, body, score in rows]
+
+    def held(self, ids: Iterable[str]) -> set[str]:
+        """Which of these ids the index holds."""
+        distinct = list(dict.fromkeys(ids))
+        found: set[str] = set()
+        for start in range(0, len(distinct), _PAGE_ROWS):
+            page = distinct[start : start + _PAGE_ROWS]
+            rows = self._read(
+                f"SELECT id FROM passages WHERE id IN ({', '.join('?' * len(page))})", page
+            )
+            found.update(str(row[0]) for row in rows)
+        return found
+
+    def compact(self) -> None:
+        """Merge the FTS segments (the words of deleted or replaced rows go with the merge),
+        then rebuild the file without free pages: no trace of them is left in it."""
+        with self._transaction() as conn:
+            conn.execute("INSERT INTO passages_fts (passages_fts) VALUES ('optimize')")
+        with self._lock:
+            self._conn.execute("VACUUM")
+
+    def set_vectors_pending(self, ids: Iterable[str], pending: bool) -> None:
+        """Mark (or clear) passages whose vectors another index still lacks."""
+        rows = [(i,) for i in dict.fromkeys(ids)]
+        if not rows:
+            return
+        sql = (
+            "INSERT OR IGNORE INTO vectors_pending (id) SELECT id FROM passages WHERE id = ?"
+            if pending
+            else "DELETE FROM vectors_pending WHERE id = ?"
+        )
+        with self._transaction() as conn:
+            conn.executemany(sql, rows)
+
+    def vectors_pending(self, limit: int) -> list[Passage]:
+        """Up to `limit` passages marked pending, oldest mark first."""
+        rows = self._read(
+            "SELECT p.passage FROM vectors_pending AS v JOIN passages AS p ON p.id = v.id "
+            "ORDER BY v.rowid LIMIT ?",
+            [limit],
+        )
+        return [Passage.model_validate_json(str(body)) for (body,) in rows]
 
     def _vector_leg(
         self, text: str, where: str, params: list[Param], depth: int
@@ -353,6 +415,9 @@ class SqliteSearchIndex:
         if distinct:
             with self._transaction() as conn:
                 conn.executemany("DELETE FROM passages WHERE id = ?", [(i,) for i in distinct])
+                conn.executemany(
+                    "DELETE FROM vectors_pending WHERE id = ?", [(i,) for i in distinct]
+                )
         return len(distinct)
 
     def passages(self) -> Iterator[Passage]:

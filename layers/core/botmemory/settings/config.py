@@ -119,6 +119,9 @@ class Settings(BaseModel):
     # Search over the whole history (docs/architecture.md section 9). `sqlite:<path>` (embedded, local
     # runs), `s3vectors:<bucket>/<index>` (AWS, needs an embedding model), unset: no search.
     search_index: str | None = None
+    # `s3:<bucket>/<prefix>`: the deployed keyword leg over the whole history, SQLite FTS5
+    # shards in S3 beside S3 Vectors (docs/search.md); unset: vectors alone, keywords re-rank.
+    keyword_index: str | None = None
     # `channel`: a channel's passages only; `guild`: every channel of the server (docs/configuration.md warns).
     search_scope: Literal["channel", "guild"] = "channel"
     search_timeout_ms: int = Field(default=800, ge=50, le=10_000)
@@ -307,6 +310,7 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_RECALL_EPISODES": "recall_episodes",
     "MEMORY_RECALL_MAX_PARTICIPANTS": "recall_max_participants",
     "MEMORY_SEARCH_INDEX": "search_index",
+    "MEMORY_KEYWORD_INDEX": "keyword_index",
     "MEMORY_SEARCH_SCOPE": "search_scope",
     "MEMORY_SEARCH_TIMEOUT_MS": "search_timeout_ms",
     "MEMORY_RECALL_SEARCH_CHARS": "recall_search_chars",

@@ -1,0 +1,407 @@
+"""The deployed keyword leg: SQLite FTS5 databases kept in S3 (MEMORY_KEYWORD_INDEX=
+s3:<bucket>/<prefix>), so a deployment finds an exact name, number or rare word in the
+whole history, not only among the vector leg's candidates (docs/search.md).
+
+The engine is the embedded index's own (botmemory.search.sqlite_index, no embedder): the
+same tokens, the same FTS5 bm25, so what `make eval` measures for keywords is what runs.
+S3 only stores the files and arbitrates writers.
+
+Shards (`shard_key`, the one owner of the layout): one database per channel of a server,
+`<prefix>/<server>/c<channel id>.sqlite`, and one for the server's facts (their passages
+belong to no channel), `<prefix>/<server>/facts.sqlite`; `<server>` is `g<guild id>` or `dm`.
+A search in one channel (MEMORY_SEARCH_SCOPE=channel, the default) reads two files; a
+server-wide one lists the server's prefix and reads them all. Shards are merged by bm25.
+
+Writing is optimistic: read the shard (its ETag), change a local copy, PutObject with
+If-Match (If-None-Match: * for a new shard); a 412 or 409 means another writer won, so read
+again and redo, up to WRITE_ATTEMPTS times. A write that removed or replaced rows compacts
+the file first (FTS5 optimize, then VACUUM, with secure_delete on): the object S3 keeps
+holds no trace of what was deleted. The bucket is not versioned (template.yaml), so the old
+object is gone with the overwrite.
+
+Reading keeps each shard in /tmp with its ETag and asks again with If-None-Match: a 304 is
+a round trip with no body. A reader never answers from a copy S3 did not just confirm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from botmemory.search.port import Passage, SearchHit, SearchQuery
+from botmemory.search.s3vectors_index import error_code
+from botmemory.search.sqlite_index import CANDIDATE_FACTOR, SqliteSearchIndex
+from botmemory.storage.keys import server_scope_of
+
+log = logging.getLogger(__name__)
+
+WRITE_ATTEMPTS = 8  # conditional writes lost to other writers before giving up
+FACTS_SHARD = "facts"
+SHARD_SUFFIX = ".sqlite"
+# Bytes of shards one container keeps in /tmp (Lambda's default ephemeral storage is 512 MB).
+CACHE_BYTES = 256 * 1024 * 1024
+# Shards read at once by one search (a server-wide search may read many).
+READ_THREADS = 8
+LIST_PAGE = 1000
+_GUILD_ID = re.compile(r"[0-9]{1,20}")
+_LOST_RACE = ("PreconditionFailed", "ConditionalRequestConflict")
+_ABSENT = ("NoSuchKey", "404", "NotFound")
+
+T = TypeVar("T")
+
+
+class ShardBusy(Exception):
+    """Every conditional write of a shard lost to another writer."""
+
+
+def server_part(scope: str) -> str:
+    """The folder of a scope's server: `g<guild id>` or `dm` (a persona's is its server's)."""
+    server = server_scope_of(scope)
+    if server == "dm":
+        return "dm"
+    if _GUILD_ID.fullmatch(server):
+        return f"g{server}"
+    raise ValueError(f"scope {scope!r} names no server")
+
+
+def shard_key(prefix: str, scope: str, channel_id: str) -> str:
+    """Where the passages of a channel ("" for facts) of a scope's server live."""
+    name = f"c{channel_id}" if channel_id else FACTS_SHARD
+    if channel_id and not _GUILD_ID.fullmatch(channel_id):
+        raise ValueError(f"channel id {channel_id!r} is not a snowflake")
+    return f"{prefix}/{server_part(scope)}/{name}{SHARD_SUFFIX}"
+
+
+def channel_of_passage_id(passage_id: str) -> str | None:
+    """The channel a passage id names (messages, episodes, summaries: "M#<channel>#..."), ""
+    for a fact ("F#..."), None for an id of no known form."""
+    kind, _, rest = passage_id.partition("#")
+    if kind == "F":
+        return ""
+    channel = rest.partition("#")[0]
+    return channel if kind in ("M", "E", "S") and _GUILD_ID.fullmatch(channel) else None
+
+
+@dataclass
+class _Copy:
+    etag: str
+    path: str
+    size: int
+    index: SqliteSearchIndex | None = None  # opened on first read
+
+    def open(self) -> SqliteSearchIndex:
+        if self.index is None:
+            self.index = SqliteSearchIndex(self.path, wal=False)
+        return self.index
+
+    def drop(self) -> None:
+        if self.index is not None:
+            self.index.close()
+            self.index = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+class _ShardCache:
+    """Shards as S3 last confirmed them, least recently used evicted past CACHE_BYTES."""
+
+    def __init__(self, directory: str, limit: int) -> None:
+        self._directory = directory
+        self._limit = limit
+        self._copies: OrderedDict[str, _Copy] = OrderedDict()
+        self.lock = threading.RLock()
+
+    def path_for(self, key: str) -> str:
+        fd, path = tempfile.mkstemp(dir=self._directory, suffix=SHARD_SUFFIX)
+        os.close(fd)
+        return path
+
+    def get(self, key: str) -> _Copy | None:
+        copy = self._copies.get(key)
+        if copy is not None:
+            self._copies.move_to_end(key)
+        return copy
+
+    def put(self, key: str, copy: _Copy) -> None:
+        old = self._copies.pop(key, None)
+        if old is not None and old.path != copy.path:
+            old.drop()
+        self._copies[key] = copy
+        used = sum(c.size for c in self._copies.values())
+        while used > self._limit and len(self._copies) > 1:
+            _, evicted = self._copies.popitem(last=False)
+            used -= evicted.size
+            evicted.drop()
+
+    def forget(self, key: str) -> None:
+        copy = self._copies.pop(key, None)
+        if copy is not None:
+            copy.drop()
+
+
+def s3_client(region_name: str | None = None) -> Any:
+    """An S3 client with bounded timeouts and retries, built only when first needed."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        connect_timeout=3,
+        read_timeout=10,
+        retries={"total_max_attempts": 3, "mode": "standard"},
+    )
+    return boto3.client("s3", region_name=region_name, config=config)
+
+
+class S3KeywordIndex:
+    """The keyword leg over every passage, sharded by channel in S3. Service errors propagate
+    (botocore's ClientError), as does ShardBusy."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        *,
+        client: Any | None = None,
+        cache_dir: str | None = None,
+        cache_bytes: int = CACHE_BYTES,
+        region_name: str | None = None,
+    ) -> None:
+        if not bucket or not prefix or prefix.startswith("/") or prefix.endswith("/"):
+            raise ValueError("a keyword index needs a bucket and a prefix without edge slashes")
+        self._bucket = bucket
+        self._prefix = prefix
+        self._client = client
+        self._region_name = region_name
+        self._directory = cache_dir or tempfile.mkdtemp(prefix="botmemory-keywords-")
+        os.makedirs(self._directory, exist_ok=True)
+        self._cache = _ShardCache(self._directory, cache_bytes)
+        self.lost_races = 0  # conditional writes another writer won (each redone)
+
+    def _s3(self) -> Any:
+        if self._client is None:
+            self._client = s3_client(self._region_name)
+        return self._client
+
+    # -- one shard -------------------------------------------------------------------------------
+
+    def _fetch(self, key: str) -> _Copy | None:
+        """The shard as S3 holds it now (None when absent), from the cache when S3 answers
+        304 to its ETag."""
+        with self._cache.lock:
+            cached = self._cache.get(key)
+        request: dict[str, Any] = {"Bucket": self._bucket, "Key": key}
+        if cached is not None:
+            request["IfNoneMatch"] = cached.etag
+        try:
+            response = self._s3().get_object(**request)
+        except Exception as error:
+            code = error_code(error)
+            if code == "304" and cached is not None:
+                return cached
+            if code in _ABSENT:
+                with self._cache.lock:
+                    self._cache.forget(key)
+                return None
+            raise
+        path = self._cache.path_for(key)
+        with open(path, "wb") as out:
+            shutil.copyfileobj(response["Body"], out)
+        copy = _Copy(etag=str(response["ETag"]), path=path, size=os.path.getsize(path))
+        with self._cache.lock:
+            self._cache.put(key, copy)
+        return copy
+
+    def _update(self, key: str, change: Callable[[SqliteSearchIndex], bool]) -> None:
+        """Apply `change` to the shard and write it back if S3 still holds what was read;
+        `change` answers whether it deleted or replaced rows (then the file is compacted)."""
+        for _ in range(WRITE_ATTEMPTS):
+            current = self._fetch(key)
+            work = self._cache.path_for(key)
+            if current is not None:
+                with self._cache.lock:
+                    if current.index is not None:  # a reader's open handle: flush nothing
+                        current.index.close()
+                        current.index = None
+                    shutil.copyfile(current.path, work)
+            index = SqliteSearchIndex(work, wal=False)
+            try:
+                if change(index):
+                    index.compact()
+            finally:
+                index.close()
+            condition = {"IfMatch": current.etag} if current else {"IfNoneMatch": "*"}
+            try:
+                with open(work, "rb") as body:
+                    response = self._s3().put_object(
+                        Bucket=self._bucket, Key=key, Body=body, **condition
+                    )
+            except Exception as error:
+                os.unlink(work)
+                if error_code(error) in _LOST_RACE:
+                    self.lost_races += 1
+                    continue
+                raise
+            copy = _Copy(etag=str(response["ETag"]), path=work, size=os.path.getsize(work))
+            with self._cache.lock:
+                self._cache.put(key, copy)
+            return
+        raise ShardBusy(f"{key}: {WRITE_ATTEMPTS} conditional writes lost to other writers")
+
+    # -- SearchIndex -----------------------------------------------------------------------------
+
+    def add(self, passages: Sequence[Passage]) -> int:
+        for key, group in self._by_shard(passages).items():
+
+            def upsert(index: SqliteSearchIndex, group: list[Passage] = group) -> bool:
+                replaced = bool(index.held(p.id for p in group))
+                index.add(group)
+                return replaced
+
+            self._update(key, upsert)
+        return len(passages)
+
+    def _by_shard(self, passages: Iterable[Passage]) -> dict[str, list[Passage]]:
+        grouped: dict[str, list[Passage]] = {}
+        for passage in passages:
+            key = shard_key(self._prefix, passage.scope, passage.channel_id)
+            grouped.setdefault(key, []).append(passage)
+        return grouped
+
+    def remove(self, ids: Iterable[str], scope: str | None = None) -> int:
+        """Remove by id from the shards the ids name; without a scope, from every server's
+        shard of that channel (a listing of the whole prefix: rare, never on recall's path)."""
+        distinct = list(dict.fromkeys(ids))
+        by_key: dict[str, list[str]] = {}
+        for passage_id in distinct:
+            channel = channel_of_passage_id(passage_id)
+            if channel is None:
+                log.warning("passage id of no known form", extra={"id": passage_id[:80]})
+                continue
+            if channel == "" and scope is None:
+                # A fact's id holds its scope: "F#<scope>#<user>#<fact>".
+                fact_scope = passage_id.split("#")[1]
+                keys = [shard_key(self._prefix, fact_scope, "")]
+            elif scope is not None:
+                keys = [shard_key(self._prefix, scope, channel)]
+            else:
+                suffix = f"/c{channel}{SHARD_SUFFIX}"
+                keys = [k for k in self._keys(f"{self._prefix}/") if k.endswith(suffix)]
+            for key in keys:
+                by_key.setdefault(key, []).append(passage_id)
+        for key, group in by_key.items():
+            if self._fetch(key) is None:
+                continue  # no shard: nothing of these there
+
+            def delete(index: SqliteSearchIndex, group: list[str] = group) -> bool:
+                present = index.held(group)
+                index.remove(present)
+                return bool(present)
+
+            self._update(key, delete)
+        return len(distinct)
+
+    def drop_scope(self, scope: str) -> int:
+        """Delete every shard of a scope's server; returns how many objects went."""
+        keys = list(self._keys(f"{self._prefix}/{server_part(scope)}/"))
+        for start in range(0, len(keys), LIST_PAGE):
+            page = keys[start : start + LIST_PAGE]
+            self._s3().delete_objects(
+                Bucket=self._bucket,
+                Delete={"Objects": [{"Key": key} for key in page], "Quiet": True},
+            )
+        with self._cache.lock:
+            for key in keys:
+                self._cache.forget(key)
+        return len(keys)
+
+    def _keys(self, prefix: str) -> Iterator[str]:
+        request: dict[str, Any] = {"Bucket": self._bucket, "Prefix": prefix, "MaxKeys": LIST_PAGE}
+        while True:
+            page = self._s3().list_objects_v2(**request)
+            for entry in page.get("Contents", []):
+                key = str(entry["Key"])
+                if key.endswith(SHARD_SUFFIX):
+                    yield key
+            if not page.get("IsTruncated"):
+                return
+            request["ContinuationToken"] = page["NextContinuationToken"]
+
+    def shard_keys_for(self, query: SearchQuery) -> list[str]:
+        if query.channel_ids is None:
+            return list(self._keys(f"{self._prefix}/{server_part(query.scope)}/"))
+        return list(
+            dict.fromkeys(shard_key(self._prefix, query.scope, c) for c in query.channel_ids)
+        )
+
+    def search(self, query: SearchQuery) -> list[SearchHit]:
+        """FTS5 bm25 in each shard the query reaches, merged by score (best first)."""
+        if query.channel_ids == [] or query.kinds == []:
+            return []
+        depth = CANDIDATE_FACTOR * query.limit
+        keys = self.shard_keys_for(query)
+        found: list[tuple[float, Passage]] = []
+        for hits in _each(keys, lambda key: self._shard_hits(key, query, depth)):
+            found.extend(hits)
+        found.sort(key=lambda pair: (pair[0], -pair[1].time_ms, pair[1].id))
+        return [
+            SearchHit(passage=passage, score=-score, keyword_rank=rank)
+            for rank, (score, passage) in enumerate(found[:depth], start=1)
+            # Defence in depth: a passage never leaves its scope, whatever a shard holds.
+            if passage.scope == query.scope
+        ]
+
+    def _shard_hits(self, key: str, query: SearchQuery, depth: int) -> list[tuple[float, Passage]]:
+        copy = self._fetch(key)
+        if copy is None:
+            return []
+        with self._cache.lock:
+            return copy.open().keyword_hits(query, depth)
+
+    # -- vectors another index lacks (botmemory.search.deployed) ---------------------------------
+
+    def mark_vectors_pending(self, passages: Sequence[Passage], pending: bool) -> None:
+        for key, group in self._by_shard(passages).items():
+
+            def mark(index: SqliteSearchIndex, group: list[Passage] = group) -> bool:
+                index.set_vectors_pending((p.id for p in group), pending)
+                return False
+
+            self._update(key, mark)
+
+    def vectors_pending(self, passages: Sequence[Passage], limit: int) -> list[Passage]:
+        """Passages marked pending in the shards these passages live in (as last read)."""
+        pending: list[Passage] = []
+        for key in self._by_shard(passages):
+            with self._cache.lock:
+                copy = self._cache.get(key)
+                if copy is not None:
+                    pending += copy.open().vectors_pending(limit - len(pending))
+            if len(pending) >= limit:
+                break
+        return pending
+
+    def passages(self) -> Iterator[Passage]:
+        for key in list(self._keys(f"{self._prefix}/")):
+            copy = self._fetch(key)
+            if copy is not None:
+                with self._cache.lock:
+                    index = copy.open()
+                    yield from list(index.passages())
+
+
+def _each(items: Sequence[str], call: Callable[[str], T]) -> list[T]:
+    """`call` on every item, at most READ_THREADS at once (one item: no thread)."""
+    if len(items) <= 1:
+        return [call(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(items))) as pool:
+        return list(pool.map(call, items))
