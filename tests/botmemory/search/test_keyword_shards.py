@@ -1,0 +1,261 @@
+"""The deployed keyword leg (botmemory.search.keyword_shards) on moto's S3, in process:
+where shards live, what a search may reach (never another channel's words, never another
+server's), what a removal leaves in S3 (nothing of the words), and writers that race."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from botmemory.search import keyword_shards
+from botmemory.search.keyword_shards import S3KeywordIndex, ShardBusy, shard_key
+from botmemory.search.port import Passage, PassageKind, SearchQuery
+
+BUCKET = "keyword-shards-test"
+GUILD = "100"
+OTHER_GUILD = "900"
+CHANNEL = "200"
+PRIVATE = "300"
+NOW_S = 1_767_225_600
+
+
+def message(pid: str, text: str, channel: str = CHANNEL, guild: str = GUILD) -> Passage:
+    return Passage(
+        id=f"M#{channel}#{pid}",
+        kind=PassageKind.MESSAGE,
+        scope=guild,
+        channel_id=channel,
+        text=text,
+        time_ms=int(pid),
+    )
+
+
+def fact(fid: str, text: str, guild: str = GUILD) -> Passage:
+    return Passage(
+        id=f"F#{guild}#u1#{fid}",
+        kind=PassageKind.FACT,
+        scope=guild,
+        channel_id="",
+        text=text,
+        time_ms=1,
+    )
+
+
+IN_CHANNEL = [CHANNEL, ""]  # what recall asks in CHANNEL (MEMORY_SEARCH_SCOPE=channel)
+
+
+def query(text: str, channels: list[str] | None = IN_CHANNEL, guild: str = GUILD) -> SearchQuery:
+    return SearchQuery(scope=guild, channel_ids=channels, text=text, now_s=NOW_S)
+
+
+@pytest.fixture
+def s3() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+def index_on(s3: Any, tmp_path: Path, name: str = "a", **kwargs: Any) -> S3KeywordIndex:
+    return S3KeywordIndex(BUCKET, "keywords", client=s3, cache_dir=str(tmp_path / name), **kwargs)
+
+
+def stored(s3: Any) -> dict[str, bytes]:
+    listing = s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])
+    return {o["Key"]: s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listing}
+
+
+def ids(hits: list[Any]) -> list[str]:
+    return [h.passage.id for h in hits]
+
+
+def test_each_channel_has_its_shard_and_a_servers_facts_theirs(s3: Any, tmp_path: Path) -> None:
+    index = index_on(s3, tmp_path)
+    index.add([message("1", "hello"), message("2", "hi", channel=PRIVATE), fact("f1", "likes tea")])
+    index.add([message("3", "hola", channel="400", guild="dm")])
+
+    assert sorted(stored(s3)) == [
+        "keywords/dm/c400.sqlite",
+        "keywords/g100/c200.sqlite",
+        "keywords/g100/c300.sqlite",
+        "keywords/g100/facts.sqlite",
+    ]
+
+
+def test_a_search_finds_the_channels_words_and_the_servers_facts_by_word(
+    s3: Any, tmp_path: Path
+) -> None:
+    index = index_on(s3, tmp_path)
+    index.add(
+        [
+            message("1", "Caroline adopted a greyhound called Zephyr"),
+            message("2", "the weather is fine today"),
+            fact("f1", "Caroline walks Zephyr every morning"),
+        ]
+    )
+
+    assert sorted(ids(index.search(query("Zephyr")))) == ["F#100#u1#f1", "M#200#1"]
+    assert ids(index.search(query("weather"))) == ["M#200#2"]
+
+
+def test_a_private_channels_words_never_reach_another_channel_or_server(
+    s3: Any, tmp_path: Path
+) -> None:
+    index = index_on(s3, tmp_path)
+    index.add([message("1", "the launch code is mauve-otter-42", channel=PRIVATE)])
+    index.add([message("2", "mauve-otter-42", guild=OTHER_GUILD)])
+
+    assert index.search(query("mauve otter 42")) == []  # asked in CHANNEL
+    assert ids(index.search(query("mauve otter 42", [PRIVATE]))) == ["M#300#1"]
+    # A whole-server search (recall then drops what the channel may not show) lists this
+    # server's shards only.
+    assert ids(index.search(query("mauve otter 42", channels=None))) == ["M#300#1"]
+
+
+def test_a_removed_passage_leaves_no_trace_of_its_words_in_s3(s3: Any, tmp_path: Path) -> None:
+    index = index_on(s3, tmp_path)
+    chatter = [message(str(n), f"ordinary chatter number {n}") for n in range(1, 40)]
+    # One write: the words share an FTS segment, which a delete alone does not rewrite.
+    index.add([*chatter, message("50", "my secret word is zorbquxel")])
+    assert b"zorbquxel" in stored(s3)["keywords/g100/c200.sqlite"]
+
+    index.remove(["M#200#50"], scope=GUILD)
+
+    body = stored(s3)["keywords/g100/c200.sqlite"]
+    assert b"zorbquxel" not in body and b"secret word" not in body
+    assert index.search(query("zorbquxel")) == []
+    assert len(index.search(query("chatter"))) == 39
+
+
+def test_an_edit_leaves_no_trace_of_the_old_words(s3: Any, tmp_path: Path) -> None:
+    index = index_on(s3, tmp_path)
+    index.add([message(str(n), f"ordinary chatter number {n}") for n in range(1, 40)])
+    index.add([message("50", "I live at 12 Wombleton Crescent")])
+
+    index.add([message("50", "never mind, forget that")])
+
+    assert b"wombleton" not in stored(s3)["keywords/g100/c200.sqlite"].lower()
+    assert ids(index.search(query("forget"))) == ["M#200#50"]
+
+
+def test_removal_without_a_scope_finds_the_shard_by_the_id(s3: Any, tmp_path: Path) -> None:
+    index = index_on(s3, tmp_path)
+    index.add([message("1", "zebra crossing"), fact("f1", "owns a zebra")])
+
+    index.remove(["M#200#1", "F#100#u1#f1"])
+
+    assert index.search(query("zebra")) == []
+
+
+def test_another_containers_write_is_seen_at_the_next_search(s3: Any, tmp_path: Path) -> None:
+    reader = index_on(s3, tmp_path, "reader")
+    writer = index_on(s3, tmp_path, "writer")
+    writer.add([message("1", "first words")])
+    assert ids(reader.search(query("words"))) == ["M#200#1"]  # now cached by the reader
+
+    writer.add([message("2", "second words")])
+    writer.remove(["M#200#1"], scope=GUILD)
+
+    assert ids(reader.search(query("words"))) == ["M#200#2"]
+
+
+class RacingS3:
+    """An S3 client on which another writer changes the shard just before this one's first
+    conditional write (or before every write, `always`)."""
+
+    def __init__(self, s3: Any, other: S3KeywordIndex, always: bool = False) -> None:
+        self._s3 = s3
+        self._other = other
+        self._always = always
+        self.puts = 0
+
+    def put_object(self, **request: Any) -> Any:
+        self.puts += 1
+        if self.puts == 1 or self._always:
+            self._other.add([message(str(100 + self.puts), f"rival words {self.puts}")])
+        return self._s3.put_object(**request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._s3, name)
+
+
+def test_a_write_that_loses_a_race_is_redone_and_both_writes_survive(
+    s3: Any, tmp_path: Path
+) -> None:
+    other = index_on(s3, tmp_path, "other")
+    other.add([message("1", "seed words")])
+    racing = RacingS3(s3, other)
+    index = S3KeywordIndex(BUCKET, "keywords", client=racing, cache_dir=str(tmp_path / "a"))
+
+    index.add([message("2", "my words")])
+
+    assert index.lost_races == 1
+    assert sorted(ids(index.search(query("words")))) == ["M#200#1", "M#200#101", "M#200#2"]
+
+
+def test_a_shard_always_changed_underneath_gives_up_with_shard_busy(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(keyword_shards, "WRITE_ATTEMPTS", 3)
+    other = index_on(s3, tmp_path, "other")
+    racing = RacingS3(s3, other, always=True)
+    index = S3KeywordIndex(BUCKET, "keywords", client=racing, cache_dir=str(tmp_path / "a"))
+
+    with pytest.raises(ShardBusy):
+        index.add([message("2", "my words")])
+
+    assert index.lost_races == 3
+    assert "M#200#2" not in ids(other.search(query("words")))
+
+
+def test_a_server_purge_deletes_its_shards_and_no_others(s3: Any, tmp_path: Path) -> None:
+    index = index_on(s3, tmp_path)
+    index.add([message("1", "alpha"), fact("f1", "alpha fact")])
+    index.add([message("2", "alpha", guild=OTHER_GUILD)])
+
+    assert index.drop_scope(GUILD) == 2
+
+    assert sorted(stored(s3)) == ["keywords/g900/c200.sqlite"]
+    assert index.search(query("alpha")) == []
+
+
+def test_the_cache_keeps_within_its_bytes(s3: Any, tmp_path: Path) -> None:
+    index = index_on(s3, tmp_path, cache_bytes=1)
+    for channel in ("201", "202", "203"):
+        index.add([message("1", "cached words", channel=channel)])
+
+    assert len(list((tmp_path / "a").iterdir())) == 1  # the newest shard only
+    assert ids(index.search(query("cached", ["201"]))) == ["M#201#1"]  # read again from S3
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["🎉🎉🔥", "?!... ---", "\u200d\u200d", ""],
+    ids=["emoji", "punctuation", "zero-width joiners", "empty"],
+)
+def test_a_query_with_no_word_finds_nothing_and_reads_nothing(
+    s3: Any, tmp_path: Path, text: str
+) -> None:
+    index = index_on(s3, tmp_path)
+    index.add([message("1", "🎉🎉🔥 party ?!...")])
+
+    assert index.search(query(text)) == []
+
+
+def test_cjk_words_are_found_in_a_shard(s3: Any, tmp_path: Path) -> None:
+    index = index_on(s3, tmp_path)
+    index.add([message("1", "昨日は東京で寿司を食べました"), message("2", "明天我们去北京看长城")])
+
+    assert ids(index.search(query("寿司"))) == ["M#200#1"]
+    assert ids(index.search(query("长城"))) == ["M#200#2"]
+
+
+@pytest.mark.parametrize("channel", ["../../etc", "200/../300", "abc", "2" * 21])
+def test_a_channel_id_that_is_not_a_snowflake_never_names_a_key(channel: str) -> None:
+    with pytest.raises(ValueError):
+        shard_key("keywords", GUILD, channel)
