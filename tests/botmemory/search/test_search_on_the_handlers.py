@@ -34,13 +34,19 @@ START_MS = 1_767_225_600_000
 
 class Deployment:
     def __init__(
-        self, monkeypatch: pytest.MonkeyPatch, dynamodb: Any, index: Path, embeddings: str | None
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        dynamodb: Any,
+        index: Path | dict[str, str],
+        embeddings: str | None,
     ) -> None:
+        """`index`: the embedded index's file, or the search settings of another index."""
+        search = index if isinstance(index, dict) else {"MEMORY_SEARCH_INDEX": f"sqlite:{index}"}
         env = sample_env()
         for function, variables in env.items():
             if function == "Parameters":
                 continue
-            variables["MEMORY_SEARCH_INDEX"] = f"sqlite:{index}"
+            variables.update(search)
             if embeddings is not None:
                 variables.update(
                     EMBEDDING_MODEL="openai:fake-embed",

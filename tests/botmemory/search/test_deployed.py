@@ -1,0 +1,202 @@
+"""The deployed hybrid (botmemory.search.deployed): S3 Vectors' nearest passages (the
+service played in process, eval/vector_service.py, as moto has no QueryVectors) beside the
+keyword shards on moto's S3, with the project's `openai:` embedder against an
+OpenAI-compatible server on 127.0.0.1. A word the vector leg never proposes is found, and
+one leg failing never takes the other down."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from botmemory.search import build_search_index
+from botmemory.search.deployed import DeployedSearchIndex
+from botmemory.search.embeddings import EmbeddingError, OpenAIEmbedder
+from botmemory.search.keyword_shards import S3KeywordIndex
+from botmemory.search.port import KeywordsOnly, Passage, PassageKind, SearchQuery
+from botmemory.search.s3vectors_index import S3VectorsSearchIndex
+from botmemory.settings.config import ConfigError, Settings
+from eval.vector_service import InMemoryS3Vectors
+from tests.support.fake_embeddings import EmbeddingServer, closed_url
+from tests.support.fake_providers import serving
+
+BUCKET = "deployed-keywords-test"
+GUILD = "100"
+CHANNEL = "200"
+NOW_S = 1_767_225_600
+DIMENSIONS = 64
+
+
+def message(pid: str, text: str) -> Passage:
+    return Passage(
+        id=f"M#{CHANNEL}#{pid}",
+        kind=PassageKind.MESSAGE,
+        scope=GUILD,
+        channel_id=CHANNEL,
+        text=text,
+        time_ms=int(pid),
+    )
+
+
+def query(text: str, limit: int = 20) -> SearchQuery:
+    return SearchQuery(scope=GUILD, channel_ids=[CHANNEL, ""], text=text, now_s=NOW_S, limit=limit)
+
+
+def embedder(base_url: str) -> OpenAIEmbedder:
+    return OpenAIEmbedder(
+        "fake-embed",
+        base_url=base_url,
+        api_key=None,
+        dimensions=DIMENSIONS,
+        timeout_seconds=2.0,
+        max_attempts=1,
+        sleep=lambda _: None,
+    )
+
+
+@pytest.fixture
+def server() -> Iterator[EmbeddingServer]:
+    with serving(EmbeddingServer()) as running:
+        yield running
+
+
+@pytest.fixture
+def s3() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+def deployed(
+    s3: Any, tmp_path: Path, base_url: str, candidates: int = 50
+) -> tuple[DeployedSearchIndex, S3VectorsSearchIndex]:
+    vectors = S3VectorsSearchIndex(
+        "vectors", "passages", embedder(base_url), client=InMemoryS3Vectors(), candidates=candidates
+    )
+    keywords = S3KeywordIndex(BUCKET, "keywords", client=s3, cache_dir=str(tmp_path))
+    return DeployedSearchIndex(vectors, keywords), vectors
+
+
+# Pottery talk fills the vector leg's candidates; the rare name shares no concept with it.
+POTTERY = [message(str(n), f"pottery class number {n}, the kiln and the clay") for n in range(1, 9)]
+RARE = message("20", "my cousin Thaddeus arrives on the ferry")
+
+
+def test_a_word_the_vector_leg_never_proposes_is_found(
+    s3: Any, tmp_path: Path, server: EmbeddingServer
+) -> None:
+    index, vectors_alone = deployed(s3, tmp_path, server.base_url, candidates=3)
+    index.add([*POTTERY, RARE])
+    # Its vector is the pottery concept's; only the name is a word a passage holds.
+    ask = query("Thaddeus, ceramics?", limit=3)
+
+    # S3 Vectors alone: the three nearest are pottery talk, and keywords only re-rank them.
+    assert RARE.id not in [h.passage.id for h in vectors_alone.search(ask)]
+    hits = index.search(ask)
+    assert RARE.id in [h.passage.id for h in hits]
+    assert next(h for h in hits if h.passage.id == RARE.id).keyword_rank == 1
+
+
+def test_an_embedding_endpoint_down_at_writing_leaves_the_words_searchable(
+    s3: Any, tmp_path: Path, server: EmbeddingServer
+) -> None:
+    index, _ = deployed(s3, tmp_path, server.base_url)
+    server.down = True
+
+    with pytest.raises(KeywordsOnly) as partial:
+        index.add([RARE])
+
+    assert partial.value.written == 1 and isinstance(partial.value.error, EmbeddingError)
+    server.down = False
+    hits = index.search(query("Thaddeus"))
+    assert [h.passage.id for h in hits] == [RARE.id]
+    assert hits[0].vector_rank is None  # no vector yet: found by its words alone
+
+
+def test_a_later_write_embeds_the_passages_the_vectors_missed(
+    s3: Any, tmp_path: Path, server: EmbeddingServer
+) -> None:
+    index, vectors_alone = deployed(s3, tmp_path, server.base_url)
+    server.down = True
+    with pytest.raises(KeywordsOnly):
+        index.add([message("1", "Alice goes to a pottery class")])
+    server.down = False
+    # "ceramics" shares no token with "pottery": only the vector leg can find it.
+    assert vectors_alone.search(query("ceramics")) == []
+
+    index.add([message("2", "Bob ran a marathon")])
+
+    assert server.calls[-1] == ["Alice goes to a pottery class"]
+    assert [h.passage.id for h in index.search(query("ceramics"))][0] == f"M#{CHANNEL}#1"
+    assert index.keywords.vectors_pending([message("1", "")], 10) == []  # marks cleared
+
+
+def test_an_embedding_endpoint_down_at_search_answers_from_keywords(
+    s3: Any, tmp_path: Path
+) -> None:
+    index, _ = deployed(s3, tmp_path, closed_url())
+    index.keywords.add([RARE])
+
+    hits = index.search(query("Thaddeus"))
+
+    assert [h.passage.id for h in hits] == [RARE.id]
+    assert isinstance(getattr(hits, "vector_error", None), EmbeddingError)
+
+
+class BrokenS3:
+    def __getattr__(self, name: str) -> Any:
+        raise ConnectionError("S3 unreachable")
+
+
+def test_a_keyword_leg_that_fails_leaves_the_vectors_answering(
+    s3: Any, tmp_path: Path, server: EmbeddingServer
+) -> None:
+    index, vectors = deployed(s3, tmp_path, server.base_url)
+    vectors.add([message("1", "Alice goes to a pottery class")])
+    broken = DeployedSearchIndex(vectors, S3KeywordIndex(BUCKET, "keywords", client=BrokenS3()))
+
+    hits = broken.search(query("ceramics"))
+
+    assert [h.passage.id for h in hits] == [f"M#{CHANNEL}#1"]
+
+
+def test_both_legs_failing_is_an_error_for_the_caller_to_fail_open(tmp_path: Path) -> None:
+    vectors = S3VectorsSearchIndex(
+        "vectors", "passages", embedder(closed_url()), client=InMemoryS3Vectors()
+    )
+    broken = DeployedSearchIndex(vectors, S3KeywordIndex(BUCKET, "keywords", client=BrokenS3()))
+
+    with pytest.raises(ConnectionError):
+        broken.search(query("anything"))
+
+
+def test_a_removal_empties_both_legs(s3: Any, tmp_path: Path, server: EmbeddingServer) -> None:
+    index, vectors = deployed(s3, tmp_path, server.base_url)
+    index.add([RARE, *POTTERY[:2]])
+
+    index.remove([RARE.id], scope=GUILD)
+
+    assert RARE.id not in {p.id for p in index.passages()}
+    assert RARE.id not in {p.id for p in vectors.passages()}
+    assert RARE.id not in [h.passage.id for h in index.search(query("Thaddeus"))]
+
+
+def test_the_settings_choose_the_deployed_hybrid_only_beside_s3_vectors() -> None:
+    common = {"table_name": "t", "embedding_model": "openai:fake-embed"}
+    both = Settings(
+        **common, search_index="s3vectors:vectors/passages", keyword_index="s3:kw-bucket/keywords"
+    )
+    assert isinstance(build_search_index(both), DeployedSearchIndex)
+    alone = Settings(**common, search_index="s3vectors:vectors/passages")
+    assert not isinstance(build_search_index(alone), DeployedSearchIndex)
+    for spec in ("kw-bucket/keywords", "s3:kw-bucket", "s3:/keywords", "opensearch:x/y"):
+        with pytest.raises(ConfigError, match="MEMORY_KEYWORD_INDEX"):
+            build_search_index(
+                Settings(**common, search_index="s3vectors:vectors/passages", keyword_index=spec)
+            )
