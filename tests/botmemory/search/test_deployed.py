@@ -133,7 +133,7 @@ def test_a_later_write_embeds_the_passages_the_vectors_missed(
     index.add([message("2", "Bob ran a marathon")])
 
     assert server.calls[-1] == ["Alice goes to a pottery class"]
-    assert [h.passage.id for h in index.search(query("ceramics"))][0] == f"M#{CHANNEL}#1"
+    assert next(h.passage.id for h in index.search(query("ceramics"))) == f"M#{CHANNEL}#1"
     assert index.keywords.vectors_pending([message("1", "")], 10) == []  # marks cleared
 
 
@@ -157,7 +157,7 @@ class BrokenS3:
 def test_a_keyword_leg_that_fails_leaves_the_vectors_answering(
     s3: Any, tmp_path: Path, server: EmbeddingServer
 ) -> None:
-    index, vectors = deployed(s3, tmp_path, server.base_url)
+    _index, vectors = deployed(s3, tmp_path, server.base_url)
     vectors.add([message("1", "Alice goes to a pottery class")])
     broken = DeployedSearchIndex(vectors, S3KeywordIndex(BUCKET, "keywords", client=BrokenS3()))
 
