@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from botmemory.ingest.observe import Attachment, with_alt_text
 from botmemory.snowflake import snowflake_ms
 from localrun.motoserver import LocalRunError
 from localrun.replay import Replay, load_replay
@@ -131,7 +132,11 @@ def _pair(raw: dict[str, Any], replay: Replay) -> list[Turn]:
             Turn(
                 dia_id=(dia_ids(turn.get("dia_id", "")) or [""])[0],
                 speaker=turn["speaker"],
-                text=turn["text"],
+                # What the bot stores of the message: its words and its image's alt text.
+                text=with_alt_text(
+                    turn["text"],
+                    [Attachment.model_validate(a) for a in payload.get("attachments") or []],
+                ),
                 message_id=payload["id"],
                 at_ms=snowflake_ms(payload["id"]),
             )

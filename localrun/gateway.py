@@ -39,6 +39,21 @@ def user(user_id: str, *, bot: bool = False) -> dict[str, Any]:
     }
 
 
+def image(description: str | None, content_type: str = "image/png") -> dict[str, Any]:
+    """An attachment as Discord sends it, with its alt text (`description`) if given."""
+    found: dict[str, Any] = {
+        "id": "1400000000000000001",
+        "filename": "picture.png",
+        "size": 2048,
+        "url": "https://cdn.example.invalid/picture.png",
+        "proxy_url": "https://media.example.invalid/picture.png",
+        "content_type": content_type,
+    }
+    if description is not None:
+        found["description"] = description
+    return found
+
+
 def message(
     author: str,
     content: str,
@@ -48,6 +63,7 @@ def message(
     guild: str | None = GUILD,
     message_id: str | None = None,
     reply_to: str | None = None,
+    attachments: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     d: dict[str, Any] = {
         "id": message_id or snowflake(at_ms),
@@ -59,7 +75,7 @@ def message(
         "tts": False,
         "mention_everyone": False,
         "mentions": [],
-        "attachments": [],
+        "attachments": attachments or [],
         "embeds": [],
         "type": 0,
     }

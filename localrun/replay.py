@@ -2,7 +2,9 @@
 
 The conversation format is LoCoMo's (speaker_a, speaker_b, session_N_date_time, session_N
 turns of {speaker, dia_id, text}): each conversation becomes one channel, each speaker one
-user, each turn a MESSAGE_CREATE at its session's time.
+user, each turn a MESSAGE_CREATE at its session's time. A turn that shares an image carries
+it as an attachment whose alt text is LoCoMo's caption of the image (`blip_caption`): what
+Discord gives the bot of a picture is its alt text.
 """
 
 from __future__ import annotations
@@ -72,6 +74,20 @@ def _snowflake(at_ms: int, sequence: int) -> str:
     return str(((at_ms - DISCORD_EPOCH_MS) << 22) | (sequence & 0xFFF))
 
 
+def _attachments(turn: dict[str, Any], at_ms: int, sequence: int) -> list[dict[str, Any]]:
+    caption = turn.get("blip_caption")
+    if not isinstance(caption, str) or not caption.strip():
+        return []
+    return [
+        {
+            "id": _snowflake(at_ms, sequence + 2048),
+            "filename": "image.jpg",
+            "content_type": "image/jpeg",
+            "description": caption.strip(),
+        }
+    ]
+
+
 def load_replay(path: Path, limit: int | None = None) -> Replay:
     if not path.is_file():
         raise LocalRunError(f"no conversation at {path}: give an existing file with --dataset")
@@ -106,6 +122,7 @@ def load_replay(path: Path, limit: int | None = None) -> Replay:
                         "member": {"nick": None, "roles": []},
                         "content": turn["text"],
                         "timestamp": datetime.fromtimestamp(at_ms / 1000, tz=UTC).isoformat(),
+                        "attachments": _attachments(turn, at_ms, len(events)),
                         "type": 0,
                     },
                 }

@@ -30,7 +30,8 @@ from relay.spool import Spool
 
 log = logging.getLogger(__name__)
 
-# Fields IngestFunction never reads; dropped only from an event too large to send whole.
+# Fields IngestFunction never reads (of attachments, only their alt text, which stays:
+# `_alt_texts`); dropped only from an event too large to send whole.
 _BULKY_FIELDS = (
     "referenced_message",
     "message_snapshots",
@@ -50,6 +51,17 @@ _BULKY_FIELDS = (
 )
 # Spooled batches sent per worker step, so new events keep being sealed during a long drain.
 _DRAIN_PER_STEP = 20
+
+
+def _alt_texts(attachments: Any) -> list[dict[str, Any]]:
+    """Of a message's attachments, what ingest keeps: the type and alt text of those with one."""
+    if not isinstance(attachments, list):
+        return []
+    return [
+        {"content_type": a.get("content_type"), "description": a["description"]}
+        for a in attachments
+        if isinstance(a, dict) and isinstance(a.get("description"), str) and a["description"]
+    ]
 
 
 @dataclass(frozen=True)
@@ -166,6 +178,8 @@ class Forwarder:
             encoded = encode_event(name, payload)
             if not self._limits.fits_alone(encoded):
                 slim = {k: v for k, v in payload.items() if k not in _BULKY_FIELDS}
+                if alt_texts := _alt_texts(payload.get("attachments")):
+                    slim["attachments"] = alt_texts
                 encoded = encode_event(name, slim)
         except ValueError as error:
             log.warning("%s %s: %s; dropped", name, payload.get("id", ""), error)

@@ -138,6 +138,18 @@ def test_an_oversized_event_loses_only_fields_ingest_never_reads(tmp_path: Path)
     assert sent["d"]["author"] == event["d"]["author"]
 
 
+def test_an_oversized_event_keeps_the_alt_text_of_its_attachments(tmp_path: Path) -> None:
+    event = gw.message(gw.ALICE, "my kiln", T0, attachments=[gw.image("a kiln"), gw.image(None)])
+    event["d"]["embeds"] = [{"description": "e" * 5_000}]
+    sink, clock = RecordingSink(), Clock()
+    forwarder = make_forwarder(sink, tmp_path, clock, max_bytes=4_000)
+    assert forwarder.submit(event["t"], event["d"])
+    forwarder.pump(final=True)
+    (sent,) = sink.events
+    assert "embeds" not in sent["d"]
+    assert sent["d"]["attachments"] == [{"content_type": "image/png", "description": "a kiln"}]
+
+
 def test_an_event_too_large_even_slimmed_is_dropped_and_counted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -226,3 +226,39 @@ def test_the_bots_own_answer_is_an_answer_and_other_bots_are_marked(
     assert by_author[gw.BOT]["kind"]["S"] == ObservationKind.ANSWER.value
     assert by_author["377777777777777777"]["kind"]["S"] == "msg"
     assert by_author["377777777777777777"]["author_is_bot"]["BOOL"] is True
+
+
+def test_an_images_alt_text_is_kept_with_the_message_it_came_with(
+    services: MemoryServices, dynamodb: Any
+) -> None:
+    shared = gw.message(
+        gw.ALICE,
+        "look what I made!",
+        T0,
+        attachments=[
+            gw.image("a clay  bowl\nwith a blue glaze"),
+            gw.image(None),  # no alt text: nothing to keep
+            gw.image("minutes of the meeting", content_type="application/pdf"),
+        ],
+    )
+    only_a_picture = gw.message(gw.BOB, "", T0 + 1, attachments=[gw.image("a sunset at sea")])
+
+    result = services.recorder.record([shared, only_a_picture])
+
+    assert result.stored == 2
+    assert sorted(i["content"]["S"] for i in observations(dynamodb)) == [
+        "[image: a sunset at sea]",
+        "look what I made! [image: a clay bowl with a blue glaze] [file: minutes of the meeting]",
+    ]
+
+
+def test_a_message_with_more_attachments_than_discord_allows_is_rejected(
+    services: MemoryServices, dynamodb: Any
+) -> None:
+    forged = gw.message(gw.ALICE, "spam", T0, attachments=[gw.image("x")] * 11)
+
+    result = services.recorder.record([forged])
+
+    assert result.stored == 0 and len(result.rejected) == 1
+    assert "attachments" in result.rejected[0].reason
+    assert observations(dynamodb) == []

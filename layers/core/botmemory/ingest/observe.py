@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -39,6 +39,8 @@ MAX_CONTENT_CHARS = 16_000
 FUTURE_TOLERANCE_MS = 5 * 60_000
 # Discord allows 250 roles per guild: a member cannot hold more.
 MAX_MEMBER_ROLES = 250
+# Discord allows 10 attachments per message.
+MAX_ATTACHMENTS = 10
 
 Name = Annotated[str, StringConstraints(max_length=200)]
 
@@ -76,6 +78,25 @@ class Emoji(_Payload):
         return f":{self.name}:" if self.id else (self.name or "?")
 
 
+class Attachment(_Payload):
+    content_type: str | None = Field(default=None, max_length=200)
+    # Alt text (Discord caps it at 1,024 characters): the words the member gave the file.
+    description: str | None = Field(default=None, max_length=MAX_CONTENT_CHARS)
+
+
+def with_alt_text(content: str, attachments: Sequence[Attachment]) -> str:
+    """The message's words, then the alt text of each attachment that has one, as
+    "[image: …]" (or "[file: …]"): what the member said of a picture is remembered and
+    found like the rest of the message, and goes with it."""
+    parts = [content] if content.strip() else []
+    for attachment in attachments:
+        text = " ".join((attachment.description or "").split())
+        if text:
+            image = (attachment.content_type or "").startswith("image/")
+            parts.append(f"[{'image' if image else 'file'}: {text}]")
+    return " ".join(parts)
+
+
 class MessageCreate(_Payload):
     id: Snowflake
     channel_id: Snowflake
@@ -87,6 +108,7 @@ class MessageCreate(_Payload):
     # the message's time is its id's, never this claim.
     timestamp: datetime
     message_reference: MessageReference | None = None
+    attachments: list[Attachment] = Field(default=[], max_length=MAX_ATTACHMENTS)
 
 
 class MessageUpdate(_Payload):
@@ -98,6 +120,8 @@ class MessageUpdate(_Payload):
     member: Member | None = None
     content: str | None = Field(default=None, max_length=MAX_CONTENT_CHARS)
     edited_timestamp: datetime | None = None
+    # A partial update may leave them out: then only the new words are kept.
+    attachments: list[Attachment] | None = Field(default=None, max_length=MAX_ATTACHMENTS)
 
 
 class MessageDelete(_Payload):
@@ -309,7 +333,7 @@ class ObservationRecorder:
             author_is_bot=msg.author.bot,
             author_roles=msg.member.roles if msg.member else [],
             message_id=msg.id,
-            content=msg.content,
+            content=with_alt_text(msg.content, msg.attachments),
             reply_to=msg.message_reference.message_id if msg.message_reference else None,
         )
 
@@ -337,7 +361,7 @@ class ObservationRecorder:
             author_is_bot=msg.author.bot,
             author_roles=msg.member.roles if msg.member else [],
             message_id=msg.id,
-            content=msg.content,
+            content=with_alt_text(msg.content, msg.attachments or []),
         )
 
     def _message_delete(self, payload: dict[str, Any]) -> Observation:
