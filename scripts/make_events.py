@@ -578,8 +578,9 @@ def local_environment() -> dict[str, dict[str, str]]:
             "TABLE_NAME": LOCAL_TABLE,
             "MEMORY_MODEL": "rules",
             # The embedded index (the template's is S3 Vectors), keyword leg only: a local
-            # invoke calls no embedding model.
+            # invoke calls no embedding model. It holds its own keywords: no S3 shards.
             "MEMORY_SEARCH_INDEX": LOCAL_SEARCH_INDEX,
+            "MEMORY_KEYWORD_INDEX": "",
             "EMBEDDING_MODEL": "",
             "DISCORD_BOT_USER_ID": BOT,
         }

@@ -13,25 +13,35 @@ import json
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 from aws_lambda_powertools.utilities import parameters
 from botocore.client import BaseClient
+from moto import mock_aws
 
 from botmemory.answering.requests import register_local_target
 from botmemory.discord.interactions import Permissions
 from botmemory.records import FactStatus, scope_of
-from botmemory.storage.keys import GUILD_PREFIX, OPT_OUT_PK
+from botmemory.search.deployed import DeployedSearchIndex
+from botmemory.search.keyword_shards import S3KeywordIndex
+from botmemory.search.port import Passage, PassageKind, SearchQuery
+from botmemory.storage.keys import (
+    GUILD_PREFIX,
+    OPT_OUT_PK,
+    fact_passage_id,
+    message_passage_id,
+)
 from localrun import gateway as gw
 from localrun.samtemplate import passes_filters
 from scripts.make_events import BOB, BOT
 from tests.botmemory.commands.test_commands import Discord, confirm_flow, seed_fact
 from tests.botmemory.commands.test_notes import notes
 from tests.botmemory.commands.test_personas import PROMPT, persona, purge
-from tests.stack.test_iam import FUNCTIONS, function_statements, listed
+from tests.stack.test_iam import FUNCTIONS, function_statements, keyword_prefix, listed
 from tests.stack.test_sam_local import stream_records
 from tests.support.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.support.lambda_local import EVENTS, ROOT, TABLE
@@ -47,6 +57,8 @@ TRANSACTION_PARTS = {
     "Delete": "DeleteItem",
     "ConditionCheck": "ConditionCheckItem",
 }
+# S3 operations authorised as an action of another name.
+S3_AUTHORISED_AS = {"ListObjectsV2": "s3:ListBucket", "DeleteObjects": "s3:DeleteObject"}
 # The name followup.py gives the thread that finishes deferred work locally; in Lambda that
 # work runs in an asynchronous invoke of InteractionsFunction itself.
 DEFERRED_THREAD = "deferred-interaction"
@@ -78,6 +90,8 @@ class CallLog:
                     needed |= {f"dynamodb:{TRANSACTION_PARTS[part]}" for part in item}
             elif action == "lambda:Invoke":
                 needed.add("lambda:InvokeFunction")
+            elif action.startswith("s3:"):
+                needed.add(S3_AUTHORISED_AS.get(action.removeprefix("s3:"), action))
             else:
                 needed.add(action)
         return needed
@@ -367,3 +381,133 @@ def test_ingest_writes_observations_and_reads_only_the_opt_out_list(day: CallLog
                 assert all(
                     r["PutRequest"]["Item"]["pk"]["S"].startswith(GUILD_PREFIX) for r in requests
                 )
+
+
+# --- the keyword shards: what each function calls on them, on in-process S3 -----------------
+
+SHARDS_BUCKET = "keyword-shards"
+SERVER = "100000000000000001"  # a guild's scope is its id
+TALK = "200000000000000001"  # a channel whose shard consolidation wrote
+QUIET = "200000000000000002"  # a channel with no shard yet: S3 answers NoSuchKey
+ALICE = "300000000000000001"
+SAID_MS = 1_767_225_600_000
+
+
+class NoVectors:
+    """The vector leg out of the way: only the keyword shards' calls are watched here (the
+    vector rights are read from the template in tests/stack/test_iam.py)."""
+
+    def add(self, passages: Sequence[Passage]) -> int:
+        return len(passages)
+
+    def remove(self, ids: Iterable[str], scope: str | None = None) -> int:
+        return len(list(ids))
+
+    def nearest_passages(self, query: SearchQuery, text: str) -> list[Passage]:
+        return []
+
+    def passages(self) -> Iterator[Passage]:
+        return iter(())
+
+
+def said(channel: str, message: str, text: str) -> Passage:
+    return Passage(
+        id=message_passage_id(channel, message),
+        kind=PassageKind.MESSAGE,
+        scope=SERVER,
+        channel_id=channel,
+        text=text,
+        time_ms=SAID_MS,
+    )
+
+
+def alices_fact(text: str) -> Passage:
+    return Passage(
+        id=fact_passage_id(SERVER, ALICE, "f1"),
+        kind=PassageKind.FACT,
+        scope=SERVER,
+        channel_id="",
+        text=text,
+        time_ms=SAID_MS,
+        authors=[ALICE],
+    )
+
+
+def recalls(index: DeployedSearchIndex) -> None:
+    """RecallFunction's search: in the channels asked about (one without a shard yet), and
+    server-wide (MEMORY_SEARCH_SCOPE=guild lists the server's shards)."""
+    for channels in ([TALK, QUIET], None):
+        index.search(SearchQuery(scope=SERVER, channel_ids=channels, text="kayak", now_s=1))
+
+
+def consolidates(index: DeployedSearchIndex) -> None:
+    """ConsolidateWorkerFunction's IndexWriter.write: a deleted message's passage removed, the
+    round's passages added (an existing shard, a new channel's, the facts'), and one the
+    table stopped holding meanwhile withdrawn."""
+    index.remove([message_passage_id(TALK, "1")], scope=SERVER)
+    index.add([said(TALK, "3", "a red kayak"), said(QUIET, "4", "hello"), alices_fact("kayaks")])
+    index.remove([message_passage_id(QUIET, "4")], scope=SERVER)
+
+
+def answers(index: DeployedSearchIndex) -> None:
+    """AnswerFunction: its own recall, then a corrected fact indexed again (reindex_fact), and
+    withdrawn when it changed meanwhile."""
+    recalls(index)
+    index.add([alices_fact("Alice owns two kayaks")])
+    index.remove([fact_passage_id(SERVER, ALICE, "f1")], scope=SERVER)
+
+
+def follows(index: DeployedSearchIndex) -> None:
+    """SearchIndexFunction's IndexFollower.follow: passages of deleted items removed from
+    their scope's shard, or from every server's shard of the channel when the record names
+    no scope."""
+    index.remove([message_passage_id(TALK, "2")], scope=SERVER)
+    index.remove([message_passage_id(TALK, "1")], scope=None)
+
+
+KEYWORD_USES = {
+    "RecallFunction": recalls,
+    "ConsolidateWorkerFunction": consolidates,
+    "AnswerFunction": answers,
+    "SearchIndexFunction": follows,
+}
+
+
+def s3_granted(function: str) -> set[str]:
+    return {a for a in granted(function) if a.startswith("s3:")}
+
+
+def shard_rights_needed(made: set[str]) -> set[str]:
+    """The rights the calls made need. Reading a shard needs ListBucket too: S3 answers a
+    GetObject of a key it does not hold with 404 only to a role that may list the bucket
+    (403 to others, which the code takes for a failure); moto answers 404 to everyone."""
+    return made | ({"s3:ListBucket"} if "s3:GetObject" in made else set())
+
+
+def test_every_function_with_shard_rights_has_its_calls_watched() -> None:
+    assert {f for f in FUNCTIONS if s3_granted(f)} == set(KEYWORD_USES)
+
+
+@pytest.mark.parametrize("function", sorted(KEYWORD_USES))
+def test_a_function_is_granted_exactly_the_keyword_shard_calls_it_makes(
+    function: str, call_log: CallLog, tmp_path: Path
+) -> None:
+    prefix = keyword_prefix(translated_template())
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=SHARDS_BUCKET)
+        # What consolidation left: the talk channel's shard and the server's facts.
+        seeded = S3KeywordIndex(SHARDS_BUCKET, prefix, client=s3, cache_dir=str(tmp_path / "a"))
+        seeded.add([said(TALK, "1", "Ada paddled a kayak"), said(TALK, "2", "rain again")])
+        seeded.add([alices_fact("Alice owns a kayak")])
+        # A cold container of the function: nothing cached yet.
+        shards = S3KeywordIndex(SHARDS_BUCKET, prefix, client=s3, cache_dir=str(tmp_path / "b"))
+        call_log.running = function
+        try:
+            KEYWORD_USES[function](DeployedSearchIndex(NoVectors(), shards))
+        finally:
+            call_log.running = None
+    made = {a for a in call_log.actions(function) if a.startswith("s3:")}
+    assert "s3:GetObject" in made  # the flow reached the shards
+    # Allowed, and no more: a reader granted a write, or a right no call makes, fails here.
+    assert shard_rights_needed(made) == s3_granted(function)
