@@ -12,6 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from botmemory.clock import ManualClock
 from botmemory.search import keyword_shards
 from botmemory.search.keyword_shards import S3KeywordIndex, ShardBusy, shard_key
 from botmemory.search.port import Passage, PassageKind, SearchQuery
@@ -259,3 +260,36 @@ def test_cjk_words_are_found_in_a_shard(s3: Any, tmp_path: Path) -> None:
 def test_a_channel_id_that_is_not_a_snowflake_never_names_a_key(channel: str) -> None:
     with pytest.raises(ValueError):
         shard_key("keywords", GUILD, channel)
+
+
+class Ledger:
+    """The purge markers (MemoryRepository keeps them in the table)."""
+
+    def __init__(self) -> None:
+        self.until: dict[str, int] = {}
+
+    def mark_index_purged(self, scope: str, now_ms: int, until_ms: int) -> None:
+        self.until[scope] = until_ms
+
+    def index_purged(self, scope: str, now_ms: int) -> bool:
+        return now_ms < self.until.get(scope, 0)
+
+
+def test_a_write_racing_a_server_purge_never_creates_its_shards_again(
+    s3: Any, tmp_path: Path
+) -> None:
+    ledger = Ledger()
+    clock = ManualClock(1_767_225_600_000)
+    index = index_on(s3, tmp_path, purges=ledger, clock=clock)
+    index.add([message("1", "alpha"), message("2", "beta", guild=OTHER_GUILD)])
+    ledger.mark_index_purged(GUILD, clock.now_ms(), clock.now_ms() + 3_600_000)
+    index.drop_scope(GUILD)
+
+    index.add([message("3", "late round"), fact("f1", "late fact")])
+    index.add([message("4", "gamma", guild=OTHER_GUILD)])  # another server: written
+
+    assert index.purged_skips == 2
+    assert sorted(stored(s3)) == ["keywords/g900/c200.sqlite"]
+    clock.advance(ms=3_600_001)  # the marker has lapsed: the server may be written again
+    index.add([message("5", "a new start")])
+    assert "keywords/g100/c200.sqlite" in stored(s3)

@@ -67,7 +67,7 @@ def build_search_index(
         except ValueError as exc:
             raise ConfigError(f"MEMORY_SEARCH_INDEX={spec!r}: {exc}") from exc
         vectors = ShardedS3VectorsIndex(bucket, index, embedder, purges=purges, clock=clock)
-        keywords = _keyword_index(settings)
+        keywords = _keyword_index(settings, purges, clock)
         if keywords is None:
             return vectors
         from botmemory.search.deployed import DeployedSearchIndex
@@ -79,7 +79,9 @@ def build_search_index(
     )
 
 
-def _keyword_index(settings: Settings) -> S3KeywordIndex | None:
+def _keyword_index(
+    settings: Settings, purges: PurgeLedger | None, clock: Clock | None
+) -> S3KeywordIndex | None:
     """MEMORY_KEYWORD_INDEX=s3:<bucket>/<prefix>, the deployed keyword leg; None when unset."""
     spec = (settings.keyword_index or "").strip()
     if not spec:
@@ -90,4 +92,4 @@ def _keyword_index(settings: Settings) -> S3KeywordIndex | None:
         raise ConfigError(f"MEMORY_KEYWORD_INDEX={spec!r} is not 's3:<bucket>/<prefix>' or unset")
     from botmemory.search.keyword_shards import S3KeywordIndex
 
-    return S3KeywordIndex(bucket, prefix.strip("/"))
+    return S3KeywordIndex(bucket, prefix.strip("/"), purges=purges, clock=clock)

@@ -36,12 +36,16 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from botmemory.clock import Clock, SystemClock
 from botmemory.search.port import Passage, SearchHit, SearchQuery
 from botmemory.search.s3vectors_index import error_code
 from botmemory.search.sqlite_index import CANDIDATE_FACTOR, SqliteSearchIndex
 from botmemory.storage.keys import server_scope_of
+
+if TYPE_CHECKING:
+    from botmemory.search.shards import PurgeLedger
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +84,13 @@ def shard_key(prefix: str, scope: str, channel_id: str) -> str:
     if channel_id and not _GUILD_ID.fullmatch(channel_id):
         raise ValueError(f"channel id {channel_id!r} is not a snowflake")
     return f"{prefix}/{server_part(scope)}/{name}{SHARD_SUFFIX}"
+
+
+def scope_of_key(prefix: str, key: str) -> str:
+    """The server scope a shard's key names (a guild id, or `dm`): the inverse of
+    `server_part`."""
+    server = key.removeprefix(f"{prefix}/").partition("/")[0]
+    return server.removeprefix("g") if server != "dm" else "dm"
 
 
 def channel_of_passage_id(passage_id: str) -> str | None:
@@ -175,7 +186,11 @@ class S3KeywordIndex:
         cache_dir: str | None = None,
         cache_bytes: int = CACHE_BYTES,
         region_name: str | None = None,
+        purges: PurgeLedger | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        """`purges`: where server purges are recorded (the repository); a shard is never
+        created again for a server while its purge's marker lives."""
         if not bucket or not prefix or prefix.startswith("/") or prefix.endswith("/"):
             raise ValueError("a keyword index needs a bucket and a prefix without edge slashes")
         self._bucket = bucket
@@ -186,6 +201,9 @@ class S3KeywordIndex:
         os.makedirs(self._directory, exist_ok=True)
         self._cache = _ShardCache(self._directory, cache_bytes)
         self.lost_races = 0  # conditional writes another writer won (each redone)
+        self.purged_skips = 0  # shard writes not made: their server was purged meanwhile
+        self._purges = purges
+        self._clock = clock or SystemClock()
 
     def _s3(self) -> Any:
         if self._client is None:
@@ -221,11 +239,17 @@ class S3KeywordIndex:
             self._cache.put(key, copy)
         return copy
 
-    def _update(self, key: str, change: Callable[[SqliteSearchIndex], bool]) -> None:
+    def _update(self, key: str, scope: str, change: Callable[[SqliteSearchIndex], bool]) -> None:
         """Apply `change` to the shard and write it back if S3 still holds what was read;
-        `change` answers whether it deleted or replaced rows (then the file is compacted)."""
+        `change` answers whether it deleted or replaced rows (then the file is compacted).
+        A shard that is not there is created, unless its server was just purged (a round
+        racing the purge): that write is a logged, counted skip."""
         for _ in range(WRITE_ATTEMPTS):
             current = self._fetch(key)
+            if current is None and self._purged(scope):
+                self.purged_skips += 1
+                log.warning("keyword shard of a purged server not written", extra={"key": key})
+                return
             work = self._cache.path_for(key)
             if current is not None:
                 with self._cache.lock:
@@ -257,6 +281,10 @@ class S3KeywordIndex:
             return
         raise ShardBusy(f"{key}: {WRITE_ATTEMPTS} conditional writes lost to other writers")
 
+    def _purged(self, scope: str) -> bool:
+        server = server_scope_of(scope)
+        return self._purges is not None and self._purges.index_purged(server, self._clock.now_ms())
+
     # -- SearchIndex -----------------------------------------------------------------------------
 
     def add(self, passages: Sequence[Passage]) -> int:
@@ -267,10 +295,11 @@ class S3KeywordIndex:
                 index.add(group)
                 return replaced
 
-            self._update(key, upsert)
+            self._update(key, group[0].scope, upsert)
         return len(passages)
 
     def _by_shard(self, passages: Iterable[Passage]) -> dict[str, list[Passage]]:
+        """Passages by the shard they live in (one server's, so a group shares its server)."""
         grouped: dict[str, list[Passage]] = {}
         for passage in passages:
             key = shard_key(self._prefix, passage.scope, passage.channel_id)
@@ -307,7 +336,7 @@ class S3KeywordIndex:
                 index.remove(present)
                 return bool(present)
 
-            self._update(key, delete)
+            self._update(key, scope_of_key(self._prefix, key), delete)
         return len(distinct)
 
     def drop_scope(self, scope: str) -> int:
@@ -376,7 +405,7 @@ class S3KeywordIndex:
                 index.set_vectors_pending((p.id for p in group), pending)
                 return False
 
-            self._update(key, mark)
+            self._update(key, group[0].scope, mark)
 
     def vectors_pending(self, passages: Sequence[Passage], limit: int) -> list[Passage]:
         """Passages marked pending in the shards these passages live in (as last read)."""
