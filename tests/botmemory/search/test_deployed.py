@@ -20,7 +20,7 @@ from botmemory.search.embeddings import EmbeddingError, OpenAIEmbedder
 from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.port import KeywordsOnly, Passage, PassageKind, SearchQuery
 from botmemory.search.s3vectors_index import S3VectorsSearchIndex
-from botmemory.settings.config import ConfigError, Settings
+from botmemory.settings.config import ConfigError, Settings, settings_from
 from eval.vector_service import InMemoryS3Vectors
 from tests.support.fake_embeddings import EmbeddingServer, closed_url
 from tests.support.fake_providers import serving
@@ -197,6 +197,4 @@ def test_the_settings_choose_the_deployed_hybrid_only_beside_s3_vectors() -> Non
     assert not isinstance(build_search_index(alone), DeployedSearchIndex)
     for spec in ("kw-bucket/keywords", "s3:kw-bucket", "s3:/keywords", "opensearch:x/y"):
         with pytest.raises(ConfigError, match="MEMORY_KEYWORD_INDEX"):
-            build_search_index(
-                Settings(**common, search_index="s3vectors:vectors/passages", keyword_index=spec)
-            )
+            settings_from({"MEMORY_KEYWORD_INDEX": spec})

@@ -47,6 +47,8 @@ def build_search_index(
         dimensions=settings.embedding_dimensions,
         timeout_seconds=min(settings.model_timeout_seconds, EMBEDDING_TIMEOUT_SECONDS),
         max_attempts=settings.model_max_attempts,
+        query_prefix=settings.embedding_query_prefix,
+        passage_prefix=settings.embedding_passage_prefix,
     )
     kind, _, where = spec.partition(":")
     if kind == "sqlite" and where:

@@ -240,6 +240,36 @@ class OpenAIEmbedder:
         return [_vector(d.get("embedding"), self.dimensions, self.name) for d in ordered]
 
 
+class PrefixedEmbedder:
+    """An embedder whose model expects its texts marked by role: e5 ("query: ", "passage: "),
+    nomic ("search_query: ", "search_document: ") and others are trained that way and find
+    less without it. Passages get `passage_prefix` (embed), questions `query_prefix`
+    (embed_query). The name records the prefixes, so vectors made under others are
+    recognised as another model's (the embedded index embeds them again)."""
+
+    def __init__(self, inner: Embedder, *, query_prefix: str, passage_prefix: str) -> None:
+        self._inner = inner
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
+        self.name = f"{inner.name} [{query_prefix!r}/{passage_prefix!r}]"
+        self.dimensions = inner.dimensions
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return self._inner.embed([self.passage_prefix + text for text in texts])
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._inner.embed([self.query_prefix + text])[0]
+
+
+def embed_query(embedder: Embedder, text: str) -> list[float]:
+    """A search question's vector: marked as a query when the embedder knows roles
+    (PrefixedEmbedder), else embedded as any text."""
+    as_query = getattr(embedder, "embed_query", None)
+    if callable(as_query):
+        return list(as_query(text))
+    return embedder.embed([text])[0]
+
+
 def build_embedder(
     spec: str | None,
     *,
@@ -248,12 +278,37 @@ def build_embedder(
     dimensions: int,
     timeout_seconds: float,
     max_attempts: int,
+    query_prefix: str = "",
+    passage_prefix: str = "",
 ) -> Embedder | None:
-    """The embedder EMBEDDING_MODEL names, or None when it is unset (keyword search only).
+    """The embedder EMBEDDING_MODEL names, or None when it is unset (keyword search only);
+    with EMBEDDING_QUERY_PREFIX or EMBEDDING_PASSAGE_PREFIX, marking texts by role.
 
     `api_key` is the key, or a function that reads it, called only for a provider that sends
     one (reading it may mean a Secrets Manager call).
     """
+    embedder = _provider_embedder(
+        spec,
+        base_url=base_url,
+        api_key=api_key,
+        dimensions=dimensions,
+        timeout_seconds=timeout_seconds,
+        max_attempts=max_attempts,
+    )
+    if embedder is None or not (query_prefix or passage_prefix):
+        return embedder
+    return PrefixedEmbedder(embedder, query_prefix=query_prefix, passage_prefix=passage_prefix)
+
+
+def _provider_embedder(
+    spec: str | None,
+    *,
+    base_url: str,
+    api_key: str | Callable[[], str | None] | None,
+    dimensions: int,
+    timeout_seconds: float,
+    max_attempts: int,
+) -> Embedder | None:
     spec = (spec or "").strip()
     if not spec:
         return None

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from botmemory.search.embeddings import Embedder, EmbeddingError
+from botmemory.search.embeddings import Embedder, EmbeddingError, embed_query
 from botmemory.search.fusion import reciprocal_rank_fusion
 from botmemory.search.keywords import clip_query, rank
 from botmemory.search.passages import MAX_LABEL_CHARS, keyword_text
@@ -271,7 +271,7 @@ class S3VectorsSearchIndex:
 
     def nearest_passages(self, query: SearchQuery, text: str) -> list[Passage]:
         """The vector leg alone: the query's nearest passages, nearest first."""
-        return [p for _, p in self.nearest(query, self._embedder.embed([text])[0])]
+        return [p for _, p in self.nearest(query, embed_query(self._embedder, text))]
 
     def nearest(self, query: SearchQuery, vector: list[float]) -> list[tuple[float, Passage]]:
         """The nearest passages within the query's filter, nearest first, with their distance."""

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from botmemory.clock import Clock, SystemClock
-from botmemory.search.embeddings import Embedder
+from botmemory.search.embeddings import Embedder, embed_query
 from botmemory.search.keywords import clip_query
 from botmemory.search.port import Passage, SearchHit, SearchQuery
 from botmemory.search.s3vectors_index import (
@@ -268,7 +268,7 @@ class ShardedS3VectorsIndex:
     def nearest_passages(self, query: SearchQuery, text: str) -> list[Passage]:
         """The vector leg alone: the query's nearest passages in the server's index and the
         shared one, nearest first, as many as one index query returns."""
-        vector = self._embedder.embed([text])[0]
+        vector = embed_query(self._embedder, text)
         found = self._shared().nearest(query, vector)
         try:
             found += self._own(query.scope).nearest(query, vector)

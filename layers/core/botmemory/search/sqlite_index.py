@@ -401,7 +401,9 @@ class SqliteSearchIndex:
         if self._embedder is None:
             return []
         # Embedded before taking the lock: a slow provider must not stall writers.
-        target = _unit_vector(self._embedder.embed([text])[0])
+        from botmemory.search.embeddings import embed_query  # only with an embedder
+
+        target = _unit_vector(embed_query(self._embedder, text))
         rows = self._read(
             _VECTOR_SQL.format(where=where), [self._embedder.name, *params, VECTOR_SCAN_ROWS]
         )

@@ -27,6 +27,8 @@ CHAT_API_KEY_ENV = "CHAT_MODEL_API_KEY"
 
 # A table name, or a table ARN (DynamoDB accepts both).
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,1024}$")
+# An S3 bucket name (3-63 lowercase letters, digits, dots, hyphens), then a key prefix.
+_KEYWORD_INDEX = re.compile(r"^s3:[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9!_.*'()/-]{1,200}$")
 # A Secrets Manager secret's name, or its (partial) ARN.
 _SECRET_ID = re.compile(r"^[A-Za-z0-9/_+=.@:-]{1,2048}$")
 _HTTP_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
@@ -132,6 +134,11 @@ class Settings(BaseModel):
     embedding_api_key: str | None = None  # unset: MEMORY_MODEL_API_KEY
     embedding_api_key_secret: str | None = None  # at most one of the two
     embedding_dimensions: int = Field(default=512, ge=64, le=4096)
+    # What the model wants before a question and before a stored passage, for models trained
+    # with such marks (multilingual-e5: "query: " and "passage: "); empty for Titan and
+    # OpenAI's models, which want none (docs/configuration.md).
+    embedding_query_prefix: str = Field(default="", max_length=64)
+    embedding_passage_prefix: str = Field(default="", max_length=64)
 
     # The chat model that answers (docs/architecture.md section 10): `bedrock:<model id>`,
     # `openai:<model>` or `rules`; None: the bot does not answer.
@@ -180,6 +187,13 @@ class Settings(BaseModel):
     def _table_name(cls, value: str) -> str:
         if not _TABLE_NAME.match(value):
             raise ValueError("must be a DynamoDB table name (letters, digits, '_', '-', '.')")
+        return value
+
+    @field_validator("keyword_index")
+    @classmethod
+    def _keyword_index(cls, value: str | None) -> str | None:
+        if value is not None and not _KEYWORD_INDEX.match(value):
+            raise ValueError("must be s3:<bucket>/<prefix>")
         return value
 
     @field_validator("model_base_url", "embedding_base_url", "chat_base_url")
@@ -319,6 +333,8 @@ ENVIRONMENT: dict[str, str] = {
     "EMBEDDING_MODEL_API_KEY": "embedding_api_key",
     "EMBEDDING_MODEL_API_KEY_SECRET": "embedding_api_key_secret",  # nosec B105 # a variable name mapped to a field name, no secret
     "EMBEDDING_DIMENSIONS": "embedding_dimensions",
+    "EMBEDDING_QUERY_PREFIX": "embedding_query_prefix",
+    "EMBEDDING_PASSAGE_PREFIX": "embedding_passage_prefix",
     "CHAT_MODEL": "chat_model",
     "CHAT_MODEL_BASE_URL": "chat_base_url",
     "CHAT_MODEL_API_KEY": "chat_api_key",
@@ -341,10 +357,14 @@ ENVIRONMENT: dict[str, str] = {
 }
 
 
+# Values whose spaces mean something: an embedding prefix ends with one ("query: ").
+_KEEP_SPACES = frozenset({"embedding_query_prefix", "embedding_passage_prefix"})
+
+
 def settings_from(environ: Mapping[str, str]) -> Settings:
     """Build settings from a mapping of environment variables; blank values count as unset."""
     values = {
-        field: environ[name].strip()
+        field: environ[name] if field in _KEEP_SPACES else environ[name].strip()
         for name, field in ENVIRONMENT.items()
         if environ.get(name, "").strip()
     }
