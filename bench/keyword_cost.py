@@ -15,11 +15,12 @@ channel's history (the last LAST messages show it). The arithmetic (`keyword_row
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+from deployed_recall import Swapped
 from embedder import CountingEmbedder, per_thousand
 from meter import S3_OPERATIONS, Request, S3Counts
 from tables import GB, MILLION, print_table
@@ -29,8 +30,8 @@ from botmemory.clock import epoch_seconds
 from botmemory.records import scope_of
 from botmemory.runtime import build_services
 from botmemory.search.deployed import DeployedSearchIndex
-from botmemory.search.keyword_shards import FACTS_SHARD, SHARD_SUFFIX
-from botmemory.search.port import Passage, SearchHit, SearchIndex, SearchQuery
+from botmemory.search.keyword_shards import FACTS_SHARD, SHARD_SUFFIX, channel_of_passage_id
+from botmemory.search.port import Passage, SearchIndex, SearchQuery
 from eval.paths import DEPLOYED, KEYWORD_BUCKET, KEYWORD_PREFIX, search_paths
 from localrun import gateway as gw
 from localrun.fakeaws import REGION
@@ -80,14 +81,13 @@ class IndexCall:
     passages: list[Passage] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     scope: str | None = None
-    messages: int = 0  # the messages ingested since the previous write
 
 
-class Recording:
+class Recording(Swapped):
     """A SearchIndex passing every call to `index`, its writes kept in `calls`."""
 
     def __init__(self, index: SearchIndex) -> None:
-        self.index = index
+        super().__init__(index)
         self.calls: list[IndexCall] = []
 
     def add(self, passages: Sequence[Passage]) -> int:
@@ -99,21 +99,19 @@ class Recording:
         self.calls.append(IndexCall(removed=removed, scope=scope))
         return self.index.remove(removed, scope=scope)
 
-    def search(self, query: SearchQuery) -> list[SearchHit]:
-        return self.index.search(query)
 
-    def passages(self) -> Iterator[Passage]:
-        return self.index.passages()
+def _is_fact(passage_id: str) -> bool:
+    return channel_of_passage_id(passage_id) == ""  # a fact belongs to no channel
 
 
 def rekeyed_id(passage_id: str, copy: int) -> str:
     """A passage id of a replayed round: a message's, an episode's or a summary's made new
     (same channel); a fact's kept, as the same facts are learned again (upserts)."""
-    return passage_id if passage_id.startswith("F#") else f"{passage_id}r{copy}"
+    return passage_id if _is_fact(passage_id) else f"{passage_id}r{copy}"
 
 
 def rekeyed(passage: Passage, copy: int, shift_ms: int) -> Passage:
-    if passage.id.startswith("F#"):
+    if _is_fact(passage.id):
         return passage
     return passage.model_copy(
         update={"id": rekeyed_id(passage.id, copy), "time_ms": passage.time_ms + shift_ms}
