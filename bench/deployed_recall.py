@@ -288,7 +288,7 @@ def bench_deployed_recall(lab: Lab) -> None:
             "The keyword leg runs beside the vector leg (DeployedSearchIndex): its GETs overlap",
             "the embedding call, so they add no round trip while the keyword leg's chain is no",
             "longer than the vector leg's. Per channel search: the channel's shard and the",
-            "facts shard (absent here: no facts indexed, a 404, billed as a GET).",
+            "facts shard (absent here: no facts indexed, a 404, priced as a GET in 8b).",
             f"{HISTORY:,} messages indexed (3c's history), the in-memory S3 Vectors service of",
             "make eval (eval/vector_service.py), moto's S3 and a counting embedder; every",
             f"request, the embedding call and QueryVectors included, held"
