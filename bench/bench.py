@@ -6,12 +6,14 @@ Run it from the repository root:
 
 Everything runs in-process against moto's DynamoDB (no network, no AWS account) with
 the offline `rules` memory model and an embedded search index (SQLite FTS5 in memory), as
-local runs have. It measures and prints; it asserts nothing and exits 0.
+local runs have; the deployed search path (3g, 8d) on moto's S3 and make eval's in-memory
+S3 Vectors. It measures and prints; it asserts nothing and exits 0.
 
 How the figures are taken:
 
 - DynamoDB requests: every API call the client makes, counted by botocore's
-  `before-call.dynamodb.*` event (a BatchWriteItem or a TransactWriteItems is one request).
+  `before-call.dynamodb.*` event (a BatchWriteItem or a TransactWriteItems is one request);
+  S3's likewise (`before-call.s3.*`), with the status each was answered (a 304 is one).
 - Model calls: a wrapper around RulesModel counts them and keeps the last input.
 - Sequential round trips (recall): every request is timed with `before-call` and
   `after-call` hooks, and each is held for a simulated network latency so that
@@ -74,10 +76,10 @@ def main() -> int:
         bench_model_calls(lab)
         bench_hostile(lab)
         bench_recall(lab)
-        bench_deployed_recall(lab)  # table 3f: the S3 Vectors path, embedding included
+        bench_deployed_recall(lab)  # table 3g: the deployed path, embedding included
         bench_erasure(lab)
         lab.close()
-    bench_keyword_index()
+    bench_keyword_index()  # tables 3f and 3h
     bench_cold_start()
     bench_layer()
     with mock_aws(), fast_dynamodb():
@@ -86,7 +88,7 @@ def main() -> int:
         lab.close()
     with mock_aws(), fast_dynamodb():
         lab = Lab(boto3.client("dynamodb", region_name=REGION))
-        bench_cost(lab)  # table 8, at bench/prices.toml's prices
+        bench_cost(lab)  # table 8 (8d, 8e: the keyword shards), at bench/prices.toml's prices
         bench_scale(lab)
         bench_raid(lab)  # table 9d: the raid of 10,000 (the tests run 1,000)
         lab.close()

@@ -18,13 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from keyword_cost import (
+    KeywordUsage,
+    answer_line,
+    keyword_rows,
+    measure_keyword_writes,
+    print_keyword_tables,
+)
 from meter import Request, item_size, item_writes, read_units
-from tables import print_table
+from tables import GB, MILLION, print_table
 
 ROOT = Path(__file__).resolve().parents[1]
 PRICES = Path(__file__).with_name("prices.toml")
-MILLION = 1_000_000
-GB = 1024**3
 VECTOR_DIMENSIONS = 512  # EmbeddingDimensions' default
 FUNCTIONS = ("IngestFunction", "ConsolidateFunction", "SearchIndexFunction", "SweepFunction")
 
@@ -127,8 +132,16 @@ def _lambda(
     return Row(f"Lambda {name}", f"{invokes:,.0f} invokes, {gb_seconds:,.0f} GB-s", dollars, note)
 
 
-def cost_rows(usage: Usage, setup: Deployment, table: Prices) -> Costs:
-    """Every cost line per million messages, and the answer path per 1,000 mentions."""
+def vector_gb(usage: Usage) -> float:
+    """What a million messages upload to S3 Vectors (and it then holds), GB."""
+    return MILLION / usage.messages * usage.vector_bytes / GB
+
+
+def cost_rows(
+    usage: Usage, setup: Deployment, table: Prices, keywords: KeywordUsage | None = None
+) -> Costs:
+    """Every cost line per million messages, and the answer path per 1,000 mentions; with
+    `keywords`, the keyword shards' lines beside S3 Vectors' (MEMORY_KEYWORD_INDEX set)."""
     p, a = table.prices, table.assumptions
     scale = MILLION / usage.messages
     spread = MILLION / a["messages_per_month"]  # a month's fixed costs, per million messages
@@ -218,7 +231,7 @@ def cost_rows(usage: Usage, setup: Deployment, table: Prices) -> Costs:
             "kept ObservationRetentionDays",
         )
     )
-    put_gb = scale * usage.vector_bytes / GB
+    put_gb = vector_gb(usage)
     rows.append(
         Row("S3 Vectors PutVectors", f"{put_gb:,.2f} GB", put_gb * p["s3vectors_put_per_gb"])
     )
@@ -229,6 +242,8 @@ def cost_rows(usage: Usage, setup: Deployment, table: Prices) -> Costs:
             put_gb * months * p["s3vectors_storage_gb_month"],
         )
     )
+    if keywords is not None:
+        rows += [Row(*line) for line in keyword_rows(keywords, p)]
     embedded = scale * usage.passage_tokens
     rows.append(
         Row(
@@ -281,6 +296,8 @@ def cost_rows(usage: Usage, setup: Deployment, table: Prices) -> Costs:
 
     if usage.answers:
         costs.per_thousand_mentions = _answer_rows(usage, setup, table, put_gb)
+        if keywords is not None:  # beside QueryVectors
+            costs.per_thousand_mentions.insert(4, Row(*answer_line(keywords, p)))
     return costs
 
 
@@ -445,8 +462,10 @@ def stored_bytes(lab: Any, table_name: str) -> tuple[int, int]:
             return size, count
 
 
-def print_costs(usage: Usage, setup: Deployment, table: Prices) -> None:
-    costs = cost_rows(usage, setup, table)
+def print_costs(
+    usage: Usage, setup: Deployment, table: Prices, keywords: KeywordUsage | None = None
+) -> None:
+    costs = cost_rows(usage, setup, table, keywords)
     rows: list[tuple[object, ...]] = [
         (r.item, r.quantity, f"{r.dollars:,.4f}", r.note) for r in costs.per_million
     ]
@@ -463,6 +482,8 @@ def print_costs(usage: Usage, setup: Deployment, table: Prices) -> None:
             f"Assumed (bench/prices.toml): {a['events_per_invoke']:.0f} event per invoke,"
             f" {a['messages_per_month']:,.0f} messages a month, model latencies and output",
             "tokens as shown; CloudWatch logs, metrics and alarms, and data transfer are not in.",
+            "S3 keyword shards: MEMORY_KEYWORD_INDEX's leg, measured apart (table 8d); its",
+            "storage is one month of what a million messages leave (S3 Vectors': x retention).",
             "Prices: bench/prices.toml, one table with its sources; edit it and run again.",
         ],
     )
@@ -488,6 +509,8 @@ def print_costs(usage: Usage, setup: Deployment, table: Prices) -> None:
             "context sizes are bench/prices.toml's assumptions, their storage is left out.",
         ],
     )
+    if keywords is not None:
+        print_keyword_tables(keywords, vector_gb(usage), table.prices, table.date)
 
 
 def measure(lab: Any, messages: int = 100, answers: int = 3) -> Usage:
@@ -573,4 +596,5 @@ def measure(lab: Any, messages: int = 100, answers: int = 3) -> Usage:
 
 
 def bench_cost(lab: Any) -> None:
-    print_costs(measure(lab), deployment(), load_prices())
+    usage, keywords = measure(lab), measure_keyword_writes(lab)
+    print_costs(usage, deployment(), load_prices(), keywords)

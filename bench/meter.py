@@ -33,6 +33,7 @@ class Request:
     ended: float = math.inf
     response: dict[str, Any] = field(default_factory=dict)
     tag: str = ""  # what the meter was tagged with when the request started
+    sent_bytes: int = 0  # the request body's size (S3's uploads; DynamoDB's are not counted)
 
 
 class DynamoMeter:
@@ -56,6 +57,23 @@ class DynamoMeter:
             self._requests.append(request)
         if self.latency_s:
             time.sleep(self.latency_s)  # the network's share, outside moto's work
+
+    def watch(self, client: Any, service: str) -> None:
+        """Record another boto3 client's requests too (S3's), in the same timeline, held for
+        the same simulated latency; an error response (a 304, a 412) is recorded as any."""
+        client.meta.events.register(f"before-call.{service}.*", self._before_other)
+        client.meta.events.register(f"after-call.{service}.*", self._after)
+
+    def _before_other(
+        self, model: Any, params: dict[str, Any], context: dict[str, Any], **_: Any
+    ) -> None:
+        sent = body_size(params.get("body"))
+        request = Request(model.name, {}, time.perf_counter(), tag=self.tag, sent_bytes=sent)
+        context["bench_request"] = request
+        with self._lock:
+            self._requests.append(request)
+        if self.latency_s:
+            time.sleep(self.latency_s)
 
     def _after(self, parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         request: Request = context["bench_request"]
@@ -98,6 +116,23 @@ class DynamoMeter:
             yield
         finally:
             self.tag = ""
+
+
+def body_size(body: Any) -> int:
+    """Bytes of a request body: bytes as they are, a file by its length (left where it was)."""
+    if body is None:
+        return 0
+    if isinstance(body, bytes | bytearray | str):
+        return len(body)
+    here = int(body.tell())
+    size = int(body.seek(0, 2)) - here
+    body.seek(here)
+    return size
+
+
+def status(request: Request) -> int:
+    """The HTTP status a request was answered with (0 when it never was)."""
+    return int(request.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
 
 
 def writes(requests: Sequence[Request]) -> int:
@@ -232,3 +267,45 @@ def item_writes(requests: Sequence[Request]) -> int:
         elif r.operation in WRITE_OPERATIONS:
             total += 1
     return total
+
+
+# Measuring S3 (the keyword shards) -----------------------------------------------------
+
+S3_GET, S3_PUT, S3_LIST, S3_DELETE = "GetObject", "PutObject", "ListObjectsV2", "DeleteObjects"
+S3_OPERATIONS = {S3_GET, S3_PUT, S3_LIST, S3_DELETE}
+
+
+@dataclass
+class S3Counts:
+    """The S3 requests among a meter's, by kind; every GetObject is priced, 304 or 404 too."""
+
+    gets: int = 0
+    not_modified: int = 0  # GetObject answered 304 to the cached copy's ETag: no body
+    absent: int = 0  # GetObject answered 404: no such shard (yet)
+    puts: int = 0
+    lost_races: int = 0  # PutObject answered 412 or 409: another writer won, redone
+    lists: int = 0
+    deletes: int = 0
+    uploaded: int = 0  # PutObject bodies, bytes
+    downloaded: int = 0  # GetObject bodies answered 200, bytes
+
+    @classmethod
+    def of(cls, requests: Sequence[Request]) -> S3Counts:
+        counts = cls()
+        for r in requests:
+            code = status(r)
+            if r.operation == S3_GET:
+                counts.gets += 1
+                counts.not_modified += code == 304
+                counts.absent += code == 404
+                if code == 200:
+                    counts.downloaded += int(r.response.get("ContentLength", 0))
+            elif r.operation == S3_PUT:
+                counts.puts += 1
+                counts.lost_races += code in (409, 412)
+                counts.uploaded += r.sent_bytes
+            elif r.operation == S3_LIST:
+                counts.lists += 1
+            elif r.operation == S3_DELETE:
+                counts.deletes += 1
+        return counts

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+MILLION = 1_000_000
+GB = 1024**3
+
 # Printing ------------------------------------------------------------------------------
 
 

@@ -97,10 +97,13 @@ def index_writes_tagged(meter: DynamoMeter) -> Iterator[None]:
     original = IndexWriter.write
 
     def write(
-        writer: IndexWriter, passages: list[Passage], remove: Sequence[str] = ()
+        writer: IndexWriter,
+        passages: list[Passage],
+        remove: Sequence[str] = (),
+        scope: str | None = None,
     ) -> IndexReport:
         with meter.tagged(INDEX_TAG):
-            return original(writer, passages, remove)
+            return original(writer, passages, remove, scope)
 
     IndexWriter.write = write  # type: ignore[method-assign,assignment]
     try:

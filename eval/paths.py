@@ -37,6 +37,7 @@ DEPLOYED = "deployed"
 VECTORS = "vectors"
 PATHS = (KEYWORDS, HYBRID, DEPLOYED, VECTORS)  # the order every table prints them in
 KEYWORD_BUCKET = "eval-keywords"
+KEYWORD_PREFIX = "keywords"  # the shards' prefix in KEYWORD_BUCKET
 PATH_TITLES = {
     KEYWORDS: "keyword-only (embedded index, FTS5 over the whole history)",
     HYBRID: "embedded hybrid (FTS5 over the whole history + vectors, fused)",
@@ -112,7 +113,9 @@ def search_paths(embedder: Embedder | None, s3: Any | None = None) -> SearchPath
         if s3 is not None:
             s3.create_bucket(Bucket=KEYWORD_BUCKET)
             keyword_dir = tempfile.mkdtemp(prefix="eval-keywords-")
-            keywords = S3KeywordIndex(KEYWORD_BUCKET, "keywords", client=s3, cache_dir=keyword_dir)
+            keywords = S3KeywordIndex(
+                KEYWORD_BUCKET, KEYWORD_PREFIX, client=s3, cache_dir=keyword_dir
+            )
             indexes[DEPLOYED] = DeployedSearchIndex(vectors, keywords)
         indexes[VECTORS] = vectors
     # The deployed path writes the vectors S3 Vectors alone reads: they are written once.

@@ -1,34 +1,59 @@
 """`make bench` table 3g: calls to other services join DynamoDB's timeline, so the longest
-chain of round trips counts the embedding call and QueryVectors."""
+chain of round trips counts the embedding call, QueryVectors and the keyword shards' S3
+requests; the keyword leg is counted beside the vector leg, as DeployedSearchIndex runs it."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
+import pytest
+from moto import mock_aws
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))  # the bench's modules import each other by name
 
 from deployed_recall import (  # noqa: E402
+    ALONE,
     EMBED,
     QUERY_VECTORS,
+    SERVER,
+    WARM,
     DeployedRecall,
     MeteredEmbedder,
+    by_service,
     chain_text,
     deployed_rows,
     metered_queries,
     outside_dynamodb,
+    round_trip_check,
 )
-from meter import DynamoMeter, Request, longest_chain  # noqa: E402
+from meter import S3_GET, S3_LIST, DynamoMeter, Request, S3Counts, longest_chain  # noqa: E402
 
 from botmemory.recall.search_leg import SearchStatus  # noqa: E402
+from botmemory.search.keyword_shards import S3KeywordIndex  # noqa: E402
+from botmemory.search.port import Passage, PassageKind, SearchQuery  # noqa: E402
+
+SCOPE = "100000000000000001"  # a guild's scope is its id
+CHANNEL = "200000000000000001"
 
 
 class _Service:
     def query_vectors(self, **kwargs: object) -> dict[str, object]:
         return {"vectors": [], "asked": kwargs}
+
+
+def at(operation: str, start: float, status: int = 200) -> Request:
+    return Request(
+        operation, {}, start, start + 1, response={"ResponseMetadata": {"HTTPStatusCode": status}}
+    )
+
+
+def recall_of(requests: list[Request]) -> DeployedRecall:
+    return DeployedRecall(requests, longest_chain(requests), SearchStatus.OK, 5, 1)
 
 
 def test_the_embedding_call_and_query_vectors_are_requests_in_the_timeline() -> None:
@@ -48,19 +73,91 @@ def test_the_embedding_call_and_query_vectors_are_requests_in_the_timeline() -> 
     assert outside_dynamodb(requests) == 2
 
 
-def test_the_rows_say_whether_the_chain_is_within_three_round_trips() -> None:
-    def at(operation: str, start: float) -> Request:
-        return Request(operation, {}, start, start + 1)
+def test_shard_gets_beside_the_embedding_call_add_no_round_trip() -> None:
+    vectors = [at(EMBED, 0), at(QUERY_VECTORS, 1), at("BatchGetItem", 2)]
+    # The two shards read side by side, while the embedding call runs.
+    keywords = [at(S3_GET, 0, 304), at(S3_GET, 0, 404)]
+    figures = recall_of([*vectors, *keywords, at("Query", 0)])
 
-    chain = [at(EMBED, 0), at(QUERY_VECTORS, 1), at("BatchGetItem", 2)]
-    figures = DeployedRecall([*chain, at("Query", 0)], chain, SearchStatus.OK, 5, 1)
-    rows = dict(deployed_rows(figures))
-    assert rows["sequential round trips"] == "3 (within the target of 3)"
-    assert rows["requests (DynamoDB and search)"] == 4
-    assert rows["  of which embedding and QueryVectors"] == 2
-    assert chain_text(chain) == "Embed -> QueryVectors -> BatchGetItem"
+    assert (figures.vector_leg, figures.keyword_leg, figures.counted) == (2, 1, 3)
+    rows = dict((row[0], row[1:]) for row in deployed_rows({WARM: figures}))
+    assert rows["sequential round trips (target <= 3)"] == ("3 (within)",)
+    assert rows["S3 GetObject"] == (2,)
+    assert rows["  of which 304 Not Modified"] == (1,)
+    assert rows["  of which 404 (no such shard)"] == (1,)
+    assert rows["DynamoDB requests"] == (2,)
+    assert rows["all requests"] == (6,)
+    assert chain_text(vectors) == "Embed -> QueryVectors -> BatchGetItem"
 
-    longer = DeployedRecall(
-        chain + [at("BatchGetItem", 3)], [*chain, at("BatchGetItem", 3)], SearchStatus.OK, 5, 1
+
+def test_a_keyword_leg_longer_than_the_vector_leg_adds_its_excess() -> None:
+    vectors = [at(EMBED, 0), at(QUERY_VECTORS, 1), at("BatchGetItem", 4)]
+    # A server-wide search whose listing, then reads, then more reads outlast the vectors.
+    keywords = [at(S3_LIST, 0), at(S3_GET, 1), at(S3_GET, 2), at(S3_GET, 3)]
+    figures = recall_of([*vectors, *keywords])
+
+    assert (figures.vector_leg, figures.keyword_leg) == (2, 4)
+    assert figures.counted == 3 + 2
+    assert by_service(figures.requests)["S3 ListObjectsV2"] == 1
+    check = round_trip_check({ALONE: recall_of(vectors), SERVER: figures})
+    assert check.endswith("FAIL (at most 5)")
+    # S3 Vectors alone is not the deployed path: the check judges the deployed columns.
+    longer_alone = recall_of([*vectors, at("Query", 5)])
+    assert round_trip_check({ALONE: longer_alone, WARM: recall_of(vectors)}).endswith(
+        "PASS (at most 3)"
     )
-    assert dict(deployed_rows(longer))["sequential round trips"] == "4 (OVER the target of 3)"
+
+
+def test_the_columns_print_in_order_with_one_value_each() -> None:
+    figures = {
+        WARM: recall_of([at(EMBED, 0), at(S3_GET, 0, 304)]),
+        ALONE: recall_of([at(EMBED, 0)]),
+    }
+    rows = deployed_rows(figures)
+    assert all(len(row) == 3 for row in rows)
+    by_label = {row[0]: row[1:] for row in rows}
+    assert by_label["S3 GetObject"] == (0, 1)  # ALONE first, whatever the dict's order
+
+
+@pytest.fixture
+def s3() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="bench-keywords")
+        yield client
+
+
+def _passage(n: int) -> Passage:
+    return Passage(
+        id=f"M#{CHANNEL}#{300000000000000000 + n}",
+        kind=PassageKind.MESSAGE,
+        scope=SCOPE,
+        channel_id=CHANNEL,
+        text=f"Alice: sourdough bread in Lisbon, loaf {n}",
+        time_ms=1_767_225_600_000 + n,
+    )
+
+
+def test_the_meter_counts_the_keyword_shards_requests_by_what_s3_answered(
+    s3: Any, tmp_path: Path
+) -> None:
+    meter = DynamoMeter(boto3.client("dynamodb", region_name="us-east-1"))
+    meter.watch(s3, "s3")
+    writer = S3KeywordIndex("bench-keywords", "kw", client=s3, cache_dir=str(tmp_path / "w"))
+    query = SearchQuery(scope=SCOPE, channel_ids=[CHANNEL, ""], text="sourdough", now_s=0)
+
+    writer.add([_passage(n) for n in range(5)])
+    written = S3Counts.of(meter.take())
+    key = f"kw/g100000000000000001/c{CHANNEL}.sqlite"
+    size = s3.head_object(Bucket="bench-keywords", Key=key)["ContentLength"]
+    assert (written.gets, written.absent, written.puts) == (1, 1, 1)
+    assert written.uploaded == size > 0
+
+    assert len(writer.search(query)) == 5  # warm: the copy it wrote
+    warm = S3Counts.of(meter.take())
+    assert (warm.gets, warm.not_modified, warm.absent, warm.downloaded) == (2, 1, 1, 0)
+
+    reader = S3KeywordIndex("bench-keywords", "kw", client=s3, cache_dir=str(tmp_path / "r"))
+    assert len(reader.search(query)) == 5  # cold: a new container's empty /tmp
+    cold = S3Counts.of(meter.take())
+    assert (cold.gets, cold.not_modified, cold.absent, cold.downloaded) == (2, 0, 1, size)
