@@ -18,7 +18,7 @@ from eval import embedding_server
 from eval.embedding_server import EmbeddingServer, OfflineModel, serving
 from eval.harness import BLOCK_SIZES, label, run_conversation
 from eval.locomo import main
-from eval.paths import DEPLOYED, HYBRID, KEYWORDS, TeeIndex
+from eval.paths import DEPLOYED, HYBRID, KEYWORDS, VECTORS, TeeIndex
 from eval.vector_service import InMemoryS3Vectors, matches
 from tests.eval.test_eval import TINY
 
@@ -182,23 +182,23 @@ def fake_model(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("fake_model")
-def test_every_question_is_asked_on_the_three_paths(tmp_path: Path) -> None:
+def test_every_question_is_asked_on_the_four_paths(tmp_path: Path) -> None:
     (tmp_path / "1.json").write_text(json.dumps(TINY), encoding="utf-8")
     report = run_conversation(tmp_path / "1.json")
 
-    assert report.stats.embedder == "openai:multilingual-e5-small"
+    assert report.stats.embedder == "openai:multilingual-e5-small ['query: '/'passage: ']"
     assert report.stats.index_embedding.texts > 0 and report.stats.query_embedding.texts > 0
     for question in report.questions:
-        assert set(question.cited) == {KEYWORDS, HYBRID, DEPLOYED}
+        assert set(question.cited) == {KEYWORDS, HYBRID, DEPLOYED, VECTORS}
         assert set(question.cited[KEYWORDS]) == {label(None), *map(label, BLOCK_SIZES)}
-        for path in (HYBRID, DEPLOYED):
+        for path in (HYBRID, DEPLOYED, VECTORS):
             assert set(question.cited[path]) == set(map(label, BLOCK_SIZES))
         for path, sizes in question.held.items():
             # Strict never credits what provenance does not.
             assert all(question.cited[path][s] or not held for s, held in sizes.items())
-    assert report.stats.search.get("ok") == len(report.questions) * (4 + 3 + 3)
+    assert report.stats.search.get("ok") == len(report.questions) * (4 + 3 + 3 + 3)
     cello = report.questions[0]
-    assert all(cello.held[path][label(4_000)] for path in (KEYWORDS, HYBRID, DEPLOYED))
+    assert all(cello.held[path][label(4_000)] for path in (KEYWORDS, HYBRID, DEPLOYED, VECTORS))
 
 
 @pytest.mark.usefixtures("fake_model")
@@ -214,9 +214,9 @@ def test_make_eval_prints_each_path_the_targets_and_each_language(
     assert main(args) == 0
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.startswith("category"))
-    for path in (KEYWORDS, HYBRID, DEPLOYED):
+    for path in (KEYWORDS, HYBRID, DEPLOYED, VECTORS):
         assert f"{path} (cited / held)" in header
-    assert "deployed - hybrid:" in out
+    assert "deployed - hybrid:" in out and "vectors - hybrid:" in out
     assert "passages at indexing:" in out and "questions at recall:" in out
     language_header = next(line for line in out.splitlines() if line.startswith("language"))
     assert "deployed 4,000" in language_header
