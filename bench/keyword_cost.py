@@ -30,7 +30,7 @@ from botmemory.clock import epoch_seconds
 from botmemory.records import scope_of
 from botmemory.runtime import build_services
 from botmemory.search.deployed import DeployedSearchIndex
-from botmemory.search.keyword_shards import FACTS_SHARD, SHARD_SUFFIX, channel_of_passage_id
+from botmemory.search.keyword_layout import FACTS_SHARD, SHARD_SUFFIX
 from botmemory.search.port import Passage, SearchIndex, SearchQuery
 from eval.paths import DEPLOYED, KEYWORD_BUCKET, KEYWORD_PREFIX, search_paths
 from localrun import gateway as gw
@@ -63,6 +63,7 @@ class KeywordUsage:
     shards: int = 0
     largest_shard: int = 0  # bytes
     query_gets: int = 0  # GetObject of one channel search (the answer path, per query)
+    query_lists: int = 0  # and its ListObjectsV2
 
 
 def channel_ids(count: int) -> list[str]:
@@ -101,20 +102,29 @@ class Recording(Swapped):
 
 
 def _is_fact(passage_id: str) -> bool:
-    return channel_of_passage_id(passage_id) == ""  # a fact belongs to no channel
+    return passage_id.startswith("F#")  # a fact belongs to no channel
 
 
-def rekeyed_id(passage_id: str, copy: int) -> str:
-    """A passage id of a replayed round: a message's, an episode's or a summary's made new
-    (same channel); a fact's kept, as the same facts are learned again (upserts)."""
-    return passage_id if _is_fact(passage_id) else f"{passage_id}r{copy}"
+def rekeyed_id(passage_id: str, copy: int, shift_ms: int) -> str:
+    """A passage id of a replayed round: a message's made new and `shift_ms` later (its
+    snowflake's time decides its month's shard), an episode's or a summary's made new (same
+    channel); a fact's kept, as the same facts are learned again (upserts)."""
+    if _is_fact(passage_id):
+        return passage_id
+    kind, channel, item = passage_id.split("#", 2)
+    if kind == "M":  # the snowflake's time moves on; its process bits tell copies apart
+        return f"M#{channel}#{int(item) + (shift_ms << 22) + (copy << 12)}"
+    return f"{passage_id}r{copy}"
 
 
 def rekeyed(passage: Passage, copy: int, shift_ms: int) -> Passage:
     if _is_fact(passage.id):
         return passage
     return passage.model_copy(
-        update={"id": rekeyed_id(passage.id, copy), "time_ms": passage.time_ms + shift_ms}
+        update={
+            "id": rekeyed_id(passage.id, copy, shift_ms),
+            "time_ms": passage.time_ms + shift_ms,
+        }
     )
 
 
@@ -124,7 +134,7 @@ def replay(index: SearchIndex, calls: Sequence[IndexCall], copy: int, shift_ms: 
         if call.passages:
             index.add([rekeyed(p, copy, shift_ms) for p in call.passages])
         if call.removed:
-            index.remove([rekeyed_id(i, copy) for i in call.removed], scope=call.scope)
+            index.remove([rekeyed_id(i, copy, shift_ms) for i in call.removed], scope=call.scope)
 
 
 def measure_keyword_writes(
@@ -195,7 +205,8 @@ def measure_keyword_writes(
             now_s=epoch_seconds(world.clock.now_ms()),
         )
         deployed.keywords.search(query)
-        usage.query_gets = S3Counts.of(lab.meter.take()).gets
+        asked = S3Counts.of(lab.meter.take())
+        usage.query_gets, usage.query_lists = asked.gets, asked.lists
     finally:
         paths.close()
     return usage
@@ -253,13 +264,15 @@ def keyword_rows(usage: KeywordUsage, prices: dict[str, float]) -> list[CostLine
 
 
 def answer_line(usage: KeywordUsage, prices: dict[str, float]) -> CostLine:
-    """8b's line: the GETs of 1,000 searches (each shard a recall reads, 304 or not)."""
-    gets = 1000 * usage.query_gets
+    """8b's line: the requests of 1,000 searches (the channel's listing, the facts shard's
+    GET, 304 or not, and any shard changed since the container read it)."""
+    gets, lists = 1000 * usage.query_gets, 1000 * usage.query_lists
     return (
-        "S3 keyword shards GetObject",
-        f"{gets:,} GET",
-        gets / 1000 * prices["s3_get_per_thousand"],
-        f"{usage.query_gets} a recall: its channel's shard and the facts shard",
+        "S3 keyword shards LIST + GET",
+        f"{lists:,} LIST, {gets:,} GET",
+        lists / 1000 * prices["s3_list_per_thousand"] + gets / 1000 * prices["s3_get_per_thousand"],
+        f"a recall lists its channel's shards ({usage.query_lists}) and asks for the facts'"
+        f" ({usage.query_gets} GET)",
     )
 
 

@@ -28,7 +28,8 @@ from world import MESSAGE_WORDS, T0, consumed_observation, varied_lines
 
 from botmemory.clock import ManualClock
 from botmemory.records import scope_of
-from botmemory.search.keyword_shards import CACHE_BYTES, SHARD_SUFFIX
+from botmemory.search.keyword_layout import SHARD_SUFFIX
+from botmemory.search.keyword_shards import CACHE_BYTES
 from botmemory.search.keywords import _WORD_RE, MAX_TOKEN_CHARS, STOPWORDS, stem, tokens
 from botmemory.search.passages import message_passages
 from botmemory.search.port import SearchQuery
@@ -142,7 +143,7 @@ def measure_shard(folder: Path, texts: list[str], query: str) -> tuple[float, fl
     """(file MB, median query ms, rows matched) of one channel's keyword shard holding these
     messages: the file S3KeywordIndex keeps in S3 (SqliteSearchIndex without an embedder,
     one file, compacted as a write that replaced rows leaves it), searched as it searches
-    a shard (keyword_hits, DEPTH rows)."""
+    a shard (keyword_answer, DEPTH rows)."""
     clock = ManualClock(T0)
     history = [
         consumed_observation(i, T0 - (len(texts) - i) * 1000, clock, text)
@@ -166,7 +167,7 @@ def measure_shard(folder: Path, texts: list[str], query: str) -> tuple[float, fl
         timings, matched = [], 0
         for _ in range(TIMINGS):
             started = time.perf_counter()
-            matched = len(index.keyword_hits(asked, DEPTH))
+            matched = len(index.keyword_answer(asked, DEPTH).candidates)
             timings.append((time.perf_counter() - started) * 1000)
     finally:
         index.close()
@@ -185,7 +186,7 @@ def print_shard(column: tuple[float, float, int], shard: tuple[float, float, int
         [
             "The shard is the file S3KeywordIndex keeps per channel in S3: SqliteSearchIndex",
             "without an embedder (the passages, their JSON and the FTS5 index), compacted. Its",
-            "query is keyword_hits, as a search runs it on each shard, after a GetObject that",
+            "query is keyword_answer, as a search runs it on each shard, after a GetObject that",
             "answers 304 in a warm container (3g); a new container downloads the whole file",
             f"first, and keeps it in /tmp ({CACHE_BYTES // 2**20} MB of shards at most,"
             " CACHE_BYTES). The same English messages",

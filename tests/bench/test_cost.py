@@ -122,7 +122,8 @@ KEYWORDS = KeywordUsage(
     last_messages=500,
     last=S3Counts(gets=45, puts=45, uploaded=40 * 1024),
     shard_bytes=1024**3 // 1000,
-    query_gets=2,
+    query_gets=1,
+    query_lists=1,
 )
 
 
@@ -228,7 +229,8 @@ def test_the_keyword_shards_cost_their_requests_and_a_month_of_storage() -> None
     assert dollars_of(lines, "S3 keyword shards requests") == pytest.approx(0.375 + 0.032 + 0.025)
     assert dollars_of(lines, "S3 keyword shards storage") == pytest.approx(0.023, rel=1e-4)
     (answer,) = [answer_line(KEYWORDS, PRICES.prices)]
-    assert answer[1] == "2,000 GET" and answer[2] == pytest.approx(0.0008)
+    # 1,000 LIST at $0.005 and 1,000 GET at $0.0004, per 1,000 each.
+    assert answer[1] == "1,000 LIST, 1,000 GET" and answer[2] == pytest.approx(0.0054)
 
 
 def test_the_keyword_lines_stand_beside_s3_vectors_and_count_in_the_totals() -> None:
@@ -242,9 +244,9 @@ def test_the_keyword_lines_stand_beside_s3_vectors_and_count_in_the_totals() -> 
         Costs.total(without.per_million) + 0.432 + 0.023, rel=1e-4
     )
     answers = [r.item for r in costs.per_thousand_mentions]
-    assert answers[answers.index("S3 Vectors QueryVectors") + 1] == "S3 keyword shards GetObject"
+    assert answers[answers.index("S3 Vectors QueryVectors") + 1] == "S3 keyword shards LIST + GET"
     assert Costs.total(costs.per_thousand_mentions) == pytest.approx(
-        Costs.total(without.per_thousand_mentions) + 0.0008
+        Costs.total(without.per_thousand_mentions) + 0.0054
     )
 
 

@@ -14,7 +14,8 @@ from moto import mock_aws
 
 from botmemory.clock import ManualClock
 from botmemory.search import keyword_shards
-from botmemory.search.keyword_shards import S3KeywordIndex, ShardBusy, shard_key
+from botmemory.search.keyword_layout import channel_prefix
+from botmemory.search.keyword_shards import S3KeywordIndex, ShardBusy
 from botmemory.search.port import Passage, PassageKind, SearchQuery
 
 BUCKET = "keyword-shards-test"
@@ -23,6 +24,9 @@ OTHER_GUILD = "900"
 CHANNEL = "200"
 PRIVATE = "300"
 NOW_S = 1_767_225_600
+# Small message ids ("M#200#1") are snowflakes of Discord's first month.
+MONTH = "m2015-01"
+SHARD = f"keywords/g100/c200/{MONTH}.sqlite"
 
 
 def message(pid: str, text: str, channel: str = CHANNEL, guild: str = GUILD) -> Passage:
@@ -81,9 +85,9 @@ def test_each_channel_has_its_shard_and_a_servers_facts_theirs(s3: Any, tmp_path
     index.add([message("3", "hola", channel="400", guild="dm")])
 
     assert sorted(stored(s3)) == [
-        "keywords/dm/c400.sqlite",
-        "keywords/g100/c200.sqlite",
-        "keywords/g100/c300.sqlite",
+        f"keywords/dm/c400/{MONTH}.sqlite",
+        f"keywords/g100/c200/{MONTH}.sqlite",
+        f"keywords/g100/c300/{MONTH}.sqlite",
         "keywords/g100/facts.sqlite",
     ]
 
@@ -123,11 +127,11 @@ def test_a_removed_passage_leaves_no_trace_of_its_words_in_s3(s3: Any, tmp_path:
     chatter = [message(str(n), f"ordinary chatter number {n}") for n in range(1, 40)]
     # One write: the words share an FTS segment, which a delete alone does not rewrite.
     index.add([*chatter, message("50", "my secret word is zorbquxel")])
-    assert b"zorbquxel" in stored(s3)["keywords/g100/c200.sqlite"]
+    assert b"zorbquxel" in stored(s3)[SHARD]
 
     index.remove(["M#200#50"], scope=GUILD)
 
-    body = stored(s3)["keywords/g100/c200.sqlite"]
+    body = stored(s3)[SHARD]
     assert b"zorbquxel" not in body and b"secret word" not in body
     assert index.search(query("zorbquxel")) == []
     assert len(index.search(query("chatter"))) == 39
@@ -140,7 +144,7 @@ def test_an_edit_leaves_no_trace_of_the_old_words(s3: Any, tmp_path: Path) -> No
 
     index.add([message("50", "never mind, forget that")])
 
-    assert b"wombleton" not in stored(s3)["keywords/g100/c200.sqlite"].lower()
+    assert b"wombleton" not in stored(s3)[SHARD].lower()
     assert ids(index.search(query("forget"))) == ["M#200#50"]
 
 
@@ -221,7 +225,7 @@ def test_a_server_purge_deletes_its_shards_and_no_others(s3: Any, tmp_path: Path
 
     assert index.drop_scope(GUILD) == 2
 
-    assert sorted(stored(s3)) == ["keywords/g900/c200.sqlite"]
+    assert sorted(stored(s3)) == [f"keywords/g900/c200/{MONTH}.sqlite"]
     assert index.search(query("alpha")) == []
 
 
@@ -259,7 +263,7 @@ def test_cjk_words_are_found_in_a_shard(s3: Any, tmp_path: Path) -> None:
 @pytest.mark.parametrize("channel", ["../../etc", "200/../300", "abc", "2" * 21])
 def test_a_channel_id_that_is_not_a_snowflake_never_names_a_key(channel: str) -> None:
     with pytest.raises(ValueError):
-        shard_key("keywords", GUILD, channel)
+        channel_prefix("keywords", GUILD, channel)
 
 
 class Ledger:
@@ -289,7 +293,67 @@ def test_a_write_racing_a_server_purge_never_creates_its_shards_again(
     index.add([message("4", "gamma", guild=OTHER_GUILD)])  # another server: written
 
     assert index.purged_skips == 2
-    assert sorted(stored(s3)) == ["keywords/g900/c200.sqlite"]
+    assert sorted(stored(s3)) == [f"keywords/g900/c200/{MONTH}.sqlite"]
     clock.advance(ms=3_600_001)  # the marker has lapsed: the server may be written again
     index.add([message("5", "a new start")])
-    assert "keywords/g100/c200.sqlite" in stored(s3)
+    assert SHARD in stored(s3)
+
+
+def snowflake_of(at_ms: int) -> str:
+    return str((at_ms - 1_420_070_400_000) << 22)
+
+
+def test_messages_live_in_their_months_shard_and_an_edit_stays_there(
+    s3: Any, tmp_path: Path
+) -> None:
+    index = S3KeywordIndex(BUCKET, "keywords", client=s3, cache_dir=str(tmp_path / "a"))
+    may, june = snowflake_of(1_683_000_000_000), snowflake_of(1_686_000_000_000)
+    index.add([message(may, "we adopted a puppy"), message(june, "the puppy chewed my shoe")])
+    edited = message(may, "we adopted a puppy called Biscuit").model_copy(
+        update={"time_ms": 1_690_000_000_000}  # edited in July: still May's message
+    )
+    index.add([edited])
+
+    assert sorted(stored(s3)) == [
+        "keywords/g100/c200/m2023-05.sqlite",
+        "keywords/g100/c200/m2023-06.sqlite",
+    ]
+    assert [h.passage.id for h in index.search(query("Biscuit"))] == [f"M#200#{may}"]
+    assert len(index.search(query("puppy"))) == 2
+
+
+def test_shards_are_ranked_together_by_the_counts_of_all_of_them(s3: Any, tmp_path: Path) -> None:
+    index = index_on(s3, tmp_path)
+    # In May "garden" is in every message: alone, May's shard rates it worth nothing.
+    may = [message(snowflake_of(1_683_000_000_000 + n), f"garden talk {n}") for n in range(9)]
+    may.append(message(snowflake_of(1_683_000_100_000), "garden marrow prize"))
+    june = [message(snowflake_of(1_686_000_000_000 + n), f"weather talk {n}") for n in range(30)]
+    june.append(message(snowflake_of(1_686_000_100_000), "the marrow show"))
+    index.add(may + june)
+
+    hits = index.search(query("garden marrow"))
+
+    # Across both months "garden" is rare enough to count: the message with both words wins.
+    assert hits[0].passage.text == "garden marrow prize"
+    assert hits[1].passage.text == "the marrow show"
+
+
+def test_a_warm_search_lists_each_folder_and_downloads_nothing(s3: Any, tmp_path: Path) -> None:
+    counting = CountingS3(s3)
+    index = S3KeywordIndex(BUCKET, "keywords", client=counting, cache_dir=str(tmp_path / "a"))
+    index.add([message("1", "first words"), fact("f1", "fact words")])
+    counting.calls.clear()
+
+    assert len(index.search(query("words"))) == 2
+
+    assert sorted(counting.calls) == ["get_object", "list_objects_v2"]  # the facts: a 304
+
+
+class CountingS3:
+    def __init__(self, s3: Any) -> None:
+        self._s3 = s3
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        self.calls.append(name)
+        return getattr(self._s3, name)

@@ -6,11 +6,11 @@ The engine is the embedded index's own (botmemory.search.sqlite_index, no embedd
 same tokens, the same FTS5 bm25, so what `make eval` measures for keywords is what runs.
 S3 only stores the files and arbitrates writers.
 
-Shards (`shard_key`, the one owner of the layout): one database per channel of a server,
-`<prefix>/<server>/c<channel id>.sqlite`, and one for the server's facts (their passages
-belong to no channel), `<prefix>/<server>/facts.sqlite`; `<server>` is `g<guild id>` or `dm`.
-A search in one channel (MEMORY_SEARCH_SCOPE=channel, the default) reads two files; a
-server-wide one lists the server's prefix and reads them all. Shards are merged by bm25.
+Shards (botmemory.search.keyword_layout, the one owner of the keys): a server's facts, and
+per channel its episodes and one shard per month of messages, so every object stays small
+and all but the newest month stay unchanged. A search lists the folders it reaches (the
+channel's and the facts', or the whole server's), reads the shards whose ETag its copies
+lack, and scores the candidates of all of them together (botmemory.search.shard_scoring).
 
 Writing is optimistic: read the shard (its ETag), change a local copy, PutObject with
 If-Match (If-None-Match: * for a new shard); a 412 or 409 means another writer won, so read
@@ -19,8 +19,9 @@ the file first (FTS5 optimize, then VACUUM, with secure_delete on): the object S
 holds no trace of what was deleted. The bucket is not versioned (template.yaml), so the old
 object is gone with the overwrite.
 
-Reading keeps each shard in /tmp with its ETag and asks again with If-None-Match: a 304 is
-a round trip with no body. A reader never answers from a copy S3 did not just confirm.
+Reading keeps each shard in /tmp with its ETag. A search's LIST gives every shard's current
+ETag, so a copy is used only when S3 just confirmed it, and only changed shards are read; a
+write reads its shard with If-None-Match (a 304 is a round trip with no body).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -36,12 +36,23 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from botmemory.clock import Clock, SystemClock
+from botmemory.search.keyword_layout import (
+    SHARD_SUFFIX,
+    channel_prefix,
+    fact_scope,
+    facts_key,
+    key_of,
+    scope_of_key,
+    server_prefix,
+)
 from botmemory.search.port import Passage, SearchHit, SearchQuery
 from botmemory.search.s3vectors_index import error_code
-from botmemory.search.sqlite_index import CANDIDATE_FACTOR, SqliteSearchIndex
+from botmemory.search.shard_scoring import merged
+from botmemory.search.sqlite_index import CANDIDATE_FACTOR, KeywordAnswer, SqliteSearchIndex
 from botmemory.storage.keys import server_scope_of
 
 if TYPE_CHECKING:
@@ -50,57 +61,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WRITE_ATTEMPTS = 8  # conditional writes lost to other writers before giving up
-FACTS_SHARD = "facts"
-SHARD_SUFFIX = ".sqlite"
 # Bytes of shards one container keeps in /tmp (Lambda's default ephemeral storage is 512 MB).
 CACHE_BYTES = 256 * 1024 * 1024
 # Shards read at once by one search (a server-wide search may read many).
 READ_THREADS = 8
 LIST_PAGE = 1000
-_GUILD_ID = re.compile(r"[0-9]{1,20}")
 _LOST_RACE = ("PreconditionFailed", "ConditionalRequestConflict")
 _ABSENT = ("NoSuchKey", "404", "NotFound")
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 class ShardBusy(Exception):
     """Every conditional write of a shard lost to another writer."""
-
-
-def server_part(scope: str) -> str:
-    """The folder of a scope's server: `g<guild id>` or `dm` (a persona's is its server's)."""
-    server = server_scope_of(scope)
-    if server == "dm":
-        return "dm"
-    if _GUILD_ID.fullmatch(server):
-        return f"g{server}"
-    raise ValueError(f"scope {scope!r} names no server")
-
-
-def shard_key(prefix: str, scope: str, channel_id: str) -> str:
-    """Where the passages of a channel ("" for facts) of a scope's server live."""
-    name = f"c{channel_id}" if channel_id else FACTS_SHARD
-    if channel_id and not _GUILD_ID.fullmatch(channel_id):
-        raise ValueError(f"channel id {channel_id!r} is not a snowflake")
-    return f"{prefix}/{server_part(scope)}/{name}{SHARD_SUFFIX}"
-
-
-def scope_of_key(prefix: str, key: str) -> str:
-    """The server scope a shard's key names (a guild id, or `dm`): the inverse of
-    `server_part`."""
-    server = key.removeprefix(f"{prefix}/").partition("/")[0]
-    return server.removeprefix("g") if server != "dm" else "dm"
-
-
-def channel_of_passage_id(passage_id: str) -> str | None:
-    """The channel a passage id names (messages, episodes, summaries: "M#<channel>#..."), ""
-    for a fact ("F#..."), None for an id of no known form."""
-    kind, _, rest = passage_id.partition("#")
-    if kind == "F":
-        return ""
-    channel = rest.partition("#")[0]
-    return channel if kind in ("M", "E", "S") and _GUILD_ID.fullmatch(channel) else None
 
 
 @dataclass
@@ -302,7 +276,7 @@ class S3KeywordIndex:
         """Passages by the shard they live in (one server's, so a group shares its server)."""
         grouped: dict[str, list[Passage]] = {}
         for passage in passages:
-            key = shard_key(self._prefix, passage.scope, passage.channel_id)
+            key = key_of(self._prefix, passage.scope, passage.id)
             grouped.setdefault(key, []).append(passage)
         return grouped
 
@@ -311,20 +285,22 @@ class S3KeywordIndex:
         shard of that channel (a listing of the whole prefix: rare, never on recall's path)."""
         distinct = list(dict.fromkeys(ids))
         by_key: dict[str, list[str]] = {}
+        everything: list[str] | None = None  # the whole prefix's keys, listed once if needed
         for passage_id in distinct:
-            channel = channel_of_passage_id(passage_id)
-            if channel is None:
+            try:
+                if passage_id.startswith("F#"):
+                    keys = [facts_key(self._prefix, scope or fact_scope(passage_id))]
+                elif scope is not None:
+                    keys = [key_of(self._prefix, scope, passage_id)]
+                else:
+                    if everything is None:
+                        everything = list(self._keys(f"{self._prefix}/"))
+                    # Any server's: the same channel and shard name under every server folder.
+                    tail = key_of(self._prefix, "dm", passage_id).removeprefix(f"{self._prefix}/dm")
+                    keys = [k for k in everything if k.endswith(tail)]
+            except (ValueError, IndexError):
                 log.warning("passage id of no known form", extra={"id": passage_id[:80]})
                 continue
-            if channel == "" and scope is None:
-                # A fact's id holds its scope: "F#<scope>#<user>#<fact>".
-                fact_scope = passage_id.split("#")[1]
-                keys = [shard_key(self._prefix, fact_scope, "")]
-            elif scope is not None:
-                keys = [shard_key(self._prefix, scope, channel)]
-            else:
-                suffix = f"/c{channel}{SHARD_SUFFIX}"
-                keys = [k for k in self._keys(f"{self._prefix}/") if k.endswith(suffix)]
             for key in keys:
                 by_key.setdefault(key, []).append(passage_id)
         for key, group in by_key.items():
@@ -341,7 +317,7 @@ class S3KeywordIndex:
 
     def drop_scope(self, scope: str) -> int:
         """Delete every shard of a scope's server; returns how many objects went."""
-        keys = list(self._keys(f"{self._prefix}/{server_part(scope)}/"))
+        keys = list(self._keys(server_prefix(self._prefix, scope)))
         for start in range(0, len(keys), LIST_PAGE):
             page = keys[start : start + LIST_PAGE]
             self._s3().delete_objects(
@@ -354,47 +330,73 @@ class S3KeywordIndex:
         return len(keys)
 
     def _keys(self, prefix: str) -> Iterator[str]:
+        for key, _ in self._listing(prefix):
+            yield key
+
+    def _listing(self, prefix: str) -> Iterator[tuple[str, str]]:
+        """(key, ETag) of every shard under a prefix (LIST is strongly consistent)."""
         request: dict[str, Any] = {"Bucket": self._bucket, "Prefix": prefix, "MaxKeys": LIST_PAGE}
         while True:
             page = self._s3().list_objects_v2(**request)
             for entry in page.get("Contents", []):
                 key = str(entry["Key"])
                 if key.endswith(SHARD_SUFFIX):
-                    yield key
+                    yield key, str(entry["ETag"])
             if not page.get("IsTruncated"):
                 return
             request["ContinuationToken"] = page["NextContinuationToken"]
 
-    def shard_keys_for(self, query: SearchQuery) -> list[str]:
+    def reached(self, query: SearchQuery) -> tuple[list[str], list[str]]:
+        """What a search reads: folders it lists (the server's for a server-wide search, else
+        each channel's) and single shards it asks for directly (the facts', for "": facts
+        belong to no channel, and one conditional GET costs less than a LIST)."""
         if query.channel_ids is None:
-            return list(self._keys(f"{self._prefix}/{server_part(query.scope)}/"))
-        return list(
-            dict.fromkeys(shard_key(self._prefix, query.scope, c) for c in query.channel_ids)
-        )
+            return [server_prefix(self._prefix, query.scope)], []
+        folders = [channel_prefix(self._prefix, query.scope, c) for c in query.channel_ids if c]
+        singles = [facts_key(self._prefix, query.scope)] if "" in query.channel_ids else []
+        return list(dict.fromkeys(folders)), singles
 
     def search(self, query: SearchQuery) -> list[SearchHit]:
-        """FTS5 bm25 in each shard the query reaches, merged by score (best first)."""
+        """Every shard the query reaches (a LIST per folder, then a GET for each shard whose
+        ETag the cache lacks; a conditional GET for the facts' shard, all at once), each
+        one's bm25 candidates scored together with the counts of all of them
+        (search.shard_scoring), best first."""
         if query.channel_ids == [] or query.kinds == []:
             return []
         depth = CANDIDATE_FACTOR * query.limit
-        keys = self.shard_keys_for(query)
-        found: list[tuple[float, Passage]] = []
-        for hits in _each(keys, lambda key: self._shard_hits(key, query, depth)):
-            found.extend(hits)
-        found.sort(key=lambda pair: (pair[0], -pair[1].time_ms, pair[1].id))
+        folders, singles = self.reached(query)
+        # One round trip for the listings and the single shards together.
+        reads: list[Callable[[], list[tuple[str, str | None]]]] = [
+            *(partial(self._listed, folder) for folder in folders),
+            *(partial(_unlisted, key) for key in singles),
+        ]
+        entries = [e for group in _each(reads, lambda read: read()) for e in group]
+        answers = _each(entries, lambda entry: self._shard_answer(entry, query, depth))
+        ranked = merged(query.text, answers)[:depth]
         return [
-            SearchHit(passage=passage, score=-score, keyword_rank=rank)
-            for rank, (score, passage) in enumerate(found[:depth], start=1)
+            SearchHit(passage=passage, score=score, keyword_rank=rank)
+            for rank, (score, passage) in enumerate(ranked, start=1)
             # Defence in depth: a passage never leaves its scope, whatever a shard holds.
             if passage.scope == query.scope
         ]
 
-    def _shard_hits(self, key: str, query: SearchQuery, depth: int) -> list[tuple[float, Passage]]:
-        copy = self._fetch(key)
-        if copy is None:
-            return []
+    def _listed(self, prefix: str) -> list[tuple[str, str | None]]:
+        return list(self._listing(prefix))
+
+    def _shard_answer(
+        self, entry: tuple[str, str | None], query: SearchQuery, depth: int
+    ) -> KeywordAnswer:
+        """One shard's answer. `etag` is what a LIST just gave (None: not listed, so asked
+        for with If-None-Match)."""
+        key, etag = entry
         with self._cache.lock:
-            return copy.open().keyword_hits(query, depth)
+            copy = self._cache.get(key)
+        if copy is None or etag is None or copy.etag != etag:
+            copy = self._fetch(key)  # changed since it was read, never read here, or unlisted
+        if copy is None:
+            return KeywordAnswer([], 0, 0, {})
+        with self._cache.lock:
+            return copy.open().keyword_answer(query, depth)
 
     # -- vectors another index lacks (botmemory.search.deployed) ---------------------------------
 
@@ -428,7 +430,11 @@ class S3KeywordIndex:
                     yield from list(index.passages())
 
 
-def _each(items: Sequence[str], call: Callable[[str], T]) -> list[T]:
+def _unlisted(key: str) -> list[tuple[str, str | None]]:
+    return [(key, None)]
+
+
+def _each(items: Sequence[U], call: Callable[[U], T]) -> list[T]:
     """`call` on every item, at most READ_THREADS at once (one item: no thread)."""
     if len(items) <= 1:
         return [call(item) for item in items]

@@ -133,14 +133,22 @@ def tokens(text: str) -> list[str]:
     return out[:MAX_TOKENS]
 
 
-def fts_match(text: str, max_terms: int = 32) -> str | None:
+MAX_QUERY_TERMS = 32  # distinct tokens of a query that search looks for
+
+
+def query_terms(text: str, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
+    """The distinct tokens of a query text that search looks for, in their order."""
+    return list(dict.fromkeys(tokens(text[: MAX_QUERY_CHARS * 4])))[: max(max_terms, 0)]
+
+
+def fts_match(text: str, max_terms: int = MAX_QUERY_TERMS) -> str | None:
     """A SQLite FTS5 MATCH expression for any query text, or None when it has no token.
 
     Each distinct token becomes one double-quoted string, so nothing the user typed is
     read as FTS5 syntax; strings are ORed so any shared token is a hit and bm25() ranks.
     Meant for a column that holds `tokens()` output under the unicode61 tokenizer.
     """
-    distinct = list(dict.fromkeys(tokens(text[: MAX_QUERY_CHARS * 4])))[: max(max_terms, 0)]
+    distinct = query_terms(text, max_terms)
     if not distinct:
         return None
     # Tokens never hold a quote; doubling one anyway keeps the string closed if that changes.

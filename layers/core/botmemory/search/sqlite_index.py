@@ -22,10 +22,11 @@ import threading
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botmemory.search.fusion import LEGS_K, reciprocal_rank_fusion
-from botmemory.search.keywords import TOKENS_VERSION, clip_query, fts_match, tokens
+from botmemory.search.keywords import TOKENS_VERSION, clip_query, fts_match, query_terms, tokens
 from botmemory.search.passages import keyword_text
 from botmemory.search.port import KeywordsOnly, Passage, SearchHit, SearchHits, SearchQuery
 
@@ -95,7 +96,7 @@ ON CONFLICT (id) DO UPDATE SET
 """
 
 _KEYWORD_SQL = """
-SELECT p.id, p.passage, bm25(passages_fts) FROM passages_fts
+SELECT p.id, p.passage, bm25(passages_fts), p.terms FROM passages_fts
 JOIN passages AS p ON p.pk = passages_fts.rowid
 WHERE passages_fts MATCH ? AND {where}
 ORDER BY bm25(passages_fts), p.time_ms DESC, p.id LIMIT ?
@@ -110,6 +111,25 @@ ORDER BY p.time_ms DESC, p.id LIMIT ?
 _REEMBED_SQL = """
 SELECT pk, passage FROM passages WHERE vector IS NULL OR vector_model IS NOT ? ORDER BY pk LIMIT ?
 """
+
+# Per connection: the FTS index's vocabulary, one row per term with the documents holding it.
+_VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.passages_vocab USING fts5vocab(main, passages_fts, 'row')"
+# Documents, and tokens over all of them (`terms` is tokens joined by single spaces).
+_SIZES = """
+SELECT count(*), sum(length(terms) - length(replace(terms, ' ', '')) + (terms != ''))
+FROM passages
+"""
+
+
+@dataclass(frozen=True)
+class KeywordAnswer:
+    """One file's keyword candidates, and the counts scoring them beside other files' needs."""
+
+    candidates: list[tuple[Passage, str]]  # best first by this file's bm25, with their tokens
+    documents: int
+    tokens: int
+    holding: dict[str, int]  # query term -> documents holding it
+
 
 # What a file written under older keyword rules drops before _SCHEMA builds it again.
 _OLD_KEYWORDS = (
@@ -340,18 +360,32 @@ class SqliteSearchIndex:
         self, match: str, where: str, params: list[Param], depth: int
     ) -> list[Candidate]:
         rows = self._read(_KEYWORD_SQL.format(where=where), [match, *params, depth])
-        return [(str(passage_id), str(body)) for passage_id, body, _ in rows]
+        return [(str(passage_id), str(body)) for passage_id, body, _, _ in rows]
 
-    def keyword_hits(self, query: SearchQuery, depth: int) -> list[tuple[float, Passage]]:
-        """The keyword leg alone, best first, with each passage's FTS5 bm25 (lower is
-        better), so the shards of one search can be merged by score."""
+    def keyword_answer(self, query: SearchQuery, depth: int) -> KeywordAnswer:
+        """The keyword leg alone: up to `depth` candidates by this file's bm25, with what
+        scoring them across several files needs (their words, and this file's counts of
+        documents, tokens and documents holding each query term)."""
         text, _ = clip_query(query.text)
-        match = fts_match(text) if text is not None else None
-        if match is None or query.channel_ids == [] or query.kinds == []:
-            return []
+        terms = query_terms(text) if text is not None else []
+        if not terms or query.channel_ids == [] or query.kinds == []:
+            return KeywordAnswer([], 0, 0, {})
+        match = fts_match(text or "")
         where, params = _filters(query)
         rows = self._read(_KEYWORD_SQL.format(where=where), [match, *params, depth])
-        return [(float(score), Passage.model_validate_json(str(body))) for _, body, score in rows]
+        candidates = [
+            (Passage.model_validate_json(str(body)), str(words)) for _, body, _, words in rows
+        ]
+        with self._lock:
+            self._conn.execute(_VOCAB)
+            documents, words = self._conn.execute(_SIZES).fetchone()
+            holding = dict(
+                self._conn.execute(
+                    f"SELECT term, doc FROM temp.passages_vocab WHERE term IN ({', '.join('?' * len(terms))})",  # nosec B608 # only '?' marks
+                    terms,
+                ).fetchall()
+            )
+        return KeywordAnswer(candidates, int(documents), int(words or 0), holding)
 
     def held(self, ids: Iterable[str]) -> set[str]:
         """Which of these ids the index holds."""
