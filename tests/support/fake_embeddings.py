@@ -70,3 +70,18 @@ def closed_url() -> str:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     return f"http://127.0.0.1:{port}/v1"
+
+
+def project_embedder(base_url: str, dimensions: int = 64) -> Any:
+    """The project's own `openai:` embedder against `base_url`: one attempt, no waiting."""
+    from botmemory.search.embeddings import OpenAIEmbedder
+
+    return OpenAIEmbedder(
+        "fake-embed",
+        base_url=base_url,
+        api_key=None,
+        dimensions=dimensions,
+        timeout_seconds=2.0,
+        max_attempts=1,
+        sleep=lambda _: None,
+    )

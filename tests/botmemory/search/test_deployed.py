@@ -18,12 +18,13 @@ from botmemory.search import build_search_index
 from botmemory.search.deployed import DeployedSearchIndex
 from botmemory.search.embeddings import EmbeddingError, OpenAIEmbedder
 from botmemory.search.keyword_shards import S3KeywordIndex
-from botmemory.search.port import KeywordsOnly, Passage, PassageKind, SearchQuery
+from botmemory.search.port import KeywordsOnly, Passage, SearchQuery
 from botmemory.search.s3vectors_index import S3VectorsSearchIndex
 from botmemory.settings.config import ConfigError, Settings, settings_from
 from eval.vector_service import InMemoryS3Vectors
-from tests.support.fake_embeddings import EmbeddingServer, closed_url
+from tests.support.fake_embeddings import EmbeddingServer, closed_url, project_embedder
 from tests.support.fake_providers import serving
+from tests.support.passages import message_passage
 
 BUCKET = "deployed-keywords-test"
 GUILD = "100"
@@ -33,14 +34,7 @@ DIMENSIONS = 64
 
 
 def message(pid: str, text: str) -> Passage:
-    return Passage(
-        id=f"M#{CHANNEL}#{pid}",
-        kind=PassageKind.MESSAGE,
-        scope=GUILD,
-        channel_id=CHANNEL,
-        text=text,
-        time_ms=int(pid),
-    )
+    return message_passage(pid, text, CHANNEL, GUILD)
 
 
 def query(text: str, limit: int = 20) -> SearchQuery:
@@ -48,15 +42,8 @@ def query(text: str, limit: int = 20) -> SearchQuery:
 
 
 def embedder(base_url: str) -> OpenAIEmbedder:
-    return OpenAIEmbedder(
-        "fake-embed",
-        base_url=base_url,
-        api_key=None,
-        dimensions=DIMENSIONS,
-        timeout_seconds=2.0,
-        max_attempts=1,
-        sleep=lambda _: None,
-    )
+    embedder: OpenAIEmbedder = project_embedder(base_url, DIMENSIONS)
+    return embedder
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from botmemory.search import keyword_shards
 from botmemory.search.keyword_layout import channel_prefix
 from botmemory.search.keyword_shards import S3KeywordIndex, ShardBusy
 from botmemory.search.port import Passage, PassageKind, SearchQuery
+from tests.support.passages import message_passage
 
 BUCKET = "keyword-shards-test"
 GUILD = "100"
@@ -30,14 +31,7 @@ SHARD = f"keywords/g100/c200/{MONTH}.sqlite"
 
 
 def message(pid: str, text: str, channel: str = CHANNEL, guild: str = GUILD) -> Passage:
-    return Passage(
-        id=f"M#{channel}#{pid}",
-        kind=PassageKind.MESSAGE,
-        scope=guild,
-        channel_id=channel,
-        text=text,
-        time_ms=int(pid),
-    )
+    return message_passage(pid, text, channel, guild)
 
 
 def fact(fid: str, text: str, guild: str = GUILD) -> Passage:

@@ -11,7 +11,7 @@ import pytest
 from botmemory.search.embeddings import EmbeddingDimensionsError, EmbeddingError, OpenAIEmbedder
 from botmemory.search.port import KeywordsOnly, Passage, PassageKind, SearchQuery
 from botmemory.search.sqlite_index import SqliteSearchIndex
-from tests.support.fake_embeddings import EmbeddingServer, closed_url
+from tests.support.fake_embeddings import EmbeddingServer, closed_url, project_embedder
 from tests.support.fake_providers import serving
 
 SCOPE = "G#1"
@@ -30,15 +30,8 @@ def query(text: str) -> SearchQuery:
 
 
 def embedder(base_url: str) -> OpenAIEmbedder:
-    return OpenAIEmbedder(
-        "fake-embed",
-        base_url=base_url,
-        api_key=None,
-        dimensions=DIMENSIONS,
-        timeout_seconds=2.0,
-        max_attempts=1,
-        sleep=lambda _: None,
-    )
+    embedder: OpenAIEmbedder = project_embedder(base_url, DIMENSIONS)
+    return embedder
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
-from botmemory.search.fusion import LEGS_K, reciprocal_rank_fusion
+from botmemory.search.fusion import fused_legs
 from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.keywords import clip_query
 from botmemory.search.port import KeywordsOnly, Passage, SearchHit, SearchHits, SearchQuery
@@ -116,7 +116,8 @@ class DeployedSearchIndex:
             log.warning("vector leg failed; keywords only", extra={"error": repr(error)[:300]})
         if keyword_error is not None and vector_error is not None:
             raise keyword_error
-        hits = SearchHits(_fused(keyword_hits, nearest, query.limit))
+        keyword = [h.passage for h in keyword_hits]
+        hits = SearchHits(fused_legs(keyword, nearest, query.limit))
         hits.vector_error = vector_error
         return hits
 
@@ -128,20 +129,3 @@ class DeployedSearchIndex:
                 if passage.id not in seen:
                     seen.add(passage.id)
                     yield passage
-
-
-def _fused(keyword: list[SearchHit], nearest: list[Passage], limit: int) -> list[SearchHit]:
-    by_id = {p.id: p for p in nearest} | {h.passage.id: h.passage for h in keyword}
-    keyword_ids = [h.passage.id for h in keyword]
-    vector_ids = [p.id for p in nearest]
-    keyword_rank = {pid: n for n, pid in enumerate(keyword_ids, start=1)}
-    vector_rank = {pid: n for n, pid in enumerate(vector_ids, start=1)}
-    return [
-        SearchHit(
-            passage=by_id[pid],
-            score=score,
-            keyword_rank=keyword_rank.get(pid),
-            vector_rank=vector_rank.get(pid),
-        )
-        for pid, score in reciprocal_rank_fusion([keyword_ids, vector_ids], k=LEGS_K)[:limit]
-    ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from botmemory.search.port import Passage, SearchHit
+
 # RRF's constant for the search legs (keywords and vectors): how fast a lower rank stops
 # counting. The usual 60 lets a passage near the top of both legs lose to one far down in
 # each; 10 keeps what either leg ranks first at the top. `make eval` (docs/eval.md),
@@ -26,3 +28,30 @@ def reciprocal_rank_fusion(
             scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
     # sorted() is stable, and the dict keeps first-appearance order for the ties.
     return sorted(scores.items(), key=lambda pair: -pair[1])
+
+
+def fused_legs(
+    keyword: Sequence[Passage],
+    vector: Sequence[Passage],
+    limit: int,
+    *,
+    k: int = LEGS_K,
+    vector_first: bool = False,
+) -> list[SearchHit]:
+    """The two legs' passages (each best first) as hits, fused by RRF, each with its rank in
+    either leg. Ties keep the first-listed leg's order (`vector_first` lists the vectors)."""
+    by_id = {p.id: p for p in vector} | {p.id: p for p in keyword}
+    keyword_ids = [p.id for p in keyword]
+    vector_ids = [p.id for p in vector]
+    keyword_rank = {pid: n for n, pid in enumerate(keyword_ids, start=1)}
+    vector_rank = {pid: n for n, pid in enumerate(vector_ids, start=1)}
+    rankings = [vector_ids, keyword_ids] if vector_first else [keyword_ids, vector_ids]
+    return [
+        SearchHit(
+            passage=by_id[pid],
+            score=score,
+            keyword_rank=keyword_rank.get(pid),
+            vector_rank=vector_rank.get(pid),
+        )
+        for pid, score in reciprocal_rank_fusion(rankings, k=k)[:limit]
+    ]

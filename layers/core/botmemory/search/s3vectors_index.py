@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from botmemory.search.embeddings import Embedder, EmbeddingError, embed_query
-from botmemory.search.fusion import reciprocal_rank_fusion
+from botmemory.search.fusion import fused_legs
 from botmemory.search.keywords import clip_query, rank
 from botmemory.search.passages import MAX_LABEL_CHARS, keyword_text
 from botmemory.search.port import Passage, PassageKind, SearchHit, SearchQuery
@@ -164,21 +164,9 @@ def fused_hits(query: SearchQuery, text: str, candidates: list[Passage]) -> list
     """The vector order (nearest first) fused with the keyword leg's BM25 re-rank of it."""
     if not candidates:
         return []
-    vector_order = [p.id for p in candidates]
-    keyword_order = [vector_order[i] for i, _ in rank(text, [keyword_text(p) for p in candidates])]
-    fused = reciprocal_rank_fusion([vector_order, keyword_order])
-    by_id = {p.id: p for p in candidates}
-    vector_rank = {pid: n for n, pid in enumerate(vector_order, start=1)}
-    keyword_rank = {pid: n for n, pid in enumerate(keyword_order, start=1)}
-    return [
-        SearchHit(
-            passage=by_id[pid],
-            score=score,
-            vector_rank=vector_rank[pid],
-            keyword_rank=keyword_rank.get(pid),
-        )
-        for pid, score in fused[: query.limit]
-    ]
+    keyword_order = [candidates[i] for i, _ in rank(text, [keyword_text(p) for p in candidates])]
+    # k = 60 here: the re-rank orders the vector leg's own candidates (docs/eval.md).
+    return fused_legs(keyword_order, candidates, query.limit, k=60, vector_first=True)
 
 
 def _distance(hit: dict[str, Any]) -> float:
