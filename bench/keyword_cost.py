@@ -333,8 +333,8 @@ def print_keyword_tables(
             " again (passages re-keyed,",
             "facts the same). S3 requests metered on moto's S3. One message in"
             f" {FACTS_EVERY} is a chat line the rules",
-            f"model learns a fact from. {usage.shards} shards after the replay (a channel's"
-            f" each, and {FACTS_SHARD}),",
+            f"model learns a fact from. {usage.shards} shards after the replay (each channel's"
+            f" month of messages and episodes, and {FACTS_SHARD}),",
             f"{usage.shard_bytes / 1024:,.0f} KB in all, the largest"
             f" {usage.largest_shard / 1024:,.0f} KB.",
             "A round reads its shards (304 to the copy the container wrote) and rewrites them",

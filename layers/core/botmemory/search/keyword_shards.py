@@ -36,8 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from botmemory.clock import Clock, SystemClock
 from botmemory.search.keyword_layout import (
@@ -68,9 +67,6 @@ READ_THREADS = 8
 LIST_PAGE = 1000
 _LOST_RACE = ("PreconditionFailed", "ConditionalRequestConflict")
 _ABSENT = ("NoSuchKey", "404", "NotFound")
-
-T = TypeVar("T")
-U = TypeVar("U")
 
 
 class ShardBusy(Exception):
@@ -365,13 +361,14 @@ class S3KeywordIndex:
             return []
         depth = CANDIDATE_FACTOR * query.limit
         folders, singles = self.reached(query)
-        # One round trip for the listings and the single shards together.
-        reads: list[Callable[[], list[tuple[str, str | None]]]] = [
-            *(partial(self._listed, folder) for folder in folders),
-            *(partial(_unlisted, key) for key in singles),
-        ]
-        entries = [e for group in _each(reads, lambda read: read()) for e in group]
-        answers = _each(entries, lambda entry: self._shard_answer(entry, query, depth))
+        # The listings and the single shards' reads at once: one round trip when the copies
+        # are current; then the listed shards (a second only for those that changed).
+        with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+            listings = [pool.submit(self._listed, folder) for folder in folders]
+            direct = [pool.submit(self._shard_answer, (key, None), query, depth) for key in singles]
+            entries = [e for listing in listings for e in listing.result()]
+            listed = [pool.submit(self._shard_answer, e, query, depth) for e in entries]
+            answers = [f.result() for f in (*direct, *listed)]
         ranked = merged(query.text, answers)[:depth]
         return [
             SearchHit(passage=passage, score=score, keyword_rank=rank)
@@ -428,15 +425,3 @@ class S3KeywordIndex:
                 with self._cache.lock:
                     index = copy.open()
                     yield from list(index.passages())
-
-
-def _unlisted(key: str) -> list[tuple[str, str | None]]:
-    return [(key, None)]
-
-
-def _each(items: Sequence[U], call: Callable[[U], T]) -> list[T]:
-    """`call` on every item, at most READ_THREADS at once (one item: no thread)."""
-    if len(items) <= 1:
-        return [call(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(items))) as pool:
-        return list(pool.map(call, items))
