@@ -225,6 +225,7 @@ class SqliteSearchIndex:
         """`wal=False` keeps the database in its one file (a keyword shard uploads it)."""
         self._embedder = embedder
         self._lock = threading.Lock()
+        self._sizes: tuple[int, int] | None = None  # (documents, tokens), while unchanged
         # Autocommit: transactions are begun explicitly, so 3.11 and 3.13 behave alike.
         self._conn = sqlite3.connect(
             path, timeout=_BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
@@ -248,6 +249,7 @@ class SqliteSearchIndex:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
+            self._sizes = None  # a write may change the counts keyword_answer keeps
             # IMMEDIATE takes the write lock up front, so a busy file waits here, not mid-way.
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -378,14 +380,17 @@ class SqliteSearchIndex:
         ]
         with self._lock:
             self._conn.execute(_VOCAB)
-            documents, words = self._conn.execute(_SIZES).fetchone()
+            if self._sizes is None:  # a scan of every row: once until the next write
+                documents, words = self._conn.execute(_SIZES).fetchone()
+                self._sizes = (int(documents), int(words or 0))
+            documents, words = self._sizes
             holding = dict(
                 self._conn.execute(
                     f"SELECT term, doc FROM temp.passages_vocab WHERE term IN ({', '.join('?' * len(terms))})",  # nosec B608 # only '?' marks
                     terms,
                 ).fetchall()
             )
-        return KeywordAnswer(candidates, int(documents), int(words or 0), holding)
+        return KeywordAnswer(candidates, documents, words, holding)
 
     def held(self, ids: Iterable[str]) -> set[str]:
         """Which of these ids the index holds."""
