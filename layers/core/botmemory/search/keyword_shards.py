@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botmemory.clock import Clock, SystemClock
+from botmemory.search.fusion import LEGS_K, reciprocal_rank_fusion
 from botmemory.search.keyword_layout import (
     SHARD_SUFFIX,
     channel_prefix,
@@ -48,6 +49,7 @@ from botmemory.search.keyword_layout import (
     scope_of_key,
     server_prefix,
 )
+from botmemory.search.keywords import clip_query, feedback_terms, query_terms
 from botmemory.search.port import Passage, SearchHit, SearchQuery
 from botmemory.search.s3vectors_index import error_code
 from botmemory.search.shard_scoring import merged
@@ -75,17 +77,22 @@ class ShardBusy(Exception):
 
 @dataclass
 class _Copy:
+    key: str
     etag: str
     path: str
     size: int
     index: SqliteSearchIndex | None = None  # opened on first read
+    dropped: bool = False  # evicted or replaced: its file is gone
 
     def open(self) -> SqliteSearchIndex:
+        if self.dropped:
+            raise RuntimeError("a dropped shard copy was opened")
         if self.index is None:
             self.index = SqliteSearchIndex(self.path, wal=False)
         return self.index
 
     def drop(self) -> None:
+        self.dropped = True
         if self.index is not None:
             self.index.close()
             self.index = None
@@ -204,7 +211,7 @@ class S3KeywordIndex:
         path = self._cache.path_for(key)
         with open(path, "wb") as out:
             shutil.copyfileobj(response["Body"], out)
-        copy = _Copy(etag=str(response["ETag"]), path=path, size=os.path.getsize(path))
+        copy = _Copy(key, str(response["ETag"]), path, os.path.getsize(path))
         with self._cache.lock:
             self._cache.put(key, copy)
         return copy
@@ -245,7 +252,7 @@ class S3KeywordIndex:
                     self.lost_races += 1
                     continue
                 raise
-            copy = _Copy(etag=str(response["ETag"]), path=work, size=os.path.getsize(work))
+            copy = _Copy(key, str(response["ETag"]), work, os.path.getsize(work))
             with self._cache.lock:
                 self._cache.put(key, copy)
             return
@@ -360,40 +367,67 @@ class S3KeywordIndex:
         if query.channel_ids == [] or query.kinds == []:
             return []
         depth = CANDIDATE_FACTOR * query.limit
+        text, _ = clip_query(query.text)
+        terms = query_terms(text) if text is not None else []
+        if not terms:
+            return []
         folders, singles = self.reached(query)
         # The listings and the single shards' reads at once: one round trip when the copies
         # are current; then the listed shards (a second only for those that changed).
         with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
             listings = [pool.submit(self._listed, folder) for folder in folders]
-            direct = [pool.submit(self._shard_answer, (key, None), query, depth) for key in singles]
+            direct = [pool.submit(self._shard_copy, (key, None)) for key in singles]
             entries = [e for listing in listings for e in listing.result()]
-            listed = [pool.submit(self._shard_answer, e, query, depth) for e in entries]
-            answers = [f.result() for f in (*direct, *listed)]
-        ranked = merged(query.text, answers)[:depth]
+            listed = [pool.submit(self._shard_copy, entry) for entry in entries]
+            copies = [c for c in (f.result() for f in (*direct, *listed)) if c is not None]
+        first = merged(terms, self._answers(copies, query, depth, terms))
+        # Widened with the words the best passages share, as the embedded index does
+        # (keywords.feedback_terms): the same copies, no request more.
+        extra = feedback_terms(terms, [words for _, _, words in first])
+        ranked: list[Passage] = [p for _, p, _ in first]
+        if extra:
+            wider = [*terms, *extra]
+            second = [p for _, p, _ in merged(wider, self._answers(copies, query, depth, wider))]
+            by_id = {p.id: p for p in (*ranked, *second)}
+            fused = reciprocal_rank_fusion(
+                [[p.id for p in ranked], [p.id for p in second]], k=LEGS_K
+            )
+            ranked = [by_id[pid] for pid, _ in fused]
         return [
-            SearchHit(passage=passage, score=score, keyword_rank=rank)
-            for rank, (score, passage) in enumerate(ranked, start=1)
+            SearchHit(passage=passage, score=1.0 / rank, keyword_rank=rank)
+            for rank, passage in enumerate(ranked[:depth], start=1)
             # Defence in depth: a passage never leaves its scope, whatever a shard holds.
             if passage.scope == query.scope
         ]
 
+    def _answers(
+        self, copies: Sequence[_Copy], query: SearchQuery, depth: int, terms: list[str]
+    ) -> list[KeywordAnswer]:
+        answers = []
+        for copy in copies:
+            with self._cache.lock:
+                if not copy.dropped:
+                    answers.append(copy.open().keyword_answer(query, depth, terms))
+                    continue
+            # Evicted by this very search's other reads (a cache smaller than its shards).
+            again = self._fetch(copy.key)
+            if again is not None:
+                with self._cache.lock:
+                    answers.append(again.open().keyword_answer(query, depth, terms))
+        return answers
+
     def _listed(self, prefix: str) -> list[tuple[str, str | None]]:
         return list(self._listing(prefix))
 
-    def _shard_answer(
-        self, entry: tuple[str, str | None], query: SearchQuery, depth: int
-    ) -> KeywordAnswer:
-        """One shard's answer. `etag` is what a LIST just gave (None: not listed, so asked
-        for with If-None-Match)."""
+    def _shard_copy(self, entry: tuple[str, str | None]) -> _Copy | None:
+        """A shard's copy as S3 holds it now. `etag` is what a LIST just gave (None: not
+        listed, so asked for with If-None-Match); None when the shard is not there."""
         key, etag = entry
         with self._cache.lock:
             copy = self._cache.get(key)
         if copy is None or etag is None or copy.etag != etag:
             copy = self._fetch(key)  # changed since it was read, never read here, or unlisted
-        if copy is None:
-            return KeywordAnswer([], 0, 0, {})
-        with self._cache.lock:
-            return copy.open().keyword_answer(query, depth)
+        return copy
 
     # -- vectors another index lacks (botmemory.search.deployed) ---------------------------------
 

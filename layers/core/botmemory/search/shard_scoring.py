@@ -14,7 +14,6 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from botmemory.search.keywords import clip_query, query_terms
 from botmemory.search.port import Passage
 from botmemory.search.sqlite_index import KeywordAnswer
 
@@ -23,11 +22,11 @@ B = 0.75
 _MIN_IDF = 1e-6  # FTS5's floor for a term in more than half of the documents
 
 
-def merged(query_text: str, answers: Sequence[KeywordAnswer]) -> list[tuple[float, Passage]]:
-    """(score, passage) of every shard's candidates, best first (higher is better; ties:
-    the newer passage, then the id)."""
-    text, _ = clip_query(query_text)
-    terms = query_terms(text) if text is not None else []
+def merged(
+    terms: Sequence[str], answers: Sequence[KeywordAnswer]
+) -> list[tuple[float, Passage, str]]:
+    """(score, passage, its tokens) of every shard's candidates for these terms, best first
+    (higher is better; ties: the newer passage, then the id)."""
     documents = sum(a.documents for a in answers)
     if not terms or documents == 0:
         return []
@@ -39,7 +38,7 @@ def merged(query_text: str, answers: Sequence[KeywordAnswer]) -> list[tuple[floa
         term: max(math.log((documents - holding[term] + 0.5) / (holding[term] + 0.5)), _MIN_IDF)
         for term in terms
     }
-    scored: list[tuple[float, Passage]] = []
+    scored: list[tuple[float, Passage, str]] = []
     seen: set[str] = set()
     for answer in answers:
         for passage, words in answer.candidates:
@@ -54,6 +53,6 @@ def merged(query_text: str, answers: Sequence[KeywordAnswer]) -> list[tuple[floa
                 for term in terms
                 if counts[term]
             )
-            scored.append((score, passage))
+            scored.append((score, passage, words))
     scored.sort(key=lambda pair: (-pair[0], -pair[1].time_ms, pair[1].id))
     return scored

@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botmemory.search.fusion import LEGS_K, reciprocal_rank_fusion
-from botmemory.search.keywords import TOKENS_VERSION, clip_query, fts_match, query_terms, tokens
+from botmemory.search.keywords import (
+    TOKENS_VERSION,
+    clip_query,
+    feedback_terms,
+    match_of,
+    query_terms,
+    tokens,
+)
 from botmemory.search.passages import keyword_text
 from botmemory.search.port import KeywordsOnly, Passage, SearchHit, SearchHits, SearchQuery
 
@@ -346,8 +353,7 @@ class SqliteSearchIndex:
             return []
         where, params = _filters(query)
         depth = CANDIDATE_FACTOR * query.limit
-        match = fts_match(text)
-        keyword = self._keyword_leg(match, where, params, depth) if match is not None else []
+        keyword = self._keyword_leg(query_terms(text), where, params, depth)
         failure: Exception | None = None
         try:
             vector = self._vector_leg(text, where, params, depth)
@@ -359,25 +365,46 @@ class SqliteSearchIndex:
         return hits
 
     def _keyword_leg(
-        self, match: str, where: str, params: list[Param], depth: int
+        self, terms: list[str], where: str, params: list[Param], depth: int
     ) -> list[Candidate]:
-        rows = self._read(_KEYWORD_SQL.format(where=where), [match, *params, depth])
-        return [(str(passage_id), str(body)) for passage_id, body, _, _ in rows]
+        """FTS5 bm25 over the terms, then again widened with the words the best passages
+        share (keywords.feedback_terms), the two orders fused by reciprocal rank."""
+        first = self._keyword_rows(terms, where, params, depth)
+        extra = feedback_terms(terms, [words for _, _, words in first])
+        if not extra:
+            return [(pid, body) for pid, body, _ in first]
+        second = self._keyword_rows([*terms, *extra], where, params, depth)
+        bodies = {pid: body for pid, body, _ in (*first, *second)}
+        fused = reciprocal_rank_fusion(
+            [[pid for pid, _, _ in first], [pid for pid, _, _ in second]], k=LEGS_K
+        )
+        return [(pid, bodies[pid]) for pid, _ in fused[:depth]]
 
-    def keyword_answer(self, query: SearchQuery, depth: int) -> KeywordAnswer:
-        """The keyword leg alone: up to `depth` candidates by this file's bm25, with what
-        scoring them across several files needs (their words, and this file's counts of
-        documents, tokens and documents holding each query term)."""
-        text, _ = clip_query(query.text)
-        terms = query_terms(text) if text is not None else []
+    def _keyword_rows(
+        self, terms: list[str], where: str, params: list[Param], depth: int
+    ) -> list[tuple[str, str, str]]:
+        """(id, passage JSON, tokens) by FTS5 bm25, best first."""
+        match = match_of(terms)
+        if match is None:
+            return []
+        rows = self._read(_KEYWORD_SQL.format(where=where), [match, *params, depth])
+        return [(str(pid), str(body), str(words)) for pid, body, _, words in rows]
+
+    def keyword_answer(
+        self, query: SearchQuery, depth: int, terms: list[str] | None = None
+    ) -> KeywordAnswer:
+        """The keyword leg alone, one pass: up to `depth` candidates by this file's bm25, with
+        what scoring them across several files needs (their words, and this file's counts of
+        documents, tokens and documents holding each term). `terms`: the tokens to look for,
+        when not the query text's (a widened second pass)."""
+        if terms is None:
+            text, _ = clip_query(query.text)
+            terms = query_terms(text) if text is not None else []
         if not terms or query.channel_ids == [] or query.kinds == []:
             return KeywordAnswer([], 0, 0, {})
-        match = fts_match(text or "")
         where, params = _filters(query)
-        rows = self._read(_KEYWORD_SQL.format(where=where), [match, *params, depth])
-        candidates = [
-            (Passage.model_validate_json(str(body)), str(words)) for _, body, _, words in rows
-        ]
+        rows = self._keyword_rows(terms, where, params, depth)
+        candidates = [(Passage.model_validate_json(body), words) for _, body, words in rows]
         with self._lock:
             self._conn.execute(_VOCAB)
             if self._sizes is None:  # a scan of every row: once until the next write
