@@ -151,8 +151,8 @@ def s3_client(region_name: str | None = None) -> Any:
 
 
 class S3KeywordIndex:
-    """The keyword leg over every passage, sharded by channel in S3. Service errors propagate
-    (botocore's ClientError), as does ShardBusy."""
+    """The keyword leg over every passage, in shards by channel and month in S3. Service
+    errors propagate (botocore's ClientError), as does ShardBusy."""
 
     def __init__(
         self,
@@ -230,6 +230,9 @@ class S3KeywordIndex:
             work = self._cache.path_for(key)
             if current is not None:
                 with self._cache.lock:
+                    if current.dropped:  # evicted since it was read: read it again
+                        os.unlink(work)
+                        continue
                     if current.index is not None:  # a reader's open handle: flush nothing
                         current.index.close()
                         current.index = None
