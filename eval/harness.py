@@ -38,7 +38,7 @@ from botmemory.consolidation.outcome import Outcome, Status
 from botmemory.recall.block import BLOCK_FOOTER, BLOCK_HEADER
 from botmemory.recall.contract import RecallRequest
 from botmemory.recall.recaller import Recaller
-from botmemory.recall.search_leg import SearchLeg
+from botmemory.recall.search_leg import SearchLeg, search_depth
 from botmemory.records import Fact, scope_of
 from botmemory.runtime import build_services
 from botmemory.search import EMBEDDING_TIMEOUT_SECONDS
@@ -89,6 +89,21 @@ def label(chars: int | None) -> str:
     return DEFAULT if chars is None else f"{chars:,}"
 
 
+def chars_of(name: str) -> int | None:
+    """The block size a label names (None: today's settings)."""
+    return None if name == DEFAULT else int(name.replace(",", ""))
+
+
+def search_depth_at(chars: int) -> int:
+    """The hits recall asks of the index for a block of `chars` characters."""
+    return search_depth(sized_settings(Settings(), chars))
+
+
+# Hits asked of the keyword leg to see where a missed question's evidence ranks: as many as
+# one search may ask (SearchQuery.limit).
+RANKED_HITS = 100
+
+
 def sized_settings(base: Settings, total_chars: int | None) -> Settings:
     """Recall settings whose whole block is at most `total_chars` characters.
 
@@ -137,6 +152,10 @@ class QuestionOutcome:
     bm25: dict[str, bool] = field(default_factory=dict)  # whole turns: cited is held
     bm25_snippets: dict[str, bool] = field(default_factory=dict)  # held, as for recall
     block_chars: dict[str, int] = field(default_factory=dict)  # keyword-only
+    # Asked for (eval.miss_ranks): a question the keyword-only block of that size misses,
+    # where its evidence ranks in the keyword leg (its first hit whose own message is an
+    # evidence turn, of RANKED_HITS asked); 0 when none of them is.
+    miss_rank: int | None = None
 
     @property
     def system(self) -> dict[str, bool]:
@@ -312,12 +331,16 @@ class Measurer:
         counter: RequestCounter,
         sizes: tuple[int | None, ...],
         indexes: dict[str, SearchIndex] | None = None,
+        rank_misses_at: int | None = None,
     ) -> None:
+        self._services = services
         self._conversation = conversation
+        self._rank_misses_at = rank_misses_at
         self._counter = counter
         if indexes is None:
             index = services.search_index
             indexes = {KEYWORDS: index} if index is not None else {}
+        self._keyword_index = indexes.get(KEYWORDS)
         self._paths: dict[str, dict[str, Recaller]] = {}
         reads = cast(MemoryRepository, ReadCache(services.repository))
         for path, index in indexes.items():
@@ -361,10 +384,31 @@ class Measurer:
                 outcome.cited[path][name] = bool(evidence & shown.strict)
                 outcome.held[path][name] = bool(evidence & shown.held)
                 if path == KEYWORDS:
+                    if chars_of(name) == self._rank_misses_at and not outcome.held[path][name]:
+                        outcome.miss_rank = self._evidence_rank(question, name)
                     outcome.loose[name] = bool(evidence & shown.loose)
                     outcome.block_chars[name] = len(result.memory)
                     self._baselines(outcome, question, ranking, name, len(result.memory))
         return outcome
+
+    def _evidence_rank(self, question: Question, name: str) -> int:
+        """Where the question's evidence ranks in the keyword leg, as the block of this size
+        asks it but for RANKED_HITS hits: 1-based, 0 when none of them shows an evidence turn
+        as its own message (its context does not count: the block cuts it)."""
+        index = self._keyword_index
+        if index is None:
+            return 0
+        settings = sized_settings(self._services.settings, self._budgets[name])
+        replay = self._conversation.replay
+        query = SearchLeg(index, self._services.repository, settings).query_for(
+            replay.guild_id, replay.channel_id, question.text, self._services.clock.now_ms()
+        )
+        hits = index.search(query.model_copy(update={"limit": RANKED_HITS}))
+        evidence = set(question.evidence)
+        for rank, hit in enumerate(hits, start=1):
+            if evidence & self._evidence.turns_of(hit.passage.sources[-1:]):
+                return rank
+        return 0
 
     def _baselines(
         self,
@@ -500,9 +544,11 @@ def run_conversation(
     limit: int | None = None,
     sizes: tuple[int | None, ...] = (None, *BLOCK_SIZES),
     vectors: bool = True,
+    rank_misses_at: int | None = None,
 ) -> ConversationReport:
     """Replay one conversation on a fresh local table and ask it all its questions, on every
-    search path the embedder allows (eval.paths)."""
+    search path the embedder allows (eval.paths); `rank_misses_at`: a block size whose
+    keyword-only misses get their evidence's rank (QuestionOutcome.miss_rank)."""
     conversation = load_conversation(path, limit)
     inner, server = run_embedder(vectors)
     embedder = TimedEmbedder(inner) if inner is not None else None
@@ -529,7 +575,7 @@ def run_conversation(
         stats.index_embedding = _embedding(replayed.since(before), embedder)
         clock.set(clock.now_ms() + SWEEP_EVERY_MS)
         started = time.perf_counter()
-        measurer = Measurer(services, conversation, counter, sizes, paths.indexes)
+        measurer = Measurer(services, conversation, counter, sizes, paths.indexes, rank_misses_at)
         stats.facts = measurer.facts
         stats.episodes = len(
             services.repository.recent_episodes(conversation.replay.channel_id, 100)

@@ -121,15 +121,17 @@ def run_all(
     jobs: int,
     done: Callable[[ConversationReport], None] = lambda _: None,
     vectors: bool = True,
+    sizes: tuple[int | None, ...] = (None, *BLOCK_SIZES),
+    rank_misses_at: int | None = None,
 ) -> list[ConversationReport]:
-    """Every conversation's report, in the order given; `jobs` processes side by side."""
-    sizes = (None, *BLOCK_SIZES)
+    """Every conversation's report, in the order given; `jobs` processes side by side
+    (`rank_misses_at`: as run_conversation takes it)."""
     if not paths:  # --no-languages, or an empty folder
         return []
     if jobs == 1 or len(paths) == 1:
         reports = []
         for path in paths:
-            reports.append(run_conversation(path, limit, sizes, vectors))
+            reports.append(run_conversation(path, limit, sizes, vectors, rank_misses_at))
             done(reports[-1])
         return reports
     by_path: dict[Path, ConversationReport] = {}
@@ -139,7 +141,8 @@ def run_all(
         # The longest conversations first, so that the last one to finish is a short one.
         ordered = sorted(paths, key=lambda p: p.stat().st_size, reverse=True)
         futures: dict[Future[ConversationReport], Path] = {
-            pool.submit(run_conversation, path, limit, sizes, vectors): path for path in ordered
+            pool.submit(run_conversation, path, limit, sizes, vectors, rank_misses_at): path
+            for path in ordered
         }
         for future in as_completed(futures):
             by_path[futures[future]] = future.result()
