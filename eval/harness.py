@@ -89,11 +89,6 @@ def label(chars: int | None) -> str:
     return DEFAULT if chars is None else f"{chars:,}"
 
 
-def chars_of(name: str) -> int | None:
-    """The block size a label names (None: today's settings)."""
-    return None if name == DEFAULT else int(name.replace(",", ""))
-
-
 def search_depth_at(chars: int) -> int:
     """The hits recall asks of the index for a block of `chars` characters."""
     return search_depth(sized_settings(Settings(), chars))
@@ -335,7 +330,8 @@ class Measurer:
     ) -> None:
         self._services = services
         self._conversation = conversation
-        self._rank_misses_at = rank_misses_at
+        # The block size whose keyword-only misses get their evidence's rank, by its label.
+        self._ranked = label(rank_misses_at) if rank_misses_at is not None else None
         self._counter = counter
         if indexes is None:
             index = services.search_index
@@ -384,7 +380,7 @@ class Measurer:
                 outcome.cited[path][name] = bool(evidence & shown.strict)
                 outcome.held[path][name] = bool(evidence & shown.held)
                 if path == KEYWORDS:
-                    if chars_of(name) == self._rank_misses_at and not outcome.held[path][name]:
+                    if name == self._ranked and not outcome.held[path][name]:
                         outcome.miss_rank = self._evidence_rank(question, name)
                     outcome.loose[name] = bool(evidence & shown.loose)
                     outcome.block_chars[name] = len(result.memory)
