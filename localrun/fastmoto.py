@@ -28,7 +28,10 @@ and for reads that return hundreds of them.
   by value: most of a read's time (a BatchGetItem of 100 items: about 80 ms of 100). A
   read's result is already DynamoDB JSON, so GetItem, BatchGetItem, Query and Scan results
   are written with `json.dumps` instead; a result holding anything else (bytes, None) goes
-  the generic way. tests/localrun/test_fastmoto.py checks that clients parse both the same.
+  the generic way. So are DynamoDB Streams' GetRecords results (the records' images, most
+  of a stream-driven test's serializing), once each record's creation time is written as
+  the JSON protocol's epoch seconds. tests/localrun/test_fastmoto.py checks that clients
+  parse both the same.
 
 Used in process by `make bench`, `make eval` and the tests (tests/conftest.py), and by
 `make demo`/`make dev` (the moto server child: `python -m localrun.fastmoto -H 127.0.0.1
@@ -37,6 +40,7 @@ Used in process by `make bench`, `make eval` and the tests (tests/conftest.py), 
 
 from __future__ import annotations
 
+import calendar
 import copy
 import json
 import sys
@@ -44,6 +48,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from moto.core.common_types import TYPE_RESPONSE
@@ -207,7 +212,7 @@ def keep_streams(backend: Any, before: dict[str, tuple[MotoTable, StreamShard, i
 # Reads whose results are plain DynamoDB JSON; writes and control-plane results (dates,
 # nested descriptions) keep moto's serializer.
 PLAIN_JSON_READS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan"})
-JSON_CONTENT_TYPE = "application/x-amz-json-1.0"  # DynamoDB's protocol, jsonVersion 1.0
+JSON_CONTENT_TYPE = "application/x-amz-json-1.0"  # DynamoDB and its Streams: jsonVersion 1.0
 
 
 def _plain(value: Any) -> bool:
@@ -230,14 +235,51 @@ def _plain_json_result(self: ActionResult, context: ActionContext) -> TYPE_RESPO
     return MOTO_EXECUTE_RESULT(self, context)
 
 
+def _epoch_seconds(moment: datetime) -> float:
+    """A naive UTC datetime as the JSON protocol writes a timestamp: epoch seconds, to the
+    millisecond (what moto's serializer keeps of it)."""
+    return calendar.timegm(moment.utctimetuple()) + (moment.microsecond // 1000) / 1000
+
+
+def _with_epoch_time(record: dict[str, Any]) -> dict[str, Any]:
+    change = record.get("dynamodb")
+    created = change.get("ApproximateCreationDateTime") if isinstance(change, dict) else None
+    if not isinstance(change, dict) or not isinstance(created, datetime):
+        return record
+    return record | {"dynamodb": change | {"ApproximateCreationDateTime": _epoch_seconds(created)}}
+
+
+class _PlainStreamRecords(ActionResult):
+    """GetRecords' result ({"NextShardIterator", "Records"}), written with json.dumps when
+    its records are plain once their creation times are numbers; else moto's way."""
+
+    def execute_result(self, context: ActionContext) -> TYPE_RESPONSE:
+        result = self.result
+        if isinstance(result, dict) and isinstance(result.get("Records"), list):
+            records = [_with_epoch_time(r) if isinstance(r, dict) else r for r in result["Records"]]
+            plain = result | {"Records": records}
+            if _plain(plain):
+                return 200, {"Content-Type": JSON_CONTENT_TYPE}, json.dumps(plain)
+        return super().execute_result(context)
+
+
+MOTO_GET_RECORDS = DynamoDBStreamsHandler.get_records
+
+
+def _plain_get_records(self: DynamoDBStreamsHandler) -> ActionResult:
+    return _PlainStreamRecords(MOTO_GET_RECORDS(self).result)
+
+
 @contextmanager
 def plain_json_reads() -> Iterator[None]:
     """Read results written with json.dumps (see the module's docstring)."""
     DynamoResult.execute_result = _plain_json_result  # type: ignore[method-assign]
+    DynamoDBStreamsHandler.get_records = _plain_get_records  # type: ignore[method-assign]
     try:
         yield
     finally:
         DynamoResult.execute_result = MOTO_EXECUTE_RESULT  # type: ignore[method-assign]
+        DynamoDBStreamsHandler.get_records = MOTO_GET_RECORDS  # type: ignore[method-assign]
 
 
 @contextmanager

@@ -151,3 +151,55 @@ def test_writes_and_errors_keep_moto_s_serializer(client: Any) -> None:
 
     assert described["TableName"] == TABLE
     assert hasattr(described["CreationDateTime"], "year")  # a datetime, as moto writes it
+
+
+def stream_pages(dynamodb: Any) -> list[dict[str, Any]]:
+    """Every GetRecords page of the table's stream, from its start."""
+    arn = dynamodb.describe_table(TableName="MemoryTable")["Table"]["LatestStreamArn"]
+    streams = boto3.client("dynamodbstreams", region_name="us-east-1")
+    pages: list[dict[str, Any]] = []
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        iterator = streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        while iterator:
+            page = without_metadata(streams.get_records(ShardIterator=iterator, Limit=3))
+            pages.append(page)
+            if not page["Records"]:
+                break
+            iterator = page.get("NextShardIterator")
+    return pages
+
+
+def test_stream_records_parse_the_same_as_through_moto_s_serializer(
+    dynamodb: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The table of tests/conftest.py: its stream keeps new and old images.
+    for item in ITEMS[:4]:
+        dynamodb.put_item(TableName="MemoryTable", Item=item)
+    dynamodb.put_item(TableName="MemoryTable", Item=ITEMS[0] | {"count": {"N": "99"}})
+    dynamodb.delete_item(TableName="MemoryTable", Key={"pk": ITEMS[1]["pk"], "sk": ITEMS[1]["sk"]})
+    dynamodb.put_item(TableName="MemoryTable", Item=ITEMS[-1])  # binary: moto's way
+    monkeypatch.setattr(fastmoto.DynamoDBStreamsHandler, "get_records", fastmoto.MOTO_GET_RECORDS)
+    generic = stream_pages(dynamodb)
+    dumped: list[str] = []
+    real_dumps = json.dumps
+
+    def counting_dumps(value: Any, *args: Any, **kwargs: Any) -> str:
+        dumped.append(str(value)[:40])
+        return real_dumps(value, *args, **kwargs)
+
+    monkeypatch.setattr(fastmoto, "json", SimpleNamespace(dumps=counting_dumps))
+    with fastmoto.plain_json_reads():
+        fast = [
+            {k: v for k, v in page.items() if k != "NextShardIterator"}
+            for page in stream_pages(dynamodb)
+        ]
+
+    assert fast == [{k: v for k, v in p.items() if k != "NextShardIterator"} for p in generic]
+    records = [r for page in generic for r in page["Records"]]
+    assert [r["eventName"] for r in records] == ["INSERT"] * 4 + ["MODIFY", "REMOVE", "INSERT"]
+    assert records[4]["dynamodb"]["OldImage"]["count"] == {"N": "0"}
+    assert hasattr(records[0]["dynamodb"]["ApproximateCreationDateTime"], "year")
+    # Pages of three: the first two plain, the third holds the binary item, then the end.
+    assert len(dumped) == len(generic) - 1
