@@ -5,9 +5,10 @@
 - `hybrid`: the embedded index with the embedder: keywords over the whole history and the
   vector leg, fused by reciprocal rank.
 - `deployed`: what template.yaml deploys: `DeployedSearchIndex`, the S3 Vectors adapter's
-  nearest passages (its 50 `candidates`) fused with the keyword shards' FTS5 over the whole
+  nearest passages (as many as recall asks, 100 with the default
+  budgets, never fewer than its 50 `candidates`) fused with the keyword shards' FTS5 over the whole
   history (`S3KeywordIndex`, on moto's S3 in this process), as the embedded hybrid fuses.
-- `vectors`: S3 Vectors alone (MEMORY_KEYWORD_INDEX unset): the 50 nearest passages by
+- `vectors`: S3 Vectors alone (MEMORY_KEYWORD_INDEX unset): the 100 nearest passages by
   embedding, re-ranked by keywords, so a passage must be a vector candidate to be found.
   Only the S3 Vectors service is played (eval/vector_service.py): moto has no QueryVectors.
 
@@ -41,8 +42,8 @@ KEYWORD_PREFIX = "keywords"  # the shards' prefix in KEYWORD_BUCKET
 PATH_TITLES = {
     KEYWORDS: "keyword-only (embedded index, FTS5 over the whole history)",
     HYBRID: "embedded hybrid (FTS5 over the whole history + vectors, fused)",
-    DEPLOYED: "deployed (S3 Vectors' 50 nearest + FTS5 keyword shards in S3, fused)",
-    VECTORS: "S3 Vectors alone (50 vector candidates, keyword re-rank)",
+    DEPLOYED: "deployed (S3 Vectors' nearest + FTS5 keyword shards in S3, fused)",
+    VECTORS: "S3 Vectors alone (its vector candidates, keyword re-rank)",
 }
 
 
