@@ -111,12 +111,8 @@ def client() -> Any:
         yield dynamodb
 
 
-def test_every_read_parses_the_same_as_through_moto_s_serializer(
-    client: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # tests/conftest.py makes every test's reads plain: this one first reads through moto's.
-    monkeypatch.setattr(DynamoResult, "execute_result", fastmoto.MOTO_EXECUTE_RESULT)
-    generic = {name: without_metadata(read()) for name, read in reads(client).items()}
+def count_plain_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The start of each response fastmoto writes as plain JSON, from now on."""
     dumped: list[str] = []
     real_dumps = json.dumps
 
@@ -125,6 +121,16 @@ def test_every_read_parses_the_same_as_through_moto_s_serializer(
         return real_dumps(value, *args, **kwargs)
 
     monkeypatch.setattr(fastmoto, "json", SimpleNamespace(dumps=counting_dumps))
+    return dumped
+
+
+def test_every_read_parses_the_same_as_through_moto_s_serializer(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tests/conftest.py makes every test's reads plain: this one first reads through moto's.
+    monkeypatch.setattr(DynamoResult, "execute_result", fastmoto.MOTO_EXECUTE_RESULT)
+    generic = {name: without_metadata(read()) for name, read in reads(client).items()}
+    dumped = count_plain_writes(monkeypatch)
     with fastmoto.plain_json_reads():
         fast = {name: without_metadata(read()) for name, read in reads(client).items()}
 
@@ -182,14 +188,7 @@ def test_stream_records_parse_the_same_as_through_moto_s_serializer(
     dynamodb.put_item(TableName="MemoryTable", Item=ITEMS[-1])  # binary: moto's way
     monkeypatch.setattr(fastmoto.DynamoDBStreamsHandler, "get_records", fastmoto.MOTO_GET_RECORDS)
     generic = stream_pages(dynamodb)
-    dumped: list[str] = []
-    real_dumps = json.dumps
-
-    def counting_dumps(value: Any, *args: Any, **kwargs: Any) -> str:
-        dumped.append(str(value)[:40])
-        return real_dumps(value, *args, **kwargs)
-
-    monkeypatch.setattr(fastmoto, "json", SimpleNamespace(dumps=counting_dumps))
+    dumped = count_plain_writes(monkeypatch)
     with fastmoto.plain_json_reads():
         fast = [
             {k: v for k, v in page.items() if k != "NextShardIterator"}
