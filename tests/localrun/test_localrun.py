@@ -59,15 +59,20 @@ def moto_pid(output: str) -> int:
     return int(match.group(1))
 
 
+# Enough of the conversation for several consolidations, episodes and facts through every
+# function, the stream and the schedule; `make demo` replays all of it (the same code).
+DEMO_MESSAGES = 200
+
+
 def test_the_demo_runs_end_to_end() -> None:
-    done = run_module("localrun.demo")
+    done = run_module("localrun.demo", "--limit", str(DEMO_MESSAGES))
 
     assert done.returncode == 0, done.stderr
     out = done.stdout
     counts = dict(
         re.findall(r"^  (observations|consolidations|episodes|discarded facts)\s+(\d+)", out, re.M)
     )
-    assert int(counts["observations"]) > 0 and int(counts["consolidations"]) > 0
+    assert 0 < int(counts["observations"]) <= DEMO_MESSAGES and int(counts["consolidations"]) > 0
     assert int(counts["episodes"]) > 0
     assert re.search(r"^  facts\s+[1-9]\d* \(", out, re.M)
     assert "<memory>" in out and "About the people in this conversation:" in out
