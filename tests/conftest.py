@@ -70,25 +70,33 @@ def one_table_backup_per_transaction() -> Iterator[None]:
 
 # botocore's service models (JSON files, read-only once parsed), parsed once for the run.
 _SERVICE_MODELS: dict[Any, Any] = {}
+# The one default session of this worker (see `shared_default_session`).
+_WORKER_SESSION: list[boto3.Session] = []
 
 
-def fresh_default_session() -> boto3.Session:
-    """A new default session, as moto makes one per mock (fresh credentials, region and
-    config files), whose loader reuses the run's parsed service models instead of parsing
-    them again: tens of milliseconds per test, and the garbage of it for the collector."""
-    core = botocore.session.get_session()
-    loader = botocore.loaders.create_loader(core.get_config_variable("data_path"))
-    loader._cache = _SERVICE_MODELS  # the loader's own memo of parsed files
-    core.register_component("data_loader", loader)
-    return boto3.Session(botocore_session=core)
+def shared_default_session() -> boto3.Session:
+    """The default session the code under test gets, one per worker process: building a
+    botocore session registers its hundreds of built-in handlers (about a fifth of a typical
+    test's time), and every test runs with the same fake credentials and region
+    (`aws_environment`). Its loader reuses the run's parsed service models. A test that
+    registers a hook on the session's events must take it off when it ends
+    (`request.addfinalizer`), or it would act on later tests; hooks on a client's
+    `meta.events` are the client's own copy."""
+    if not _WORKER_SESSION:
+        core = botocore.session.get_session()
+        loader = botocore.loaders.create_loader(core.get_config_variable("data_path"))
+        loader._cache = _SERVICE_MODELS  # the loader's own memo of parsed files
+        core.register_component("data_loader", loader)
+        _WORKER_SESSION.append(boto3.Session(botocore_session=core))
+    return _WORKER_SESSION[0]
 
 
 @pytest.fixture
 def dynamodb() -> Iterator[Any]:
     with mock_aws():
-        # moto has set boto3's default session aside (and restores it on exit); the session
-        # the code under test gets is still new to this test.
-        boto3.DEFAULT_SESSION = fresh_default_session()
+        # moto has set boto3's default session aside (and restores it on exit); the code under
+        # test gets the worker's shared one, whose requests this mock answers.
+        boto3.DEFAULT_SESSION = shared_default_session()
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_table(client, TABLE)
         yield client
