@@ -82,6 +82,9 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
+# The suite runs two workers and dozens of Python processes: with PYTHONDONTWRITEBYTECODE set,
+# each would compile the project and rewrite the tests' asserts again (git ignores __pycache__).
+unit: export PYTHONDONTWRITEBYTECODE =
 unit: venv sam-venv
 	$(VENV)/bin/pytest --numprocesses auto
 
