@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -9,8 +10,10 @@ import botocore.loaders
 import botocore.session
 import pytest
 from moto import mock_aws
+from moto.core import DEFAULT_ACCOUNT_ID
 from moto.core.botocore_stubber import BotocoreStubber
-from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models import DynamoDBBackend, dynamodb_backends
+from moto.dynamodb.models.table import Table
 
 from botmemory.clock import ManualClock
 from botmemory.consolidation.model.contract import ConsolidationAnswer, MemoryModelError, ModelInput
@@ -20,7 +23,7 @@ from botmemory.search.sqlite_index import SqliteSearchIndex
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage.schema import create_table
-from localrun.fakeaws import fake_aws_environment
+from localrun.fakeaws import REGION, fake_aws_environment
 from localrun.fastmoto import fast_dynamodb
 
 # The fake Discord REST server, for every test that asks for `fake_discord`.
@@ -91,14 +94,30 @@ def shared_default_session() -> boto3.Session:
     return _WORKER_SESSION[0]
 
 
+# The table as `create_table` leaves it, empty, made once per worker (see `empty_table`).
+_EMPTY_TABLE: list[Table] = []
+
+
+def empty_table(client: Any) -> None:
+    """The project's table in this test's fresh moto backend: created (three requests, each
+    describing five indexes and a stream) by the worker's first test, a deep copy of that
+    empty table for every other, as moto copies a table for a backup."""
+    backend = dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION]
+    if _EMPTY_TABLE:
+        backend.tables[TABLE] = copy.deepcopy(_EMPTY_TABLE[0])
+        return
+    create_table(client, TABLE)
+    _EMPTY_TABLE.append(copy.deepcopy(backend.tables[TABLE]))
+
+
 @pytest.fixture
 def dynamodb() -> Iterator[Any]:
     with mock_aws():
         # moto has set boto3's default session aside (and restores it on exit); the code under
         # test gets the worker's shared one, whose requests this mock answers.
         boto3.DEFAULT_SESSION = shared_default_session()
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        create_table(client, TABLE)
+        client = boto3.client("dynamodb", region_name=REGION)
+        empty_table(client)
         yield client
 
 
