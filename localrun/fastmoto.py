@@ -24,6 +24,10 @@ and for reads that return hundreds of them.
 - moto builds an item attribute by attribute, and sizes the whole item again before each
   one (the 400 KB limit): quadratic in the attributes, most of a bulk write's time. The item
   is sized once, attribute by attribute as it grows, and refused at the same attribute.
+- moto checks an update expression's clause counts and overlapping paths at every
+  UpdateExpression node of its tree (one per clause, nested), each time walking the whole
+  subtree below: quadratic in the clauses. The root's walk sees every clause, so the two
+  checks run at the root alone and refuse what moto refuses.
 - Each DynamoDB and DynamoDB Streams request runs alone, as DynamoDB isolates a
   transaction: moto's server answers in threads, and a restore would undo a write (and drop
   a stream record) that landed during the refused transaction.
@@ -62,6 +66,11 @@ from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 from moto.dynamodb.models.table import StreamShard
 from moto.dynamodb.models.table import Table as MotoTable
 from moto.dynamodb.models.utilities import bytesize
+from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]  # untyped module
+    DepthFirstTraverser,
+    UpdateExpression,
+)
+from moto.dynamodb.parsing.validators import ActionCountValidator, OverlappingPathsValidator
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
 from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
 
@@ -317,16 +326,44 @@ def items_sized_once() -> Iterator[None]:
         Item.__init__ = MOTO_ITEM_INIT  # type: ignore[method-assign]
 
 
+# The two whole-expression checks (see the module's docstring), each moto's own traverse.
+WHOLE_EXPRESSION_CHECKS = (ActionCountValidator, OverlappingPathsValidator)
+
+
+def _at_the_root(self: Any, node: Any) -> Any:
+    """A whole-expression check run once, on the expression's root."""
+    if isinstance(node, UpdateExpression):
+        return self.process(node)
+    return DepthFirstTraverser.traverse(self, node)
+
+
+@contextmanager
+def update_expressions_checked_once() -> Iterator[None]:
+    """The clause count and overlapping path checks at the expression's root alone."""
+    originals = [check.__dict__.get("traverse") for check in WHOLE_EXPRESSION_CHECKS]
+    for check in WHOLE_EXPRESSION_CHECKS:
+        check.traverse = _at_the_root
+    try:
+        yield
+    finally:
+        for check, original in zip(WHOLE_EXPRESSION_CHECKS, originals, strict=True):
+            if original is None:
+                del check.traverse  # inherited: moto's own again
+            else:
+                check.traverse = original
+
+
 @contextmanager
 def fast_dynamodb() -> Iterator[None]:
     """The speed-ups (one backup per transaction, plain JSON reads, partition queries, items
-    sized once), with the stream kept through a refused transaction and each request alone."""
+    sized once, update expressions checked once), with the stream kept through a refused transaction and each request alone."""
     with (
         one_request_at_a_time(),
         one_backup_per_transaction(),
         plain_json_reads(),
         partition_queries(),
         items_sized_once(),
+        update_expressions_checked_once(),
     ):
         yield
 
