@@ -340,23 +340,32 @@ def _at_the_root(self: Any, node: Any) -> Any:
 @contextmanager
 def update_expressions_checked_once() -> Iterator[None]:
     """The clause count and overlapping path checks at the expression's root alone."""
-    originals = [check.__dict__.get("traverse") for check in WHOLE_EXPRESSION_CHECKS]
-    for check in WHOLE_EXPRESSION_CHECKS:
-        check.traverse = _at_the_root
+    with _replaced("traverse", dict.fromkeys(WHOLE_EXPRESSION_CHECKS, _at_the_root)):
+        yield
+
+
+@contextmanager
+def _replaced(name: str, values: dict[type[Any], Any]) -> Iterator[None]:
+    """Each class's attribute `name` set to its value, then restored: deleted where the class
+    inherited it (moto's own again), so nested uses unwind in order."""
+    originals = {owner: owner.__dict__.get(name) for owner in values}
+    for owner, value in values.items():
+        setattr(owner, name, value)
     try:
         yield
     finally:
-        for check, original in zip(WHOLE_EXPRESSION_CHECKS, originals, strict=True):
+        for owner, original in originals.items():
             if original is None:
-                del check.traverse  # inherited: moto's own again
+                delattr(owner, name)
             else:
-                check.traverse = original
+                setattr(owner, name, original)
 
 
 @contextmanager
 def fast_dynamodb() -> Iterator[None]:
     """The speed-ups (one backup per transaction, plain JSON reads, partition queries, items
-    sized once, update expressions checked once), with the stream kept through a refused transaction and each request alone."""
+    sized once, update expressions checked once), with the stream kept through a refused
+    transaction and each request alone."""
     with (
         one_request_at_a_time(),
         one_backup_per_transaction(),
@@ -371,8 +380,6 @@ def fast_dynamodb() -> Iterator[None]:
 @contextmanager
 def one_request_at_a_time() -> Iterator[None]:
     """Every DynamoDB and DynamoDB Streams request under REQUESTS."""
-    handlers: tuple[type[BaseResponse], ...] = (DynamoHandler, DynamoDBStreamsHandler)
-    originals = [handler.__dict__.get("call_action") for handler in handlers]
 
     def alone(call_action: Any) -> Any:
         def call_alone(self: Any) -> TYPE_RESPONSE:
@@ -381,16 +388,9 @@ def one_request_at_a_time() -> Iterator[None]:
 
         return call_alone
 
-    for handler in handlers:
-        handler.call_action = alone(handler.call_action)  # type: ignore[method-assign]
-    try:
+    handlers: tuple[type[BaseResponse], ...] = (DynamoHandler, DynamoDBStreamsHandler)
+    with _replaced("call_action", {h: alone(h.call_action) for h in handlers}):
         yield
-    finally:
-        for handler, original in zip(handlers, originals, strict=True):
-            if original is None:
-                del handler.call_action  # inherited: moto's own again
-            else:
-                handler.call_action = original  # type: ignore[method-assign]
 
 
 @contextmanager

@@ -29,6 +29,18 @@ SHAPES: list[dict[str, Any]] = [
 ]
 
 
+def hash_key_table(name: str) -> Any:
+    """A client of the running mock, and a table keyed by `pk` alone."""
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    client.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return client
+
+
 def built(init: Any, attrs: dict[str, Any]) -> Any:
     item = Item.__new__(Item)
     try:
@@ -58,13 +70,7 @@ def test_an_item_at_the_limit_is_refused_exactly_when_moto_refuses_it(extra: int
 
 def test_a_put_over_the_limit_is_refused_through_the_client() -> None:
     with mock_aws(), fastmoto.fast_dynamodb():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        client.create_table(
-            TableName="Sized",
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        client = hash_key_table("Sized")
         with pytest.raises(ClientError, match="maximum allowed size"):
             client.put_item(TableName="Sized", Item={"pk": {"S": "p"}, "big": {"S": "x" * 410_000}})
         client.put_item(TableName="Sized", Item={"pk": {"S": "p"}, "fits": {"S": "x" * 1_000}})

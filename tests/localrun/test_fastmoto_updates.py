@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser  # type: ignore[attr-defined]
 
 import localrun.fastmoto as fastmoto
+from tests.localrun.test_fastmoto_items import hash_key_table
 
 NAMES = {"#a": "a", "#m": "m"}
 VALUES = {":one": {"N": "1"}, ":s": {"S": "x"}, ":m": {"M": {"k": {"S": "v"}}}}
@@ -31,13 +31,7 @@ UPDATES = [
 def outcome(update: str) -> Any:
     """What the update leaves on a fresh item, or moto's error for it."""
     with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        client.create_table(
-            TableName="Updated",
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        client = hash_key_table("Updated")
         key = {"pk": {"S": "p"}}
         client.put_item(TableName="Updated", Item={**key, "gone": {"S": "g"}, "y": {"N": "2"}})
         names = {n: v for n, v in NAMES.items() if n in update}
