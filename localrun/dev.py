@@ -61,7 +61,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="address the local DynamoDB listens on (default 127.0.0.1; for `sam local "
         "invoke` on Linux, the Docker bridge's address, e.g. 172.17.0.1: see docs/operations.md)",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--batch-window",
+        type=float,
+        metavar="SECONDS",
+        help="how long the stream's records wait to fill a batch, for every function it "
+        "feeds (default: each event source's MaximumBatchingWindowInSeconds in template.yaml, "
+        "10 for ConsolidateFunction; 0 delivers at the next read, once a second)",
+    )
+    args = parser.parse_args(argv)
+    if args.batch_window is not None and not 0 <= args.batch_window <= 300:
+        # Lambda's own bounds for a stream's MaximumBatchingWindowInSeconds.
+        parser.error("--batch-window: between 0 and 300 seconds")
+    return args
 
 
 def function_url_event(path: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
@@ -228,6 +240,22 @@ def taken_port(args: argparse.Namespace) -> str | None:
     return None
 
 
+def settings_lines(stack: LocalStack, args: argparse.Namespace) -> list[str]:
+    """What the banner says of settings that differ from template.yaml's."""
+    lines = []
+    if args.batch_window is not None:
+        lines.append(
+            f"Stream batching window: {args.batch_window:g} s for every function "
+            f"(template.yaml: {stack.template_batching_window():g} s for ConsolidateFunction)"
+        )
+    honoured, ignored = stack.shell_settings(), stack.shell_ignored()
+    if honoured:
+        lines.append(f"From your shell, over template.yaml: {', '.join(honoured)}")
+    if ignored:
+        lines.append(f"Ignored from your shell (make dev wires them itself): {', '.join(ignored)}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     problem = taken_port(args)
@@ -262,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             shell=shell,  # nosec B604 # a copy of os.environ passed as settings, not subprocess shell=True
             echo=True,
+            batching_window=args.batch_window,
         ).start()
         Endpoints.stack = stack
         http = ThreadingHTTPServer(("127.0.0.1", args.http_port), Endpoints)
@@ -288,11 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{base}/ingest: the reply it would post is printed; "
             f"sam local invoke AnswerFunction posts to {base}{API_PREFIX})"
         )
-        honoured, ignored = stack.shell_settings(), stack.shell_ignored()
-        if honoured:
-            print(f"From your shell, over template.yaml: {', '.join(honoured)}")
-        if ignored:
-            print(f"Ignored from your shell (make dev wires them itself): {', '.join(ignored)}")
+        for line in settings_lines(stack, args):
+            print(line)
         if public_key == TEST_PUBLIC_KEY:
             print(
                 "DISCORD_PUBLIC_KEY is not set: interactions are checked against the TEST key of events/README.md"

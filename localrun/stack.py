@@ -122,6 +122,7 @@ class LocalStack:
         environment: Mapping[str, str] | None = None,
         shell: Mapping[str, str] | None = None,
         echo: bool = False,
+        batching_window: float | None = None,
     ) -> None:
         self.template = Template.load({TABLE_ID: table_name})
         self.table_name = table_name
@@ -134,6 +135,9 @@ class LocalStack:
         # on every machine.
         self._shell = dict(shell) if shell is not None else None
         self._echo = echo  # also show what functions print (make dev), not only collect it
+        # make dev's --batch-window: the stream's batching window for every function it
+        # feeds, instead of each event source's MaximumBatchingWindowInSeconds (None).
+        self._batching_window = batching_window
         self._handlers: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.metrics: Counter[str] = Counter()
@@ -334,6 +338,16 @@ class LocalStack:
             delivered[logical_id] = self._pump(logical_id, fresh, flush)
         return delivered.get(CONSOLIDATE_ID, 0)
 
+    def batching_window(self, logical_id: str) -> float:
+        """Seconds the stream's records wait for this function to fill a batch."""
+        if self._batching_window is not None:
+            return self._batching_window
+        return self.template_batching_window(logical_id)
+
+    def template_batching_window(self, logical_id: str = CONSOLIDATE_ID) -> float:
+        source = self.template.stream_source(logical_id)
+        return float(source.get("MaximumBatchingWindowInSeconds", 0))
+
     def _pump(self, logical_id: str, records: list[dict[str, Any]], flush: bool) -> int:
         source = self.template.stream_source(logical_id)
         filters = self.template.stream_filters(logical_id)
@@ -342,7 +356,7 @@ class LocalStack:
         if passing and not queue.records:
             queue.since = time.monotonic()
         queue.records += passing
-        window = float(source.get("MaximumBatchingWindowInSeconds", 0))
+        window = self.batching_window(logical_id)
         size = int(source.get("BatchSize", 100))
         delivered = 0
         while queue.records and (

@@ -35,7 +35,10 @@ from tests.localrun.test_localrun import (
 )
 
 TABLE = "MemoryTable"
-CONSOLIDATED_WITHIN_SECONDS = 60  # the batching window is 10 s; the rest is slack under load
+CONSOLIDATED_WITHIN_SECONDS = 60  # the template's batching window is 10 s; the rest is slack
+# The tests that are not about the batching window run make dev without it: records reach
+# ConsolidateFunction at the stream's next read (the walkthrough keeps the template's 10 s).
+NO_WINDOW = ("--batch-window", "0")
 READER_ATTACHED_SECONDS = 3.0  # make dev reads the stream every second
 
 
@@ -49,12 +52,14 @@ class Dev:
 
 
 @contextmanager
-def running_dev(environment: dict[str, str] | None = None) -> Iterator[Dev]:
-    """`make dev` with these shell settings, stopped with Ctrl-C (SIGINT) afterwards."""
+def running_dev(
+    environment: dict[str, str] | None = None, arguments: tuple[str, ...] = ()
+) -> Iterator[Dev]:
+    """`make dev` with these shell settings and ARGS, stopped with Ctrl-C (SIGINT) afterwards."""
     http_port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "localrun.dev", "--http-port", str(http_port)]
-        + ["--port", str(free_port())],
+        + ["--port", str(free_port()), *arguments],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -125,7 +130,7 @@ def ingest(dev: Dev, body: dict[str, Any]) -> dict[str, Any]:
 def test_dev_keeps_consolidating_after_a_refused_transaction() -> None:
     """The issue's case: after one refused transaction (a forget racing a consolidation),
     make dev read a dead copy of the stream, and no later message was ever consolidated."""
-    with running_dev() as dev:
+    with running_dev(arguments=NO_WINDOW) as dev:
         # The stream's reader polls every second: by now it reads the table's stream.
         time.sleep(READER_ATTACHED_SECONDS)
         with pytest.raises(ClientError) as refused:
@@ -157,11 +162,43 @@ def test_dev_keeps_consolidating_after_a_refused_transaction() -> None:
 
 def test_dev_honours_a_template_setting_given_in_the_shell() -> None:
     """MEMORY_CONSOLIDATE_EVERY=3 make dev consolidates at 3 messages, not the template's 20."""
-    with running_dev({"MEMORY_CONSOLIDATE_EVERY": "3"}) as dev:
+    with running_dev({"MEMORY_CONSOLIDATE_EVERY": "3"}, NO_WINDOW) as dev:
         assert "From your shell, over template.yaml: MEMORY_CONSOLIDATE_EVERY" in dev.banner
+        assert "Stream batching window: 0 s for every function (template.yaml: 10 s" in dev.banner
         assert ingest(dev, messages(3, 1456074443980900000, "I like tea"))["stored"] == 3
 
         assert wait_for_no_pending(dev.dynamodb) == 0
+
+
+@pytest.mark.parametrize(("window", "at_once"), [(None, False), (0.0, True)])
+def test_the_stream_batching_window_is_the_template_s_unless_given(
+    window: float | None, at_once: bool
+) -> None:
+    """make dev waits the template's 10 s before a new record reaches ConsolidateFunction,
+    and delivers at the next read with --batch-window 0."""
+    stack = LocalStack("http://127.0.0.1:1", batching_window=window)
+    delivered: list[int] = []
+    stack._deliver = lambda _id, batch, _retries: delivered.append(len(batch))  # type: ignore[method-assign]
+    records = json.loads((EVENTS / "consolidate/stream-batch.json").read_text())["Records"]
+
+    stack._pump("ConsolidateFunction", records[:1], flush=False)
+
+    assert stack.template_batching_window() == 10
+    assert stack.batching_window("ConsolidateFunction") == (0 if at_once else 10)
+    assert delivered == ([1] if at_once else [])
+
+
+def test_a_batching_window_outside_lambda_s_bounds_is_refused() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "localrun.dev", "--batch-window", "301"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=clean_environment(),
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "--batch-window: between 0 and 300 seconds" in done.stderr
 
 
 def test_the_shell_wins_for_declared_settings_except_what_the_stack_wires() -> None:
