@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from tables import print_table
-from world import T0, Lab, put_in_moto
+from world import T0, Lab
 
 from botmemory.consolidation.work import (
     WorkDispatcher,
@@ -30,6 +30,7 @@ from botmemory.storage.items import observation_values
 from botmemory.storage.repository import MemoryRepository
 from botmemory.storage.schema import PENDING_INDEX
 from localrun import gateway as gw
+from localrun.storage import put_in_moto
 
 RAID = 10_000
 RAID_CHANNEL, OTHER = "230000000000000001", "230000000000000002"
@@ -46,7 +47,7 @@ def bench_raid(lab: Lab) -> None:
     # The other channel: one full batch (MEMORY_CONSOLIDATE_EVERY, 20), said meanwhile.
     lines += [(OTHER, f"other line {n}", T0 + 1_000 * (n + 1)) for n in range(OTHER_LINES)]
     put_in_moto(
-        world,
+        world.services.repository,
         (
             observation_values(services.recorder.parse(gw.message(gw.ALICE, t, at, channel=c)))
             for c, t, at in lines

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from meter import DynamoMeter
-from moto.core.models import DEFAULT_ACCOUNT_ID
-from moto.dynamodb.models import dynamodb_backends
 
 from botmemory.answering.chat.contract import ChatReply, ChatRequest
 from botmemory.clock import DAY_MS, ManualClock, epoch_seconds
@@ -42,13 +40,12 @@ from botmemory.search.sqlite_index import SqliteSearchIndex
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
-from botmemory.storage.items import fact_values, observation_values, to_item
+from botmemory.storage.items import fact_values, observation_values
 from botmemory.storage.keys import episode_sk, observation_sk
 from botmemory.storage.schema import create_table
 from botmemory.text import clip, content_hash, short_id
 from localrun import gateway as gw
-from localrun.fakeaws import REGION
-from localrun.storage import put_episode
+from localrun.storage import put_episode, put_in_moto
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, the clock's start in every scenario
 SPEAKERS = [gw.ALICE, gw.BOB, gw.CAROL]
@@ -289,16 +286,6 @@ def seed_pins_and_episodes(world: World) -> None:
         put_episode(repository, episode, gw.GUILD)
 
 
-def put_in_moto(world: World, items: Iterable[dict[str, Any]]) -> None:
-    """Write already-shaped items straight into moto's table: what moto does for each item of
-    a BatchWriteItem, without botocore serializing and moto parsing 25 items at a time
-    (100,000 observations take some 20 s this way, 45 s as BatchWriteItem requests)."""
-    backend = dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION]
-    table = world.services.repository.table_name
-    for values in items:
-        backend.put_item(table, to_item(values))
-
-
 def seed_history(
     world: World, observations: int, facts_per_user: int, text: Callable[[int], str] = chat_line
 ) -> list[Observation]:
@@ -309,9 +296,9 @@ def seed_history(
         consumed_observation(i, T0 - (observations - i) * 1000, clock, text(i))
         for i in range(observations)
     ]
-    put_in_moto(world, (observation_values(o, pending=False) for o in history))
+    put_in_moto(world.services.repository, (observation_values(o, pending=False) for o in history))
     put_in_moto(
-        world,
+        world.services.repository,
         (
             fact_item(user, i, facts_per_user, clock)
             for user in SPEAKERS
@@ -361,7 +348,10 @@ def full_world(lab: Lab) -> tuple[World, list[str]]:
     world.index.add(message_passages(history, scope_of(gw.GUILD), gw.BOT))
     repository, now = world.services.repository, world.clock.now_ms()
     people = SPEAKERS + [f"30000000000000009{n}" for n in range(FULL_PARTICIPANTS - 3)]
-    put_in_moto(world, (fact_item(p, i, 20, world.clock) for p in people[3:] for i in range(20)))
+    put_in_moto(
+        world.services.repository,
+        (fact_item(p, i, 20, world.clock) for p in people[3:] for i in range(20)),
+    )
     for n in range(8):
         repository.put_pin(
             Pin(
@@ -427,7 +417,9 @@ def full_world(lab: Lab) -> tuple[World, list[str]]:
                     digest=short_term_digest(said),
                 )
             )
-    put_in_moto(world, (observation_values(o, pending=False) for o in elsewhere))
+    put_in_moto(
+        world.services.repository, (observation_values(o, pending=False) for o in elsewhere)
+    )
     for entry in entries:
         repository.record_short_term(entry, world.services.settings.short_term_per_person)
     return world, people
@@ -451,7 +443,7 @@ def persona_world(lab: Lab) -> World:
     persona_scope = keys.persona_scope(gw.GUILD, PERSONA.lineage_id)
     subjects = [*SPEAKERS, keys.PERSONA_SUBJECT]
     put_in_moto(
-        world,
+        world.services.repository,
         (
             fact_item(subject, i, 20, world.clock)
             | {

@@ -28,6 +28,22 @@ def put_items(repository: MemoryRepository, items: Iterable[dict[str, Any]]) -> 
             request = response.get("UnprocessedItems") or {}
 
 
+def put_in_moto(repository: MemoryRepository, items: Iterable[dict[str, Any]]) -> None:
+    """`put_items` straight into moto's in-process table (under `mock_aws`): what moto does
+    for each item of a BatchWriteItem (keys, types and sizes checked, indexes and the stream
+    kept), without botocore serializing and moto parsing 25 items a request. For seeding
+    thousands of items (100,000 observations: some 20 s this way, 45 s as requests); a test
+    of writing itself writes through the API."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID, botocore_stubber
+    from moto.dynamodb.models import dynamodb_backends
+
+    if not botocore_stubber.enabled:
+        raise RuntimeError("put_in_moto writes to moto in this process: run it under mock_aws")
+    backend = dynamodb_backends[DEFAULT_ACCOUNT_ID][repository.client.meta.region_name]
+    for values in items:
+        backend.put_item(repository.table_name, to_item(values))
+
+
 def put_facts(repository: MemoryRepository, facts: Iterable[Fact]) -> None:
     put_items(repository, (fact_values(f) for f in facts))
 

@@ -15,9 +15,9 @@ from botmemory.runtime import build_services
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
-from botmemory.storage.items import to_item
 from botmemory.storage.round_people import MAX_NAME_MEMBERS, RoundPeopleStore
 from localrun import gateway as gw
+from localrun.storage import put_in_moto
 from tests.conftest import TABLE
 
 
@@ -30,24 +30,19 @@ OTHER_CHANNEL = "200000000000000009"
 
 
 def seed_registry(services: MemoryServices, guild: str, count: int) -> None:
-    """`count` members, each under a name of their own (moto batch writes)."""
-    services.repository._batch_write(
-        [
+    """`count` members, each under a name of their own (straight into moto's table)."""
+    put_in_moto(
+        services.repository,
+        (
             {
-                "PutRequest": {
-                    "Item": to_item(
-                        {
-                            "pk": keys.scope_pk(guild),
-                            "sk": keys.name_sk(f"zephyrine{n:05d}"),
-                            "name": f"Zephyrine{n:05d}",
-                            "scope": guild,
-                            "user_ids": {member(n)},
-                        }
-                    )
-                }
+                "pk": keys.scope_pk(guild),
+                "sk": keys.name_sk(f"zephyrine{n:05d}"),
+                "name": f"Zephyrine{n:05d}",
+                "scope": guild,
+                "user_ids": {member(n)},
             }
             for n in range(count)
-        ]
+        ),
     )
 
 

@@ -13,10 +13,10 @@ from botmemory.records import Episode, Fact, FactKind, FactSource, FactStatus, P
 from botmemory.runtime import build_services
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
-from botmemory.storage.items import observation_values
+from botmemory.storage.items import fact_values, observation_values
 from botmemory.storage.keys import episode_sk
 from localrun import gateway as gw
-from localrun.storage import put_episode, put_facts, put_items
+from localrun.storage import put_episode, put_in_moto
 from tests.conftest import RequestCounter
 from tests.support.facts import a_fact
 
@@ -243,29 +243,32 @@ def test_budgets_hold_with_1000_facts_per_user_and_10000_observations(
     )
     services = build_services(settings, dynamodb=dynamodb, clock=clock)
     people = [gw.ALICE, gw.BOB, gw.CAROL]
-    put_facts(
+    # 13,000 items written straight into moto's table (put_in_moto): the stored table is
+    # the one the repository's writes leave (recording itself is proved in test_observe).
+    put_in_moto(
         services.repository,
         (
-            Fact(
-                fact_id=f"{person[-1]}{i:05d}",
-                scope=gw.GUILD,
-                user_id=person,
-                text=f"fact number {i} about this person, padded to a realistic sentence length",
-                kind=FactKind.FACT,
-                source=FactSource.SELF,
-                created_ms=T0 + i,
-                updated_ms=T0 + i,
-                expires_at=epoch_seconds(T0 + 100 * DAY_MS),
-                learned_in=[gw.CHANNEL],
+            fact_values(
+                Fact(
+                    fact_id=f"{person[-1]}{i:05d}",
+                    scope=gw.GUILD,
+                    user_id=person,
+                    text=f"fact number {i} about this person, padded to a realistic sentence length",
+                    kind=FactKind.FACT,
+                    source=FactSource.SELF,
+                    created_ms=T0 + i,
+                    updated_ms=T0 + i,
+                    expires_at=epoch_seconds(T0 + 100 * DAY_MS),
+                    learned_in=[gw.CHANNEL],
+                )
             )
             for person in people
             for i in range(1000)
         ),
     )
     # The 10,000 observations exactly as the recorder stores them (its parser, the item the
-    # repository writes), in batches of 25: the stored table is the same, the seeding is
-    # 400 requests instead of 10,000 (recording itself is proved in test_observe).
-    put_items(
+    # repository writes).
+    put_in_moto(
         services.repository,
         (
             observation_values(
