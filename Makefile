@@ -84,9 +84,11 @@ typecheck: venv
 
 # The suite runs two workers and dozens of Python processes: with PYTHONDONTWRITEBYTECODE set,
 # each would compile the project and rewrite the tests' asserts again (git ignores __pycache__).
+# A worker that runs out of tests takes the rest of the other's queue (worksteal), so a run of
+# long tests at the end of one half does not leave the other core idle.
 unit: export PYTHONDONTWRITEBYTECODE =
 unit: venv sam-venv
-	$(VENV)/bin/pytest --numprocesses auto
+	$(VENV)/bin/pytest --numprocesses auto --dist worksteal
 
 # The application as `sam deploy` ships it, in .aws-sam/ (options: samconfig.toml).
 build: sam-venv
