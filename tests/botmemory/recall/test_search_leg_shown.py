@@ -147,7 +147,7 @@ def test_taking_someone_s_nickname_promotes_nobody_s_words(
     question = "What did Carol paint? lighthouse painting"
     body = ask(searching, question, participants=[])
     monkeypatch.setattr(
-        "botmemory.recall.recaller.said_by_first", lambda messages, people: messages
+        "botmemory.recall.recaller.named_first", lambda messages, people, dates: messages
     )
     unpromoted = ask(searching, question, participants=[])
 

@@ -18,6 +18,7 @@ from enum import StrEnum
 
 from botmemory.clock import epoch_seconds, ttl_alive
 from botmemory.memory.visibility import Visibility
+from botmemory.recall.dates import DateMention, said_on
 from botmemory.records import Episode, Fact, FactStatus, Observation, Record, scope_of
 from botmemory.search.embeddings import EmbeddingDimensionsError
 from botmemory.search.fusion import reciprocal_rank_fusion
@@ -177,17 +178,24 @@ def _cut(sentence: str, limit: int) -> str:
     return f"{head} {ELLIPSIS}"
 
 
-def said_by_first(messages: list[FoundMessage], people: set[str]) -> list[FoundMessage]:
-    """The messages, with those said by someone the query names moved up: "what did
-    Caroline paint?" is answered by what Caroline said, not by everyone who thanked her.
-    Fused by reciprocal rank with search's own order, so relevance still leads. `people`
-    come from names.NameIndex: a mention, or a name only one member goes by, so taking
-    someone's nickname promotes nobody's words."""
-    named = [m.passage_id for m in messages if m.message.author_id in people]
-    if not named:
-        return messages
+def named_first(
+    messages: list[FoundMessage], people: set[str], dates: list[DateMention]
+) -> list[FoundMessage]:
+    """The messages, with those said by someone the query names, and those said on a date
+    it names (recall.dates), moved up: "what did Caroline paint?" is answered by what
+    Caroline said, not by everyone who thanked her; "what did Tim say on 16 November?" by
+    what was said that day. Fused by reciprocal rank with search's own order, so relevance
+    still leads, and a message both said by and on what the query names leads most.
+    `people` come from names.NameIndex: a mention, or a name only one member goes by, so
+    taking someone's nickname promotes nobody's words."""
     by_id = {m.passage_id: m for m in messages}
-    order = reciprocal_rank_fusion([list(by_id), named])
+    rankings = [list(by_id)]
+    named = [m.passage_id for m in messages if m.message.author_id in people]
+    dated = [m.passage_id for m in messages if said_on(m.message.at_ms, dates)]
+    rankings += [ranking for ranking in (named, dated) if ranking]
+    if len(rankings) == 1:
+        return messages
+    order = reciprocal_rank_fusion(rankings)
     return [by_id[passage_id] for passage_id, _ in order]
 
 

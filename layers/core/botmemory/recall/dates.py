@@ -1,0 +1,153 @@
+"""The calendar dates a query names, so recall can move up what was said on them.
+
+"What did Tim say on 16 November, 2023?" is answered by a message of that day, whatever
+words it uses; "what did we plan in June?" by one of a June. A query names a day, a month
+or a year in English ("16 November 2023", "November 16th", "in June", "June 2023",
+"in 2023"), as an ISO date ("2023-11-16"), or the way Chinese, Japanese and Korean write
+one ("2023年11月16日", "11月16日", "2023년 11월 16일"). What it names is matched against
+a message's time in every time zone at once (UTC-12 to UTC+14): a member's "Tuesday" is
+their own calendar's, and the table keeps UTC.
+
+Names only lift messages search already found (search_leg.named_first); they filter
+nothing, so a number misread as a date ("May 3 of us come?") costs order, never a hit.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+MONTHS = {
+    name: number
+    for number, names in enumerate(
+        (
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ),
+        start=1,
+    )
+    for name in names
+}
+# A bare month name is a date only spelt in full and capitalised ("in March", not "march
+# on" or "may I"); "May" also not as the query's first word, where it is the verb.
+_MONTH = "|".join(sorted(MONTHS, key=len, reverse=True))
+_DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
+_YEAR = r"(?P<year>(?:19|20)\d\d)"
+_PATTERNS = tuple(
+    re.compile(pattern, re.IGNORECASE)
+    for pattern in (
+        r"\b" + _YEAR + r"-(?P<month>[01]?\d)-(?P<day>[0-3]?\d)\b",  # ISO 8601
+        # 16 November 2023, 16th of Nov, 1 February, 2023
+        r"\b" + _DAY + r"\s+(?:of\s+)?(?P<name>" + _MONTH + r")\.?\b(?:,?\s*" + _YEAR + r"\b)?",
+        # November 16, 2023; Nov 16th; December 1,2023
+        r"\b(?P<name>" + _MONTH + r")\.?\s+" + _DAY + r"\b(?:\s*,?\s*" + _YEAR + r"\b)?",
+        r"\b(?P<name>" + _MONTH + r")\.?,?\s+" + _YEAR + r"\b",  # June 2023
+        # 2023年11月16日, 11月16日, 2023年11月 (Chinese, Japanese); 2023년 11월 16일 (Korean)
+        r"(?:" + _YEAR + r"\s*[年년]\s*)?(?P<month>[01]?\d)\s*[月월]"
+        r"(?:\s*(?P<day>[0-3]?\d)\s*[日일号號])?",
+    )
+)
+_BARE_MONTH = re.compile(
+    r"\b(?P<name>January|February|March|April|May|June|July|August|September|October"
+    r"|November|December)\b"
+)
+_BARE_YEAR = re.compile(r"(?<![\w.,:/-])" + _YEAR + r"(?!\w|[.,:/-]\d)")
+# Local dates run from UTC-12 to UTC+14: the dates a moment is somewhere on Earth.
+_ZONES = (timedelta(hours=-12), timedelta(0), timedelta(hours=14))
+MAX_MENTIONS = 8  # a query listing more dates than this is not asking about one of them
+
+
+@dataclass(frozen=True)
+class DateMention:
+    """A day, a month or a year a query names; what is not named matches any value."""
+
+    year: int | None = None
+    month: int | None = None
+    day: int | None = None
+
+    def covers(self, at_ms: int) -> bool:
+        """Whether a moment falls on what this names in some time zone."""
+        moment = datetime.fromtimestamp(at_ms / 1000, UTC)
+        return any(self._matches((moment + offset).date()) for offset in _ZONES)
+
+    def _matches(self, local: date) -> bool:
+        return (
+            (self.year is None or local.year == self.year)
+            and (self.month is None or local.month == self.month)
+            and (self.day is None or local.day == self.day)
+        )
+
+
+def date_mentions(query: str | None) -> list[DateMention]:
+    """The dates a query names, most precise first in each place; none for most queries.
+    Full-width digits are plain ones (NFKC). An impossible day ("31 February") names
+    only its month."""
+    if not query:
+        return []
+    text = unicodedata.normalize("NFKC", query)
+    claimed = _Claimed()
+    mentions = [
+        mention
+        for pattern in _PATTERNS
+        for match in pattern.finditer(text)
+        if (mention := _mention(match)) is not None and claimed.take(match)
+    ]
+    mentions += [
+        DateMention(month=MONTHS[match["name"].lower()])
+        for match in _BARE_MONTH.finditer(text)
+        if not (match["name"] == "May" and not text[: match.start()].strip())
+        and claimed.take(match)
+    ]
+    mentions += [
+        DateMention(year=int(match["year"]))
+        for match in _BARE_YEAR.finditer(text)
+        if claimed.take(match)
+    ]
+    return mentions if len(mentions) <= MAX_MENTIONS else []
+
+
+class _Claimed:
+    """The parts of a query already read as a date: each character names one date at most."""
+
+    def __init__(self) -> None:
+        self._spans: list[tuple[int, int]] = []
+
+    def take(self, match: re.Match[str]) -> bool:
+        start, end = match.span()
+        if any(start < e and end > s for s, e in self._spans):
+            return False
+        self._spans.append((start, end))
+        return True
+
+
+def _mention(match: re.Match[str]) -> DateMention | None:
+    groups = match.groupdict()
+    name = groups.get("name")
+    month = MONTHS[name.lower()] if name else int(groups["month"])
+    year = int(groups["year"]) if groups.get("year") else None
+    day = int(groups["day"]) if groups.get("day") else None
+    if not 1 <= month <= 12:
+        return None
+    if day is not None:
+        try:  # a leap year when none is named, so 29 February stands
+            date(year or 2000, month, day)
+        except ValueError:
+            return None
+    return DateMention(year, month, day)
+
+
+def said_on(at_ms: int, mentions: list[DateMention]) -> bool:
+    """Whether a message sent at `at_ms` falls on a date the query names."""
+    return any(mention.covers(at_ms) for mention in mentions)
