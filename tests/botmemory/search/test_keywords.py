@@ -12,6 +12,7 @@ from botmemory.search.keywords import (
     Bm25,
     clip_query,
     fts_match,
+    query_terms,
     rank,
     stem,
     tokens,
@@ -163,6 +164,17 @@ def test_fts_match_caps_terms_and_has_nothing_for_stopwords() -> None:
     assert fts_match("") is None
     assert fts_match("!!! ???") is None
     assert fts_match("2022") == '"2022"'
+
+
+def test_a_question_s_framing_words_are_not_what_it_looks_for() -> None:
+    assert query_terms("What kind of art does Caroline make?") == ["art", "carolin", "make"]
+    assert query_terms("How many dogs did she mention?") == ["dog"]
+    assert query_terms("what kind?") == ["kind"]  # all it has: kept
+    assert tokens("so kind of you") == ["kind"]  # messages keep them: queries only
+    # "So kind of you!" is rare, so BM25 would weigh "kind" most and put it first.
+    documents = ["So kind of you, thanks!", "I paint abstract art, mostly in blue."]
+    assert rank("What kind of art do you paint?", documents)[0][0] == 1
+    assert [i for i, _ in rank("What kind?", documents)] == [0]
 
 
 # --- clip_query -------------------------------------------------------------------------

@@ -135,10 +135,19 @@ def tokens(text: str) -> list[str]:
 
 MAX_QUERY_TERMS = 32  # distinct tokens of a query that search looks for
 
+# Words that frame a question rather than say what it is about ("what kind of art",
+# "how many dogs", "did she mention"): rare in what people say, so BM25 would weigh them
+# most, and a message saying "so kind of you" would lead. Left out of queries only.
+_QUESTION_FRAME_TEXT = "kind type sort describe mention many much recently currently"
+QUESTION_FRAME = frozenset(stem(word) for word in _QUESTION_FRAME_TEXT.split())
+
 
 def query_terms(text: str, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
-    """The distinct tokens of a query text that search looks for, in their order."""
-    return list(dict.fromkeys(tokens(text[: MAX_QUERY_CHARS * 4])))[: max(max_terms, 0)]
+    """The distinct tokens of a query text that search looks for, in their order: the
+    question's framing words left out, unless they are all it has."""
+    terms = list(dict.fromkeys(tokens(text[: MAX_QUERY_CHARS * 4])))
+    about = [term for term in terms if term not in QUESTION_FRAME]
+    return (about or terms)[: max(max_terms, 0)]
 
 
 def fts_match(text: str, max_terms: int = MAX_QUERY_TERMS) -> str | None:
@@ -232,7 +241,7 @@ class Bm25:
 
     def scores(self, query: str) -> list[float]:
         """One score per document, in document order; 0.0 where no query token occurs."""
-        terms = [t for t in dict.fromkeys(tokens(query)) if self._df[t]]
+        terms = [t for t in query_terms(query, MAX_TOKENS) if self._df[t]]
         idf = {t: self._idf(t) for t in terms}
         out: list[float] = []
         for counts, length in zip(self._counts, self._lengths, strict=True):
