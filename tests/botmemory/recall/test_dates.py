@@ -102,3 +102,36 @@ def test_what_was_said_on_the_day_a_query_names_comes_first(searching: MemorySer
     assert sorted(p["text"] for p in dated["passages"]) == sorted(
         p["text"] for p in undated["passages"]
     )
+
+
+def test_a_named_time_is_searched_as_spans_wide_enough_for_every_time_zone() -> None:
+    from botmemory.recall.dates import spans_of
+
+    now = START_MS + 200 * DAY_MS  # in 2026
+    assert spans_of(date_mentions("on 2 January 2026"), now) == [
+        (START_MS + DAY_MS - 14 * HOUR_MS, START_MS + 2 * DAY_MS + 12 * HOUR_MS)
+    ]
+    # No year: this year's January and last year's.
+    january = [(START_MS - 14 * HOUR_MS, START_MS + 31 * DAY_MS + 12 * HOUR_MS)]
+    last_january = [
+        (START_MS - 365 * DAY_MS - 14 * HOUR_MS, START_MS - 334 * DAY_MS + 12 * HOUR_MS)
+    ]
+    assert spans_of(date_mentions("what did we do in January?"), now) == january + last_january
+    assert spans_of(date_mentions("29 February"), now) == []  # neither 2026 nor 2025 has one
+    assert spans_of(date_mentions("what painting?"), now) == []
+
+
+def test_recall_asks_search_for_the_times_its_query_names(searching: MemoryServices) -> None:
+    from botmemory.recall.search_leg import SearchLeg
+    from tests.botmemory.recall.test_search_leg import CHANNEL, GUILD
+
+    assert searching.search_index is not None
+    leg = SearchLeg(searching.search_index, searching.repository, searching.settings)
+
+    dated = leg.query_for(GUILD, CHANNEL, "What did Bob paint on 2 January 2026?", START_MS)
+    undated = leg.query_for(GUILD, CHANNEL, "What did Bob paint?", START_MS)
+
+    assert dated.during == [
+        (START_MS + DAY_MS - 14 * HOUR_MS, START_MS + 2 * DAY_MS + 12 * HOUR_MS)
+    ]
+    assert undated.during == []

@@ -19,6 +19,8 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from botmemory.search.port import MAX_SPANS
+
 MONTHS = {
     name: number
     for number, names in enumerate(
@@ -81,6 +83,30 @@ class DateMention:
         """Whether a moment falls on what this names in some time zone."""
         moment = datetime.fromtimestamp(at_ms / 1000, UTC)
         return any(self._matches((moment + offset).date()) for offset in _ZONES)
+
+    def spans(self, now_ms: int) -> list[tuple[int, int]]:
+        """The times this names, as [start, end) epoch milliseconds wide enough for every
+        time zone: the named year, or without one the latest two (this year's and last
+        year's June for "in June"; a year-less month later this year is last year's only
+        in effect, the table holding nothing from the future)."""
+        now = datetime.fromtimestamp(now_ms / 1000, UTC)
+        years = [self.year] if self.year is not None else [now.year, now.year - 1]
+        return [span for year in years if (span := self._span(year)) is not None]
+
+    def _span(self, year: int) -> tuple[int, int] | None:
+        try:
+            if self.month is None:
+                start, end = date(year, 1, 1), date(year + 1, 1, 1)
+            elif self.day is None:
+                start = date(year, self.month, 1)
+                end = date(year + self.month // 12, self.month % 12 + 1, 1)
+            else:
+                start = date(year, self.month, self.day)
+                end = start + timedelta(days=1)
+        except ValueError:  # 29 February of a year without one
+            return None
+        earliest, latest = _ZONES[-1], _ZONES[0]  # UTC+14 starts a day first, UTC-12 last
+        return (_ms(start) - _ms_of(earliest), _ms(end) - _ms_of(latest))
 
     def _matches(self, local: date) -> bool:
         return (
@@ -146,6 +172,20 @@ def _mention(match: re.Match[str]) -> DateMention | None:
         except ValueError:
             return None
     return DateMention(year, month, day)
+
+
+def _ms(day: date) -> int:
+    return int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
+
+
+def _ms_of(offset: timedelta) -> int:
+    return int(offset.total_seconds() * 1000)
+
+
+def spans_of(mentions: list[DateMention], now_ms: int) -> list[tuple[int, int]]:
+    """Every span the mentions name (SearchQuery.during), at most MAX_SPANS, in order."""
+    spans = [span for mention in mentions for span in mention.spans(now_ms)]
+    return list(dict.fromkeys(spans))[:MAX_SPANS]
 
 
 def said_on(at_ms: int, mentions: list[DateMention]) -> bool:

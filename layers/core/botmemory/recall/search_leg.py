@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from botmemory.clock import epoch_seconds, ttl_alive
 from botmemory.memory.visibility import Visibility
-from botmemory.recall.dates import DateMention, said_on
+from botmemory.recall.dates import DateMention, date_mentions, said_on, spans_of
 from botmemory.records import Episode, Fact, FactStatus, Observation, Record, scope_of
 from botmemory.search.embeddings import EmbeddingDimensionsError
 from botmemory.search.fusion import reciprocal_rank_fusion
@@ -131,6 +131,7 @@ class SearchLeg:
             text=text,
             limit=search_depth(self._settings),
             now_s=epoch_seconds(now_ms),
+            during=spans_of(date_mentions(text), now_ms),
         )
 
     def find(self, query: SearchQuery, now_ms: int) -> Found:

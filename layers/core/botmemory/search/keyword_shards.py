@@ -384,17 +384,23 @@ class S3KeywordIndex:
             listed = [pool.submit(self._shard_copy, entry) for entry in entries]
             copies = [c for c in (f.result() for f in (*direct, *listed)) if c is not None]
         first = merged(terms, self._answers(copies, query, depth, terms))
-        # Widened with the words the best passages share, as the embedded index does
-        # (keywords.feedback_terms): the same copies, no request more.
+        # Widened with the words the best passages share, and over the query's time spans
+        # alone, as the embedded index does (keywords.feedback_terms, SearchQuery.during):
+        # the same copies, no request more.
         extra = feedback_terms(terms, [words for _, _, words in first])
-        ranked: list[Passage] = [p for _, p, _ in first]
+        passes: list[list[Passage]] = [[p for _, p, _ in first]]
         if extra:
             wider = [*terms, *extra]
-            second = [p for _, p, _ in merged(wider, self._answers(copies, query, depth, wider))]
-            by_id = {p.id: p for p in (*ranked, *second)}
-            fused = reciprocal_rank_fusion(
-                [[p.id for p in ranked], [p.id for p in second]], k=LEGS_K
+            passes.append(
+                [p for _, p, _ in merged(wider, self._answers(copies, query, depth, wider))]
             )
+        if query.during:
+            dated = self._answers(copies, query, depth, terms, dated=True)
+            passes.append([p for _, p, _ in merged(terms, dated)])
+        ranked = passes[0]
+        if len(passes) > 1:
+            by_id = {p.id: p for ranking in passes for p in ranking}
+            fused = reciprocal_rank_fusion([[p.id for p in r] for r in passes], k=LEGS_K)
             ranked = [by_id[pid] for pid, _ in fused]
         return [
             SearchHit(passage=passage, score=1.0 / rank, keyword_rank=rank)
@@ -404,19 +410,24 @@ class S3KeywordIndex:
         ]
 
     def _answers(
-        self, copies: Sequence[_Copy], query: SearchQuery, depth: int, terms: list[str]
+        self,
+        copies: Sequence[_Copy],
+        query: SearchQuery,
+        depth: int,
+        terms: list[str],
+        dated: bool = False,
     ) -> list[KeywordAnswer]:
         answers = []
         for copy in copies:
             with self._cache.lock:
                 if not copy.dropped:
-                    answers.append(copy.open().keyword_answer(query, depth, terms))
+                    answers.append(copy.open().keyword_answer(query, depth, terms, dated))
                     continue
             # Evicted by this very search's other reads (a cache smaller than its shards).
             again = self._fetch(copy.key)
             if again is not None:
                 with self._cache.lock:
-                    answers.append(again.open().keyword_answer(query, depth, terms))
+                    answers.append(again.open().keyword_answer(query, depth, terms, dated))
         return answers
 
     def _listed(self, prefix: str) -> list[tuple[str, str | None]]:

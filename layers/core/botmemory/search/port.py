@@ -16,6 +16,11 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+MAX_SPANS = 8  # time spans one query may name (SearchQuery.during)
+# A span this short (a day, widened for every time zone) is read whole by the dated pass:
+# what was said in it that shares no word with the query is listed after what does.
+LISTED_SPAN_MS = 3 * 86_400_000
+
 
 class PassageKind(StrEnum):
     MESSAGE = "message"
@@ -51,6 +56,11 @@ class SearchQuery(BaseModel):
     kinds: list[PassageKind] | None = None  # None: every kind
     limit: int = Field(default=20, ge=1, le=100)
     now_s: int  # entries whose expires_at is before this are never returned
+    # Times the query names ("on 16 November", "in June": recall.dates), as [start, end)
+    # epoch milliseconds: the keyword leg also ranks what was said within them alone (and
+    # lists the rest of a day: LISTED_SPAN_MS) and fuses that in, so a day's answer is
+    # found whatever else shares its words. Nothing outside them is filtered out.
+    during: list[tuple[int, int]] = Field(default=[], max_length=MAX_SPANS)
 
 
 class SearchHit(BaseModel):

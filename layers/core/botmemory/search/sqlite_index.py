@@ -35,7 +35,14 @@ from botmemory.search.keywords import (
     tokens,
 )
 from botmemory.search.passages import keyword_text
-from botmemory.search.port import KeywordsOnly, Passage, SearchHit, SearchHits, SearchQuery
+from botmemory.search.port import (
+    LISTED_SPAN_MS,
+    KeywordsOnly,
+    Passage,
+    SearchHit,
+    SearchHits,
+    SearchQuery,
+)
 
 if TYPE_CHECKING:
     from botmemory.search.embeddings import Embedder
@@ -109,6 +116,12 @@ WHERE passages_fts MATCH ? AND {where}
 ORDER BY bm25(passages_fts), p.time_ms DESC, p.id LIMIT ?
 """
 
+# What was said within a time span, newest first (the dated pass's listing).
+_LISTED_SQL = """
+SELECT p.id, p.passage, p.terms FROM passages AS p WHERE {where}
+ORDER BY p.time_ms DESC, p.id LIMIT ?
+"""
+
 _VECTOR_SQL = """
 SELECT p.id, p.passage, p.vector FROM passages AS p
 WHERE p.vector IS NOT NULL AND p.vector_model = ? AND {where}
@@ -156,9 +169,10 @@ def _unit_vector(values: Sequence[float]) -> array[float]:
     return array("f", (v / norm for v in values) if norm > 0.0 else values)
 
 
-def _filters(query: SearchQuery) -> tuple[str, list[Param]]:
+def _filters(query: SearchQuery, spans: Sequence[tuple[int, int]] = ()) -> tuple[str, list[Param]]:
     """The WHERE clause every leg shares: scope always, channels and kinds when given,
-    and expiry. Only fixed SQL and placeholders: no query text enters the statement."""
+    and expiry; and within these time spans when given (SearchQuery.during). Only fixed SQL
+    and placeholders: no query text enters the statement."""
     clauses = ["p.scope = ?", "(p.expires_at IS NULL OR p.expires_at >= ?)"]
     params: list[Param] = [query.scope, query.now_s]
     if query.channel_ids is not None:
@@ -167,6 +181,10 @@ def _filters(query: SearchQuery) -> tuple[str, list[Param]]:
     if query.kinds is not None:
         clauses.append(f"p.kind IN ({', '.join('?' * len(query.kinds))})")
         params.extend(kind.value for kind in query.kinds)
+    if spans:
+        within = " OR ".join(["(p.time_ms >= ? AND p.time_ms < ?)"] * len(spans))
+        clauses.append(f"({within})")
+        params.extend(edge for span in spans for edge in span)
     return " AND ".join(clauses), params
 
 
@@ -351,9 +369,9 @@ class SqliteSearchIndex:
         text, _ = clip_query(query.text)
         if text is None or query.channel_ids == [] or query.kinds == []:
             return []
-        where, params = _filters(query)
         depth = CANDIDATE_FACTOR * query.limit
-        keyword = self._keyword_leg(query_terms(text), where, params, depth)
+        keyword = self._keyword_leg(query_terms(text), query, depth)
+        where, params = _filters(query)
         failure: Exception | None = None
         try:
             vector = self._vector_leg(text, where, params, depth)
@@ -364,20 +382,22 @@ class SqliteSearchIndex:
         hits.vector_error = failure
         return hits
 
-    def _keyword_leg(
-        self, terms: list[str], where: str, params: list[Param], depth: int
-    ) -> list[Candidate]:
+    def _keyword_leg(self, terms: list[str], query: SearchQuery, depth: int) -> list[Candidate]:
         """FTS5 bm25 over the terms, then again widened with the words the best passages
-        share (keywords.feedback_terms), the two orders fused by reciprocal rank."""
+        share (keywords.feedback_terms), and over the query's time spans alone when it
+        names some (SearchQuery.during), the orders fused by reciprocal rank."""
+        where, params = _filters(query)
         first = self._keyword_rows(terms, where, params, depth)
         extra = feedback_terms(terms, [words for _, _, words in first])
-        if not extra:
+        passes = [first]
+        if extra:
+            passes.append(self._keyword_rows([*terms, *extra], where, params, depth))
+        if query.during:
+            passes.append(self._dated_rows(terms, query, depth))
+        if len(passes) == 1:
             return [(pid, body) for pid, body, _ in first]
-        second = self._keyword_rows([*terms, *extra], where, params, depth)
-        bodies = {pid: body for pid, body, _ in (*first, *second)}
-        fused = reciprocal_rank_fusion(
-            [[pid for pid, _, _ in first], [pid for pid, _, _ in second]], k=LEGS_K
-        )
+        bodies = {pid: body for rows in passes for pid, body, _ in rows}
+        fused = reciprocal_rank_fusion([[pid for pid, _, _ in rows] for rows in passes], k=LEGS_K)
         return [(pid, bodies[pid]) for pid, _ in fused[:depth]]
 
     def _keyword_rows(
@@ -390,20 +410,38 @@ class SqliteSearchIndex:
         rows = self._read(_KEYWORD_SQL.format(where=where), [match, *params, depth])
         return [(str(pid), str(body), str(words)) for pid, body, _, words in rows]
 
+    def _dated_rows(
+        self, terms: list[str], query: SearchQuery, depth: int
+    ) -> list[tuple[str, str, str]]:
+        """The dated pass: what was said within the query's time spans, by bm25 over the
+        terms, then, within the spans short enough to read whole (a day, not a month:
+        port.LISTED_SPAN_MS), the rest of what was said there, newest first: "how was John
+        feeling on 10 April?" shares no word with "I just needed some time alone"."""
+        rows = self._keyword_rows(terms, *_filters(query, query.during), depth)
+        short = [span for span in query.during if span[1] - span[0] <= LISTED_SPAN_MS]
+        if short and len(rows) < depth:
+            where, params = _filters(query, short)
+            listed = self._read(_LISTED_SQL.format(where=where), [*params, depth])
+            rows += [(str(pid), str(body), str(words)) for pid, body, words in listed]
+        return list({row[0]: row for row in rows}.values())[:depth]
+
     def keyword_answer(
-        self, query: SearchQuery, depth: int, terms: list[str] | None = None
+        self, query: SearchQuery, depth: int, terms: list[str] | None = None, dated: bool = False
     ) -> KeywordAnswer:
         """The keyword leg alone, one pass: up to `depth` candidates by this file's bm25, with
         what scoring them across several files needs (their words, and this file's counts of
         documents, tokens and documents holding each term). `terms`: the tokens to look for,
-        when not the query text's (a widened second pass)."""
+        when not the query text's (a widened second pass); `dated`: candidates within the
+        query's time spans only (the counts stay the whole file's)."""
         if terms is None:
             text, _ = clip_query(query.text)
             terms = query_terms(text) if text is not None else []
         if not terms or query.channel_ids == [] or query.kinds == []:
             return KeywordAnswer([], 0, 0, {})
-        where, params = _filters(query)
-        rows = self._keyword_rows(terms, where, params, depth)
+        if dated:
+            rows = self._dated_rows(terms, query, depth)
+        else:
+            rows = self._keyword_rows(terms, *_filters(query), depth)
         candidates = [(Passage.model_validate_json(body), words) for _, body, words in rows]
         with self._lock:
             self._conn.execute(_VOCAB)
