@@ -122,6 +122,15 @@ def dynamodb() -> Iterator[Any]:
 
 
 @pytest.fixture
+def s3(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Moto's S3 in process, with the test module's `BUCKET` (the keyword shards' tests)."""
+    with mock_aws():
+        client = boto3.client("s3", region_name=REGION)
+        client.create_bucket(Bucket=getattr(request.module, "BUCKET", "test-bucket"))
+        yield client
+
+
+@pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(START_MS)
 

@@ -5,13 +5,10 @@ requests; the keyword leg is counted beside the vector leg, as DeployedSearchInd
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
-import pytest
-from moto import mock_aws
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))  # the bench's modules import each other by name
@@ -36,6 +33,8 @@ from meter import S3_GET, S3_LIST, DynamoMeter, Request, S3Counts, longest_chain
 from botmemory.recall.search_leg import SearchStatus  # noqa: E402
 from botmemory.search.keyword_shards import S3KeywordIndex  # noqa: E402
 from botmemory.search.port import Passage, PassageKind, SearchQuery  # noqa: E402
+
+BUCKET = "bench-keywords"
 
 SCOPE = "100000000000000001"  # a guild's scope is its id
 CHANNEL = "200000000000000001"
@@ -119,14 +118,6 @@ def test_the_columns_print_in_order_with_one_value_each() -> None:
     assert by_label["S3 GetObject"] == (0, 1)  # ALONE first, whatever the dict's order
 
 
-@pytest.fixture
-def s3() -> Iterator[Any]:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket="bench-keywords")
-        yield client
-
-
 def _passage(n: int) -> Passage:
     return Passage(
         id=f"M#{CHANNEL}#{300000000000000000 + n}",
@@ -143,13 +134,13 @@ def test_the_meter_counts_the_keyword_shards_requests_by_what_s3_answered(
 ) -> None:
     meter = DynamoMeter(boto3.client("dynamodb", region_name="us-east-1"))
     meter.watch(s3, "s3")
-    writer = S3KeywordIndex("bench-keywords", "kw", client=s3, cache_dir=str(tmp_path / "w"))
+    writer = S3KeywordIndex(BUCKET, "kw", client=s3, cache_dir=str(tmp_path / "w"))
     query = SearchQuery(scope=SCOPE, channel_ids=[CHANNEL, ""], text="sourdough", now_s=0)
 
     writer.add([_passage(n) for n in range(5)])
     written = S3Counts.of(meter.take())
-    (key,) = [o["Key"] for o in s3.list_objects_v2(Bucket="bench-keywords")["Contents"]]
-    size = s3.head_object(Bucket="bench-keywords", Key=key)["ContentLength"]
+    (key,) = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]]
+    size = s3.head_object(Bucket=BUCKET, Key=key)["ContentLength"]
     meter.take()  # not the index's requests
     assert (written.gets, written.absent, written.puts) == (1, 1, 1)
     assert written.uploaded == size > 0
@@ -159,7 +150,7 @@ def test_the_meter_counts_the_keyword_shards_requests_by_what_s3_answered(
     # The channel's folder listed (its shard's ETag is the copy's), the facts' asked for.
     assert (warm.lists, warm.gets, warm.absent, warm.downloaded) == (1, 1, 1, 0)
 
-    reader = S3KeywordIndex("bench-keywords", "kw", client=s3, cache_dir=str(tmp_path / "r"))
+    reader = S3KeywordIndex(BUCKET, "kw", client=s3, cache_dir=str(tmp_path / "r"))
     assert len(reader.search(query)) == 5  # cold: a new container's empty /tmp
     cold = S3Counts.of(meter.take())
     assert (cold.lists, cold.gets, cold.absent, cold.downloaded) == (1, 2, 1, size)

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.port import LISTED_SPAN_MS, SearchIndex, SearchQuery
@@ -51,14 +48,6 @@ def ask(during: list[tuple[int, int]]) -> SearchQuery:
 
 def found(index: SearchIndex, during: list[tuple[int, int]]) -> list[str]:
     return [hit.passage.id for hit in index.search(ask(during))]
-
-
-@pytest.fixture
-def s3() -> Iterator[Any]:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
 
 
 @pytest.fixture(params=["embedded", "shards"])

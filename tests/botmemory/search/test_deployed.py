@@ -10,9 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from botmemory.search import build_search_index
 from botmemory.search.deployed import DeployedSearchIndex
@@ -50,14 +48,6 @@ def embedder(base_url: str) -> OpenAIEmbedder:
 def server() -> Iterator[EmbeddingServer]:
     with serving(EmbeddingServer()) as running:
         yield running
-
-
-@pytest.fixture
-def s3() -> Iterator[Any]:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
 
 
 def deployed(

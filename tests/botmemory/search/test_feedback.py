@@ -4,13 +4,8 @@ and on the deployed keyword shards alike."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import boto3
-import pytest
-from moto import mock_aws
 
 from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.keywords import feedback_terms
@@ -53,14 +48,6 @@ def test_the_embedded_index_finds_what_the_best_passages_lead_to() -> None:
     assert found[:2] == ["M#200#2", "M#200#1"] or found[:2] == ["M#200#1", "M#200#2"]
     assert "M#200#3" in found  # no "Zephyr" in it: found through the dunes
     assert "M#200#4" not in found
-
-
-@pytest.fixture
-def s3() -> Iterator[Any]:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
 
 
 def test_the_deployed_shards_widen_the_query_the_same_way(s3: Any, tmp_path: Path) -> None:

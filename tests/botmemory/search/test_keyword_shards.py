@@ -4,13 +4,10 @@ server's), what a removal leaves in S3 (nothing of the words), and writers that 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from botmemory.clock import ManualClock
 from botmemory.search import keyword_shards
@@ -50,14 +47,6 @@ IN_CHANNEL = [CHANNEL, ""]  # what recall asks in CHANNEL (MEMORY_SEARCH_SCOPE=c
 
 def query(text: str, channels: list[str] | None = IN_CHANNEL, guild: str = GUILD) -> SearchQuery:
     return SearchQuery(scope=guild, channel_ids=channels, text=text, now_s=NOW_S)
-
-
-@pytest.fixture
-def s3() -> Iterator[Any]:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
 
 
 def index_on(s3: Any, tmp_path: Path, name: str = "a", **kwargs: Any) -> S3KeywordIndex:
