@@ -33,6 +33,7 @@ HOUR_MS = 3_600_000
             [DateMention(None, 8, 11), DateMention(2023, 8, 15)],
         ),
         ("31 February", [DateMention(None, 2, None)]),  # no such day: only the month
+        ("on 1\u200b6 Novem\u200dber", [DateMention(None, 11, 16)]),  # zero-width inside words
     ],
 )
 def test_a_query_names_days_months_and_years_in_the_ways_people_write_them(
@@ -54,6 +55,8 @@ def test_a_query_names_days_months_and_years_in_the_ways_people_write_them(
         "😀😀😀",
         "!!!???",
         "2023 2022 2021 2020 2019 2018 2017 2016 2015",  # a list of years is not a date asked
+        "12月" * 1_333,  # a query-long run of months
+        "東京" * 5_000,  # 10,000 CJK characters without a space
     ],
 )
 def test_what_only_looks_like_a_date_names_none(query: str) -> None:

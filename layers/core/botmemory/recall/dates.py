@@ -19,6 +19,7 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from botmemory.search.keywords import clip_query
 from botmemory.search.port import MAX_SPANS
 
 MONTHS = {
@@ -118,11 +119,12 @@ class DateMention:
 
 def date_mentions(query: str | None) -> list[DateMention]:
     """The dates a query names, most precise first in each place; none for most queries.
-    Full-width digits are plain ones (NFKC). An impossible day ("31 February") names
-    only its month."""
-    if not query:
+    Full-width digits are plain ones (NFKC), zero-width characters inside a word are
+    dropped (search's clip_query). An impossible day ("31 February") names only its month."""
+    cleaned, _ = clip_query(query or "")  # zero-width characters go, as search drops them
+    if cleaned is None:
         return []
-    text = unicodedata.normalize("NFKC", query)
+    text = unicodedata.normalize("NFKC", cleaned)
     claimed = _Claimed()
     mentions = [
         mention
