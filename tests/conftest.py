@@ -29,6 +29,9 @@ from localrun.fastmoto import fast_dynamodb
 # The fake Discord REST server, for every test that asks for `fake_discord`.
 from tests.support.fake_discord import fake_discord_fixture  # noqa: F401
 
+# An OpenAI-compatible embeddings endpoint, for every test that asks for `embedding_server`.
+from tests.support.fake_embeddings import embedding_server_fixture  # noqa: F401
+
 # A scripted chat or memory model endpoint, for every test that asks for `chat_server`.
 from tests.support.fake_providers import chat_server  # noqa: F401
 

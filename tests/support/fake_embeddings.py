@@ -8,10 +8,13 @@ nothing listening: an embedding server that is down."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support.fake_providers import request_json, send_json
+import pytest
+
+from tests.support.fake_providers import request_json, send_json, serving
 
 CONCEPTS: tuple[frozenset[str], ...] = (
     frozenset({"pottery", "ceramics", "clay", "kiln"}),
@@ -85,3 +88,10 @@ def project_embedder(base_url: str, dimensions: int = 64) -> Any:
         max_attempts=1,
         sleep=lambda _: None,
     )
+
+
+@pytest.fixture(name="embedding_server")
+def embedding_server_fixture() -> Iterator[EmbeddingServer]:
+    """The server running on 127.0.0.1 for one test (tests/conftest.py offers it to all)."""
+    with serving(EmbeddingServer()) as running:
+        yield running

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.port import LISTED_SPAN_MS, SearchIndex, SearchQuery
 from botmemory.search.sqlite_index import SqliteSearchIndex
+from tests.botmemory.search.test_deployed import BUCKET, POTTERY, deployed
+from tests.support.fake_embeddings import EmbeddingServer
 from tests.support.passages import message_passage
 
 GUILD = "100"
 CHANNEL = "200"
-BUCKET = "dated-shards-test"
 LIMIT = 20
 
 # Thirty messages about painting; the one of the day asked about (time 10, its id) says it
@@ -100,3 +102,25 @@ def test_a_day_is_read_whole_and_a_month_is_not(index: SearchIndex) -> None:
     assert feeling([]) == []
     # A month is too much to read whole: only what shares the query's words is ranked.
     assert feeling([(0, LISTED_SPAN_MS + 1)]) == []
+
+
+def test_the_deployed_index_reads_a_named_day_whole_too(
+    s3: Any, tmp_path: Path, embedding_server: EmbeddingServer
+) -> None:
+    # What the template deploys: S3 Vectors' nearest beside the keyword shards.
+    index, _ = deployed(s3, tmp_path, embedding_server.base_url)
+    quiet = message_passage("40", "I just needed some time alone by the lake", CHANNEL, GUILD)
+    index.add([*POTTERY, quiet])
+    asked = SearchQuery(
+        scope=GUILD, channel_ids=[CHANNEL, ""], text="pottery, and how was he?", limit=10, now_s=0
+    )
+
+    undated = index.search(asked)
+    dated = index.search(asked.model_copy(update={"during": [(40, 41)]}))
+
+    def keyword_rank(hits: list[Any]) -> int | None:
+        return next((h.keyword_rank for h in hits if h.passage.id == quiet.id), None)
+
+    # No word shared: the keyword shards find it only on the day asked about.
+    assert keyword_rank(undated) is None
+    assert keyword_rank(dated) is not None
