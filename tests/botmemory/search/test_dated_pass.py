@@ -14,7 +14,7 @@ from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.port import LISTED_SPAN_MS, SearchIndex, SearchQuery
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from tests.botmemory.search.test_deployed import BUCKET, POTTERY, deployed
-from tests.support.fake_embeddings import EmbeddingServer, project_embedder
+from tests.support.fake_embeddings import EmbeddingServer
 from tests.support.passages import message_passage
 
 GUILD = "100"
@@ -124,28 +124,3 @@ def test_the_deployed_index_reads_a_named_day_whole_too(
     # No word shared: the keyword shards find it only on the day asked about.
     assert keyword_rank(undated) is None
     assert keyword_rank(dated) is not None
-
-
-def test_the_embedded_vector_leg_reaches_a_named_time_beyond_its_newest_rows(
-    embedding_server: EmbeddingServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from botmemory.search import sqlite_index
-
-    monkeypatch.setattr(sqlite_index, "VECTOR_SCAN_ROWS", 5)  # the newest 5 rows only
-    index = SqliteSearchIndex(":memory:", project_embedder(embedding_server.base_url))
-    old = message_passage("3", "first time at the kiln, the clay cracked", CHANNEL, GUILD)
-    newer = [message_passage(str(n), f"news number {n}", CHANNEL, GUILD) for n in range(10, 20)]
-    index.add([old, *newer])
-    # "ceramics" shares no token with it: only its vector is near, and it is not among the
-    # newest 5 the vector leg compares, unless the query names its time.
-    asked = SearchQuery(scope=GUILD, channel_ids=[CHANNEL, ""], text="ceramics?", now_s=0)
-
-    try:
-        undated = [h.passage.id for h in index.search(asked)]
-        dated = index.search(asked.model_copy(update={"during": [(1_000, 2_000), (3, 4)]}))
-    finally:
-        index.close()
-
-    assert old.id not in undated
-    (found,) = [h for h in dated if h.passage.id == old.id]
-    assert found.vector_rank is not None  # the vector leg found it, within the named time

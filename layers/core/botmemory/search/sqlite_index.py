@@ -371,9 +371,10 @@ class SqliteSearchIndex:
             return []
         depth = CANDIDATE_FACTOR * query.limit
         keyword = self._keyword_leg(query_terms(text), query, depth)
+        where, params = _filters(query)
         failure: Exception | None = None
         try:
-            vector = self._vector_leg(text, query, depth)
+            vector = self._vector_leg(text, where, params, depth)
         except Exception as exc:  # fail-open to the keyword leg
             log.warning("vector leg failed; keywords only", extra={"error": repr(exc)[:300]})
             vector, failure = [], exc
@@ -498,31 +499,18 @@ class SqliteSearchIndex:
         )
         return [Passage.model_validate_json(str(body)) for (body,) in rows]
 
-    def _vector_leg(self, text: str, query: SearchQuery, depth: int) -> list[Candidate]:
-        """The nearest passages by cosine among the newest VECTOR_SCAN_ROWS; when the query
-        names times (SearchQuery.during), also the nearest among what was said within them,
-        however old, the two fused by reciprocal rank as the keyword passes are."""
+    def _vector_leg(
+        self, text: str, where: str, params: list[Param], depth: int
+    ) -> list[Candidate]:
         if self._embedder is None:
             return []
         # Embedded before taking the lock: a slow provider must not stall writers.
         from botmemory.search.embeddings import embed_query  # only with an embedder
 
         target = _unit_vector(embed_query(self._embedder, text))
-        model = self._embedder.name
-        nearest = self._nearest(model, target, *_filters(query), depth)
-        if not query.during:
-            return nearest
-        dated = self._nearest(model, target, *_filters(query, query.during), depth)
-        bodies = dict(nearest) | dict(dated)
-        fused = reciprocal_rank_fusion(
-            [[pid for pid, _ in nearest], [pid for pid, _ in dated]], k=LEGS_K
+        rows = self._read(
+            _VECTOR_SQL.format(where=where), [self._embedder.name, *params, VECTOR_SCAN_ROWS]
         )
-        return [(pid, bodies[pid]) for pid, _ in fused[:depth]]
-
-    def _nearest(
-        self, model: str, target: array[float], where: str, params: list[Param], depth: int
-    ) -> list[Candidate]:
-        rows = self._read(_VECTOR_SQL.format(where=where), [model, *params, VECTOR_SCAN_ROWS])
         typed = [(str(pid), str(body), bytes(blob)) for pid, body, blob in rows]
         return _ranked_by_similarity(target, typed, depth)
 
