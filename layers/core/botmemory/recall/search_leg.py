@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from botmemory.clock import epoch_seconds, ttl_alive
 from botmemory.memory.visibility import Visibility
-from botmemory.recall.dates import DateMention, date_mentions, said_on, spans_of
+from botmemory.recall.dates import DateMention, date_mentions, said_on, spans_of, tells_when
 from botmemory.records import Episode, Fact, FactStatus, Observation, Record, scope_of
 from botmemory.search.embeddings import EmbeddingDimensionsError
 from botmemory.search.fusion import reciprocal_rank_fusion
@@ -180,7 +180,7 @@ def _cut(sentence: str, limit: int) -> str:
 
 
 def named_first(
-    messages: list[FoundMessage], people: set[str], dates: list[DateMention]
+    messages: list[FoundMessage], people: set[str], dates: list[DateMention], when: bool = False
 ) -> list[FoundMessage]:
     """The messages, with those said by someone the query names, and those said on a date
     it names (recall.dates), moved up: "what did Caroline paint?" is answered by what
@@ -193,7 +193,8 @@ def named_first(
     rankings = [list(by_id)]
     named = [m.passage_id for m in messages if m.message.author_id in people]
     dated = [m.passage_id for m in messages if said_on(m.message.at_ms, dates)]
-    rankings += [ranking for ranking in (named, dated) if ranking]
+    timed = [m.passage_id for m in messages if when and tells_when(m.message.content)]
+    rankings += [ranking for ranking in (named, dated, timed) if ranking]
     if len(rankings) == 1:
         return messages
     order = reciprocal_rank_fusion(rankings)
