@@ -185,10 +185,11 @@ def named_first(
     """The messages, with those said by someone the query names, and those said on a date
     it names (recall.dates), moved up: "what did Caroline paint?" is answered by what
     Caroline said, not by everyone who thanked her; "what did Tim say on 16 November?" by
-    what was said that day. Fused by reciprocal rank with search's own order, so relevance
-    still leads, and a message both said by and on what the query names leads most.
-    `people` come from names.NameIndex: a mention, or a name only one member goes by, so
-    taking someone's nickname promotes nobody's words."""
+    what was said that day; and with `when` (the query asks when: recall.dates.asks_when),
+    those that place what they tell in time ("I moved to Lisbon last spring"). Fused by
+    reciprocal rank with search's own order, so relevance still leads, and a message that
+    is several of these leads most. `people` come from names.NameIndex: a mention, or a
+    name only one member goes by, so taking someone's nickname promotes nobody's words."""
     by_id = {m.passage_id: m for m in messages}
     rankings = [list(by_id)]
     named = [m.passage_id for m in messages if m.message.author_id in people]
