@@ -146,9 +146,7 @@ def test_taking_someone_s_nickname_promotes_nobody_s_words(
 
     question = "What did Carol paint? lighthouse painting"
     body = ask(searching, question, participants=[])
-    monkeypatch.setattr(
-        "botmemory.recall.recaller.named_first", lambda messages, people, dates: messages
-    )
+    monkeypatch.setattr("botmemory.recall.recaller.named_first", lambda messages, *_: messages)
     unpromoted = ask(searching, question, participants=[])
 
     # "Carol" is no longer one member's name: the query names nobody, nothing is promoted.
