@@ -49,7 +49,13 @@ from botmemory.recall.search_leg import SearchLeg, SearchStatus, search_depth
 from botmemory.settings.config import Settings
 from localrun import gateway as gw
 
-SIMULATED_LATENCY_S = 0.02  # per request, while recall is measured
+# Each request is held this long while recall is measured, so that reads issued side by side
+# overlap. It must be long against the process's own work: moto serializes its handling, and
+# a recall's Python runs under one GIL, so a wave's last read can start 100 ms or more after
+# its first has ended on a busy machine, and the chain then reads a round trip too many
+# (table 3d, the full block: 4 in 4 of 40 runs at 20 ms, 3 of 390 at 100 ms, none of 100 at
+# 250 ms beside a running `make eval`).
+SIMULATED_LATENCY_S = 0.25
 
 
 SEARCH_TIMINGS = 5  # in-process searches timed (the median is shown)
