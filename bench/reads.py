@@ -434,7 +434,11 @@ def bench_answer(lab: Lab) -> None:
         "7. Answering a mention: from its ingest to the chat model's request",
         ["figure", "value"],
         [
-            ("time, ms (model excluded; 20 ms per DynamoDB request)", f"{elapsed_ms:.0f}"),
+            (
+                f"time, ms (model excluded; {SIMULATED_LATENCY_S * 1000:.0f} ms per DynamoDB"
+                " request)",
+                f"{elapsed_ms:.0f}",
+            ),
             ("DynamoDB requests", len(requests)),
             ("sequential round trips (target: at most 4)", len(chain)),
             ("system prompt, characters", len(request.system)),
