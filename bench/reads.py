@@ -53,8 +53,8 @@ from localrun import gateway as gw
 # overlap. It must be long against the process's own work: moto serializes its handling, and
 # a recall's Python runs under one GIL, so a wave's last read can start 100 ms or more after
 # its first has ended on a busy machine, and the chain then reads a round trip too many
-# (table 3d, the full block: 4 in 4 of 40 runs at 20 ms, 3 of 390 at 100 ms, none of 100 at
-# 250 ms beside a running `make eval`).
+# (table 3d, the full block, read 4 in 4 of 40 runs at 20 ms, in 3 of 390 at 100 ms, and in
+# none of 100 at 250 ms, most of them beside a LoCoMo replay on the other core).
 SIMULATED_LATENCY_S = 0.25
 
 
