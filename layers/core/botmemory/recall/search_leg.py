@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -340,28 +340,35 @@ def rank_facts(
             return (score > 0 or fact.fact_id in found, score, fact.hits, fact.updated_ms)
 
         person_facts.sort(key=order, reverse=True)
-        person_facts = _without_repeats(person_facts, (names or {}).get(user, ""))
+        unrelated_left = per_person
         if query:
-            unrelated = 0 if user in only_relevant else UNRELATED_FACTS_WITH_QUERY
-            relevant = [f for f in person_facts if order(f)[0]]
-            person_facts = relevant + [f for f in person_facts if not order(f)[0]][:unrelated]
-        ranked[user] = person_facts[:per_person]
+            unrelated_left = 0 if user in only_relevant else UNRELATED_FACTS_WITH_QUERY
+        chosen: list[Fact] = []
+        # Relevant facts come first: once the unrelated ones start, only their cap is left.
+        for fact in _without_repeats(person_facts, (names or {}).get(user, "")):
+            if len(chosen) == per_person:
+                break
+            if not order(fact)[0]:
+                if unrelated_left == 0:
+                    break
+                unrelated_left -= 1
+            chosen.append(fact)
+        ranked[user] = chosen
     return ranked
 
 
-def _without_repeats(facts: list[Fact], name: str) -> list[Fact]:
+def _without_repeats(facts: list[Fact], name: str) -> Iterator[Fact]:
     """The facts, best first, less those that say again what a better one said: ones whose
     words (search's tokens, the subject's name aside) are mostly the same
-    (FACT_REPEAT_SHARE of the two facts' words together)."""
-    kept: list[Fact] = []
+    (FACT_REPEAT_SHARE of the two facts' words together). Lazy: a fact's words are read
+    only when the caller asks for one more."""
     seen: list[set[str]] = []
     for fact in facts:
         words = set(tokens(_without_name(fact.text, name)))
         if any(_repeats(words, other) for other in seen):
             continue
-        kept.append(fact)
         seen.append(words)
-    return kept
+        yield fact
 
 
 def _repeats(words: set[str], other: set[str]) -> bool:
