@@ -245,6 +245,52 @@ def test_the_relevant_fact_comes_first_even_when_old_and_little_used(
     assert len(unasked["facts"][ALICE]) == 5
 
 
+def test_facts_the_query_is_not_about_take_only_the_room_the_passages_leave(
+    dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
+) -> None:
+    roomy = settings.model_copy(
+        update={"recall_search_chars": 400, "recall_fact_chars": 500, "recall_episode_chars": 0}
+    )
+    services = build_services(
+        roomy, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
+    )
+    unrelated = [
+        "Alice has collected stamps from every country she has visited since she was a child, "
+        "and keeps them in twelve albums",
+        "Alice plays the violin in a string quartet that meets on Thursday evenings downtown, "
+        "near the old train station",
+    ]
+    put_facts(
+        services.repository,
+        [fact(ALICE, text, START_MS, hits=9) for text in unrelated]
+        + [fact(ALICE, "Alice is allergic to peanuts", START_MS - DAY_MS, hits=1)],
+    )
+    consolidated(
+        services,
+        [
+            said(
+                BOB,
+                f"Peanut note {n}: keep the peanut butter and satay far away from Alice",
+                START_MS + n,
+            )
+            for n in range(30)
+        ],
+    )
+
+    busy = ask(services, "Are peanuts safe to eat?")
+    quiet = ask(services, "Any plans for the weekend?")
+
+    # Passages fill the facts' unused room and leave less than one of the facts the question
+    # is not about, the most used: those wait; the one it is about is shown.
+    print(busy["memory"])
+    assert [f["text"] for f in busy["facts"][ALICE]] == ["Alice is allergic to peanuts"]
+    assert len(busy["passages"]) >= 4
+    assert len(busy["memory"]) <= len(ask(services, None)["memory"]) + 800
+    # Search finds nothing: the facts the question is not about have the room.
+    assert quiet["passages"] == []
+    assert {f["text"] for f in quiet["facts"][ALICE]} == set(unrelated)
+
+
 def test_a_fact_that_repeats_a_better_one_in_other_words_gives_its_room_away(
     searching: MemoryServices,
 ) -> None:
@@ -335,6 +381,38 @@ def test_a_relevant_episode_is_preferred_to_merely_recent_ones(
     assert [e["summary"] for e in unasked["episodes"]] == [
         f"Bob went through release checklist {n}." for n in (5, 4, 3)
     ]
+
+
+def test_an_episode_naming_the_asked_about_is_not_about_the_question_and_waits_for_room(
+    dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
+) -> None:
+    roomy = settings.model_copy(
+        update={"recall_search_chars": 400, "recall_fact_chars": 0, "recall_episode_chars": 500}
+    )
+    services = build_services(
+        roomy, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
+    )
+    consolidated(
+        services,
+        [
+            said(BOB, f"Peanut note {n}: keep the peanut butter and satay far away", START_MS + n)
+            for n in range(30)
+        ],
+    )
+    for n in range(1, 4):
+        later = episode(f"Bob went through release checklist {n}.", START_MS + n * DAY_MS)
+        put_episode(services.repository, later, GUILD)
+
+    busy = ask(services, "What did Bob say about peanuts?")
+    quiet = ask(services, "Any plans for the weekend?")
+
+    # Every checklist episode names Bob, none is about peanuts: the passages take their
+    # room; the episode consolidation wrote of the notes is about peanuts, and is shown.
+    assert [e["summary"] for e in busy["episodes"]] == ["Bob talked about peanut butter."]
+    assert len(busy["passages"]) >= 4
+    # Nothing found: the latest episode, what is going on now, has the room.
+    assert quiet["passages"] == []
+    assert [e["summary"] for e in quiet["episodes"]] == ["Bob went through release checklist 3."]
 
 
 # Privacy: what search may return ------------------------------------------------------

@@ -45,7 +45,13 @@ from botmemory.recall.contract import (
     RecallRequest,
     RecallResult,
 )
-from botmemory.recall.search_leg import SHOWN_WITH_CONTEXT_BELOW, FoundMessage, query_snippet
+from botmemory.recall.search_leg import (
+    SHOWN_WITH_CONTEXT_BELOW,
+    FoundMessage,
+    RankedEpisodes,
+    RankedFacts,
+    query_snippet,
+)
 from botmemory.records import ChannelSummary, Episode, Fact, Persona, Pin
 from botmemory.search.keywords import tokens
 from botmemory.settings.config import Settings
@@ -64,10 +70,10 @@ def assemble(
     request: RecallRequest,
     pins: list[Pin],
     summary: ChannelSummary | None,
-    tiers: list[dict[str, list[Fact]]],
+    tiers: list[RankedFacts],
     elsewhere: list[RecentElsewhere],
     messages: list[FoundMessage],
-    episodes: list[Episode],
+    episodes: RankedEpisodes,
     names: dict[str, str],
     persona: Persona | None = None,
     notes: list[Note] | None = None,
@@ -84,26 +90,32 @@ def assemble(
     summary_section = Section(SUMMARY_HEADING, settings.recall_summary_chars)
     shown_summary = _summary_line(summary_section, summary) if summary else None
     fact_section = Section(FACT_HEADING, settings.recall_fact_chars)
-    shown_facts = _fact_lines(fact_section, tiers, names, persona)
+    first = [tier.first for tier in tiers]
+    shown_facts = _fact_lines(fact_section, first, names, persona)
     elsewhere_section = Section(ELSEWHERE_HEADING, settings.recall_short_term_chars)
     shown_elsewhere = _elsewhere_lines(elsewhere_section, elsewhere, names)
     episode_section = Section(EPISODE_HEADING, settings.recall_episode_chars)
-    shown_episodes = [
-        RecalledEpisode(
-            id=e.episode_id,
-            summary=_line(e.summary),
-            participants=e.participant_ids,
-            start_ms=e.start_ms,
-            end_ms=e.end_ms,
-        )
-        for e in episodes
-        if episode_section.add(f"- {day(e.end_ms)}: {quote_for_prompt(e.summary)}")
-    ]
+    shown_episodes = _episode_lines(episode_section, episodes.first)
     # Passages are what a query needs most: they also get the room facts and episodes
     # left unused, so the block is never larger than the sum of the budgets.
     spare = fact_section.unused() + episode_section.unused()
     passage_section = Section(PASSAGE_HEADING, settings.recall_search_chars + spare)
     shown_passages = _passage_lines(passage_section, messages, request.query) if messages else []
+    # What the query is not about (a person's most used facts, the latest episode) gets the
+    # room the passages left, each section within its own budget: the sum still holds.
+    left = passage_section.unused()
+    if_room = [tier.if_room for tier in tiers if tier.if_room]
+    if if_room:
+        before = fact_section.size()
+        fact_section = Section(FACT_HEADING, min(settings.recall_fact_chars, before + left))
+        shown_facts = _fact_lines(fact_section, first + if_room, names, persona)
+        left -= fact_section.size() - before
+    if episodes.if_room:
+        before = episode_section.size()
+        episode_section = Section(
+            EPISODE_HEADING, min(settings.recall_episode_chars, before + left)
+        )
+        shown_episodes = _episode_lines(episode_section, episodes.all())
     # What search found for this very message opens the block: models attend most to the
     # start (and the end) of a long prompt, least to its middle.
     sections = [
@@ -176,6 +188,21 @@ def _note_lines(section: Section, notes: list[Note]) -> list[RecalledNote]:
         if not whole:
             break
     return shown
+
+
+def _episode_lines(section: Section, episodes: list[Episode]) -> list[RecalledEpisode]:
+    """`- 2023-05-08: "..."`, in order, while they fit."""
+    return [
+        RecalledEpisode(
+            id=e.episode_id,
+            summary=_line(e.summary),
+            participants=e.participant_ids,
+            start_ms=e.start_ms,
+            end_ms=e.end_ms,
+        )
+        for e in episodes
+        if section.add(f"- {day(e.end_ms)}: {quote_for_prompt(e.summary)}")
+    ]
 
 
 def _fact_lines(

@@ -66,6 +66,10 @@ class Section:
         """Characters of the budget this section leaves unused (all of it when empty)."""
         return self._budget - self._used if self.lines else self._budget
 
+    def size(self) -> int:
+        """Characters the section takes in the block (none when empty)."""
+        return self._used if self.lines else 0
+
     def room(self) -> int:
         """The longest line that still fits."""
         return self._budget - self._used - 1

@@ -36,6 +36,7 @@ from botmemory.recall.contract import RecallError, RecallRequest, RecallResult, 
 from botmemory.recall.dates import asks_when, date_mentions
 from botmemory.recall.search_leg import (
     Found,
+    RankedFacts,
     SearchLeg,
     SearchStatus,
     named_first,
@@ -198,8 +199,8 @@ class Recaller:
             found.messages, named_people, date_mentions(query), asks_when(query)
         )
         episodes = rank_episodes(episodes_future.result(), query, found.episodes, now)
-        episodes = episodes[: settings.recall_episodes]
-        for episode in episodes:
+        episodes = episodes.within(settings.recall_episodes)
+        for episode in episodes.all():
             for user_id, name in zip(
                 episode.participant_ids, episode.participant_names, strict=False
             ):
@@ -286,7 +287,7 @@ class Recaller:
         named: set[str],
         names: dict[str, str],
         visibility: Visibility,
-    ) -> list[dict[str, list[Fact]]]:
+    ) -> list[RankedFacts]:
         """The persona's facts, by priority: what it knows of each person, then its own
         knowledge (the people's own facts come after, in the block's facts budget); only
         those that may be shown here."""
