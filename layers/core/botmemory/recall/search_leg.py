@@ -68,11 +68,12 @@ SHOWN_WITH_CONTEXT_BELOW = 60
 
 # With a query, what the block keeps that the query is not about: a person's most used
 # facts, and the latest episode (what is going on now). The rest of their room goes to the
-# passages the query found. Those facts come after the passages (RankedFacts.if_room): the
-# answer path shows the asker's own facts and the channel's latest messages beside the
-# block, and `make eval` (docs/eval.md), strict, all ten conversations, held 1,174 / 1,304 /
-# 1,358 of 1,536 questions at 2,000 / 4,000 / 8,000 characters keyword-only with them there
-# against 1,156 / 1,296 / 1,355 with them in the facts' own room.
+# passages the query found. Both take only the room the passages leave (RankedFacts and
+# RankedEpisodes, `if_room`): the answer path shows the asker's own facts and the channel's
+# latest messages beside the block. `make eval` (docs/eval.md), strict, all ten
+# conversations, keyword-only, held 1,180 / 1,305 / 1,359 of 1,536 questions at 2,000 /
+# 4,000 / 8,000 characters so (with an episode's people's names not counted as relevance)
+# against 1,156 / 1,296 / 1,355 with them in their sections' own room.
 UNRELATED_FACTS_WITH_QUERY = 2
 UNRELATED_EPISODES_WITH_QUERY = 1
 
