@@ -97,6 +97,28 @@ def passage_lines(memory: str) -> list[str]:
     return [line for line in section.splitlines() if line.startswith("- ")]
 
 
+def sized(
+    services: tuple[Any, Settings, ManualClock, SqliteSearchIndex],
+    search: int,
+    facts: int,
+    episodes: int,
+) -> MemoryServices:
+    """Searching services whose passages, facts and episodes have these budgets."""
+    dynamodb, settings, clock, index = services
+    budgets = {
+        "recall_search_chars": search,
+        "recall_fact_chars": facts,
+        "recall_episode_chars": episodes,
+    }
+    return build_services(
+        settings.model_copy(update=budgets),
+        dynamodb=dynamodb,
+        clock=clock,
+        model=CountingModel(),
+        search_index=index,
+    )
+
+
 # What a query adds --------------------------------------------------------------------
 
 
@@ -195,12 +217,7 @@ def test_passages_stay_within_their_own_budget(
     dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
 ) -> None:
     # Facts and episodes get nothing here, so they leave no room over to the passages.
-    tight = settings.model_copy(
-        update={"recall_search_chars": 300, "recall_fact_chars": 0, "recall_episode_chars": 0}
-    )
-    services = build_services(
-        tight, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
-    )
+    services = sized((dynamodb, settings, clock, index), 300, 0, 0)
     consolidated(
         services,
         [
@@ -248,12 +265,7 @@ def test_the_relevant_fact_comes_first_even_when_old_and_little_used(
 def test_facts_the_query_is_not_about_take_only_the_room_the_passages_leave(
     dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
 ) -> None:
-    roomy = settings.model_copy(
-        update={"recall_search_chars": 400, "recall_fact_chars": 500, "recall_episode_chars": 0}
-    )
-    services = build_services(
-        roomy, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
-    )
+    services = sized((dynamodb, settings, clock, index), 400, 500, 0)
     unrelated = [
         "Alice has collected stamps from every country she has visited since she was a child, "
         "and keeps them in twelve albums",
@@ -386,12 +398,7 @@ def test_a_relevant_episode_is_preferred_to_merely_recent_ones(
 def test_an_episode_naming_the_asked_about_is_not_about_the_question_and_waits_for_room(
     dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
 ) -> None:
-    roomy = settings.model_copy(
-        update={"recall_search_chars": 400, "recall_fact_chars": 0, "recall_episode_chars": 500}
-    )
-    services = build_services(
-        roomy, dynamodb=dynamodb, clock=clock, model=CountingModel(), search_index=index
-    )
+    services = sized((dynamodb, settings, clock, index), 400, 0, 500)
     consolidated(
         services,
         [
