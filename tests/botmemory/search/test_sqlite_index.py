@@ -372,6 +372,18 @@ def test_a_legs_first_place_outranks_a_middling_place_in_both() -> None:
     assert usual[0][0] == "middling"
 
 
+def test_the_vector_leg_passes_as_many_candidates_as_the_query_asks(make: MakeIndex) -> None:
+    # As S3 Vectors' topK: a far neighbour (4th by meaning) adds nothing to a keyword find.
+    idx = make(embedder=BagOfConcepts())
+    idx.add([passage(f"clay{n}", "clay and a kiln", time_ms=10 + n) for n in range(3)])
+    idx.add([passage("word", "pottery, marathon, race, running", time_ms=1)])
+    hits = idx.search(query("pottery", limit=2))
+    found = {hit.passage.id: hit for hit in hits}
+    assert found["word"].keyword_rank == 1
+    assert found["word"].vector_rank is None
+    assert all(hit.vector_rank is not None and hit.vector_rank <= 2 for hit in hits[1:])
+
+
 def test_add_embeds_in_one_call(make: MakeIndex) -> None:
     embedder = BagOfConcepts()
     idx = make(embedder=embedder)
