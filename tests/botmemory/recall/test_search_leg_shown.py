@@ -232,7 +232,8 @@ def test_a_long_message_is_shown_as_the_sentences_the_query_is_about(
     assert passage["text"] == long  # the JSON keeps the whole message, to cite
     line = next(line for line in body["memory"].splitlines() if "sourdough" in line)
     assert "My sister taught me to bake sourdough bread in Lisbon." in line
-    assert "quarterly reports" not in line and "…" in line
+    # The room left goes to the sentences nearest it; the farthest are left out.
+    assert "quarterly reports" in line and "We moved house" not in line and "…" in line
     assert len(line) < len(long)
 
 
@@ -247,3 +248,23 @@ def test_a_snippet_keeps_order_marks_gaps_and_leaves_short_messages_whole() -> N
     assert both == "… Second about dogs and cats. Third about fish. …"
     one_long = query_snippet("word " * 100, {"word"}, limit=40)
     assert len(one_long) <= 40 + 2 and one_long.endswith("…")
+
+
+def test_a_snippet_fills_its_room_with_the_sentences_nearest_the_matching_one() -> None:
+    # The answer follows the sentence that repeats the question's words; the room left goes
+    # to the sentence after it before the one before it, and both before the far ones.
+    text = (
+        "Hello there, long time no see. The kids are great. "
+        "I painted a lot this summer. Mostly sunsets over the lake. "
+        "Work is busy. The car broke down again."
+    )
+    asked = set(tokens("what did you paint this summer"))
+
+    snippet = query_snippet(text, asked, limit=70)
+
+    assert snippet == "… I painted a lot this summer. Mostly sunsets over the lake. …"
+    wider = query_snippet(text, asked, limit=100)
+    assert wider == (
+        "… The kids are great. I painted a lot this summer. Mostly sunsets over the lake. "
+        "Work is busy. …"
+    )
