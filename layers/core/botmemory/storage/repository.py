@@ -8,7 +8,8 @@ commit.py; people (opt-outs, erasure, names) in people.py; what a round writes o
 outside its transaction in round_people.py; channel visibility in
 channels.py; personas, short-term memory, summary archives and deferred candidates in
 personas.py, short_term.py, summaries.py and candidates.py; the servers' notes for direct
-messages in notes.py; the marker a server's search index purge leaves in index_purges.py; every item of a server,
+messages in notes.py; the marker a server's search index purge leaves in index_purges.py;
+when the memory model last answered, deployment-wide, in model_health.py; every item of a server,
 found and deleted, in server_purge.py;
 the client and the shared
 helpers in table.py. What search reads back of the table is in botmemory.search.sources.
@@ -22,6 +23,7 @@ from botmemory.storage.commit import CommitStore
 from botmemory.storage.episodes import EpisodeStore
 from botmemory.storage.facts import FactStore
 from botmemory.storage.index_purges import IndexPurgeStore
+from botmemory.storage.model_health import ModelHealthStore
 from botmemory.storage.notes import NotesRepository
 from botmemory.storage.observations import ObservationStore
 from botmemory.storage.people import PeopleRepository
@@ -47,5 +49,6 @@ class MemoryRepository(
     NotesRepository,
     IndexPurgeStore,
     ServerPurgeStore,
+    ModelHealthStore,
 ):
     """The table, as every flow reaches it: the stores above, over one client and name."""
