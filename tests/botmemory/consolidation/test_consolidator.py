@@ -19,7 +19,7 @@ from botmemory.consolidation.model.contract import (
     ProposedFact,
     parse_answer,
 )
-from botmemory.consolidation.outcome import Status, outcome_metrics
+from botmemory.consolidation.outcome import Outcome, Status, outcome_metrics
 from botmemory.records import FactKind, FactStatus
 from botmemory.runtime import build_services
 from botmemory.services import MemoryServices
@@ -112,18 +112,53 @@ def test_a_stream_of_45_messages_costs_two_model_calls(
     assert pending(services) == 5
 
 
-def test_a_backlog_is_consumed_in_bounded_batches_one_call_each(
-    dynamodb: Any, clock: ManualClock
+def test_a_backlog_is_one_grown_call_committed_in_transactions_of_at_most_100_actions(
+    dynamodb: Any, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = CountingModel()
     services = with_model(dynamodb, clock, model, consolidate_every=20, max_batch=50)
     services.recorder.record(chat(130))
+    sent: list[int] = []
+    commit = services.repository.commit_consolidation
+    monkeypatch.setattr(
+        services.repository,
+        "commit_consolidation",
+        lambda c: (sent.append(c.action_count()), commit(c))[1],
+    )
 
     outcomes = services.consolidator.consolidate(gw.CHANNEL)
 
-    assert [o.consumed for o in outcomes] == [50, 50, 30]
-    assert len(model.calls) == 3 and all(len(c.observations) <= 50 for c in model.calls)
+    assert [o.consumed for o in outcomes] == [130]
+    (call,) = model.calls
+    assert len(call.observations) == 130
+    assert call.max_output_tokens == 2 * services.settings.model_max_output_tokens
+    assert len(sent) == outcomes[0].runs > 1 and max(sent) <= 100
     assert pending(services) == 0
+    assert "lock_owner" not in channel_state(services.repository, gw.CHANNEL)  # given back
+
+
+def test_a_backlog_beyond_the_token_cap_waits_for_the_next_grown_call(
+    dynamodb: Any, clock: ManualClock
+) -> None:
+    model = CountingModel()
+    services = with_model(
+        dynamodb, clock, model, consolidate_every=20, max_batch=50, batch_max_tokens=2_000
+    )
+    # 16,000 characters each (ingest's cap), stored as MEMORY_OBSERVATION_CHARS of them.
+    services.recorder.record(
+        chat(30) + [gw.message(gw.BOB, "word " * 3_200, T0 + 100_000 + i) for i in range(100)]
+    )
+
+    outcomes: list[Outcome] = []
+    for _ in range(20):  # its worker's turns, then the sweep's for what is left
+        outcomes += services.consolidator.consolidate(gw.CHANNEL, force=True)
+        if not pending(services):
+            break
+
+    assert sum(o.consumed for o in outcomes) == 130 and pending(services) == 0
+    assert len(model.calls) == len(outcomes) > 4
+    for call in model.calls:  # each call within its cap, a line counted at its full length
+        assert sum(len(o.text) // 4 + 16 for o in call.observations) <= 2_000 + 200
 
 
 # Invariant 2: one consolidation at a time; leases expire; a lost lock commits nothing. ----------
@@ -567,15 +602,15 @@ def test_memory_off_consolidates_nothing(dynamodb: Any, clock: ManualClock) -> N
 
 
 def test_no_round_starts_without_time_for_a_model_call(
-    services: MemoryServices, clock: ManualClock
+    services: MemoryServices, clock: ManualClock, model: CountingModel
 ) -> None:
     services.recorder.record(chat(130))
-    # A round's worst case: the model's timeout on every attempt and the table work.
+    # A round's worst case: the model's timeout on every attempt and the table work; two
+    # rounds' time, never a grown round's (that needs twice the model's worst case).
     reserve = round_reserve_ms(services.settings)
-    time_left = iter([reserve, reserve, reserve - 1])
 
     backlog = services.consolidator.consolidate(
-        gw.CHANNEL, time_left_ms=lambda: next(time_left, reserve - 1)
+        gw.CHANNEL, time_left_ms=lambda: reserve if len(model.calls) < 2 else reserve - 1
     )
     clock.advance(seconds=31 * 60)
     swept = services.consolidator.sweep(time_left_ms=lambda: 30_000)
@@ -599,3 +634,61 @@ def test_words_of_someone_who_opted_out_meanwhile_are_dropped_unread(
     assert outcome.consumed == 19 and pending(services) == 0
     assert all(o.author_id != gw.ALICE for o in model.calls[0].observations)
     assert [i for i in scan_all(dynamodb) if gw.ALICE in str(i)] == []
+
+
+def test_a_backlog_run_that_cannot_commit_ends_the_round_and_the_rest_waits_its_turn(
+    dynamodb: Any, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from botmemory.storage.commit import CommitRejected
+
+    model = CountingModel()
+    services = with_model(dynamodb, clock, model, consolidate_every=20, max_batch=50)
+    services.recorder.record(chat(130))
+    commit = services.repository.commit_consolidation
+    sent: list[bool] = []
+
+    def second_refused(c: Any) -> None:
+        sent.append(c.keep_lock)
+        if len(sent) == 2:  # an erasure (or a lost lease) lands between the first two runs
+            services.repository.release_lock(c.lock)
+            raise CommitRejected(["ConditionalCheckFailed"])
+        commit(c)
+
+    monkeypatch.setattr(services.repository, "commit_consolidation", second_refused)
+    outcomes = services.consolidator.consolidate(gw.CHANNEL)
+
+    cut = outcomes[0]
+    assert sent[0] is True  # the first run kept the lock for the next
+    assert cut.status == Status.CONSOLIDATED and cut.runs == 1 and cut.more_pending
+    assert 0 < cut.consumed < 130
+    # The next round (the same invocation goes on) takes the rest; each consumed once.
+    assert sum(o.consumed for o in outcomes) == 130 and pending(services) == 0
+    assert len(model.calls) == len(outcomes) == 2
+
+
+def test_each_run_writes_the_facts_whose_evidence_it_consumes_and_no_other(
+    dynamodb: Any, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = CountingModel()
+    services = with_model(dynamodb, clock, model, consolidate_every=20, max_batch=50)
+    lines = chat(150)
+    for n, hobby in ((5, "hiking"), (70, "chess"), (140, "sailing")):
+        lines[n]["d"]["content"] = f"I love {hobby}."
+    services.recorder.record(lines)
+    commit = services.repository.commit_consolidation
+    consumed: set[str] = set()
+    placed: list[tuple[set[str], set[str]]] = []  # (this run's consumed, its facts' evidence)
+
+    def record(c: Any) -> None:
+        commit(c)
+        mine = {o.sk for o in c.consumed}
+        consumed.update(mine)
+        placed.append((mine, {sk for f in c.facts for sk in f.provenance}))
+
+    monkeypatch.setattr(services.repository, "commit_consolidation", record)
+    (outcome,) = services.consolidator.consolidate(gw.CHANNEL)
+
+    assert outcome.runs == len(placed) > 2 and outcome.facts_written == 3
+    for mine, evidence in placed:
+        assert evidence <= mine  # each fact in the commit that consumes its own line
+    assert [bool(evidence) for _, evidence in placed].count(True) == 3

@@ -47,6 +47,12 @@ WORDS = {ObservationKind.MESSAGE, ObservationKind.EDIT}
 # episodes it pushes beyond the cap, the channel summary and its archive, and facts.
 ROOM_FOR_ANSWER = 26
 
+# A round over a backlog (botmemory.consolidation.backlog) reads at most this many observations:
+# about one Query page of them; MEMORY_BATCH_MAX_TOKENS cuts them shorter.
+BACKLOG_MAX_OBSERVATIONS = 1_000
+# What an observation's line costs beside its words: its number, kind, quotes and user id.
+LINE_FRAME_TOKENS = 16
+
 # People named by others a round guards in its transaction (two checks each); pointers to
 # anyone beyond are written after the commit, for those not barred by then. A message naming
 # fifty people cannot crowd a batch out of its transaction.
@@ -76,6 +82,62 @@ class Batch:
     candidates: list[Candidate] = field(default_factory=list)  # waiting, read this round
     # The model's one-line short-term summaries, by person (botmemory.memory.short_term).
     recent: dict[str, str] = field(default_factory=dict)
+    # A backlog's batch: more than one transaction holds, committed in runs that each do
+    # (botmemory.consolidation.backlog); its model call has a larger answer and time allowance.
+    grown: bool = False
+
+
+def estimated_tokens(text: str) -> int:
+    """A cautious token count for any language: one token per four ASCII characters, one
+    per other character (most scripts take a token or more for each)."""
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return ascii_chars // 4 + (len(text) - ascii_chars) + 1
+
+
+def _within_tokens(
+    observations: list[Observation], opted_out: list[Observation], budget: int
+) -> tuple[list[Observation], list[Observation], bool]:
+    """The oldest observations whose lines fit `budget` estimated tokens (at least one),
+    the opted-out words among them, and whether any were left for a later round."""
+    used = 0
+    kept: list[Observation] = []
+    for obs in observations:
+        used += estimated_tokens(f"{obs.author_name or ''}{obs.content}") + LINE_FRAME_TOKENS
+        if kept and used > budget:
+            break
+        kept.append(obs)
+    if len(kept) == len(observations):
+        return kept, opted_out, False
+    last = kept[-1].sk
+    return kept, [o for o in opted_out if o.sk <= last], True
+
+
+def leaves_room_for_answer(
+    lock: Lock,
+    observations: list[Observation],
+    opted_out: list[Observation],
+    names: NameIndex,
+    waiting: list[Candidate] | None = None,
+) -> bool:
+    """Whether consuming these observations (and deleting the opted-out words), the checks
+    that their people are not being erased, the candidates waiting (one action each, and
+    the checks on their people) and what the answer adds fit one transaction (their
+    profiles and names are written outside it, botmemory.storage.round_people)."""
+    waiting = waiting or []
+    queued = {p for c in waiting for p in c.people}
+    named = {p for o in observations for p in names.named_in(o.content)}
+    authors = {o.author_id for o in observations if o.author_id}
+    named = set(sorted(named - authors)[:NAMED_GUARDS])
+    consuming = ConsolidationCommit(
+        lock=lock,
+        scope="",
+        consumed=observations,
+        discarded=opted_out,
+        guarded=sorted(authors | named | queued),
+        candidate_deletes=[keys.candidate_sk(c.fact.fact_id) for c in waiting],
+        now_ms=0,
+    )
+    return consuming.room_left() >= ROOM_FOR_ANSWER
 
 
 def _fit_one_transaction(
@@ -85,28 +147,12 @@ def _fit_one_transaction(
     names: NameIndex,
     waiting: list[Candidate] | None = None,
 ) -> tuple[list[Observation], bool]:
-    """Trim the batch so that consuming it, the checks that its people are not being
-    erased, the candidates waiting (one action each, and the checks on their people) and what
-    the answer adds fit one transaction (their profiles and names are written outside it,
-    botmemory.storage.round_people). True when it was trimmed."""
+    """Trim the batch so that it and what the answer adds fit one transaction
+    (`leaves_room_for_answer`). True when it was trimmed."""
     trimmed = False
-    waiting = waiting or []
-    queued = {p for c in waiting for p in c.people}
-    while observations:
-        named = {p for o in observations for p in names.named_in(o.content)}
-        authors = {o.author_id for o in observations if o.author_id}
-        named = set(sorted(named - authors)[:NAMED_GUARDS])
-        consuming = ConsolidationCommit(
-            lock=lock,
-            scope="",
-            consumed=observations,
-            discarded=opted_out,
-            guarded=sorted(authors | named | queued),
-            candidate_deletes=[keys.candidate_sk(c.fact.fact_id) for c in waiting],
-            now_ms=0,
-        )
-        if consuming.room_left() >= ROOM_FOR_ANSWER:
-            break
+    while observations and not leaves_room_for_answer(
+        lock, observations, opted_out, names, waiting
+    ):
         observations = observations[:-1]
         trimmed = True
     return observations, trimmed
@@ -213,11 +259,13 @@ class BatchReader:
         # Which persona a channel answers as (botmemory.memory.personas); None: no personas.
         self._personas = personas
 
-    def read(self, lock: Lock, waiting: list[Candidate]) -> Batch | None:
+    def read(self, lock: Lock, waiting: list[Candidate], *, grow: bool = False) -> Batch | None:
         """The oldest pending observations that are still pending, trimmed to one
-        transaction with room for the `waiting` candidates; None when nothing is left."""
+        transaction with room for the `waiting` candidates; None when nothing is left. With
+        `grow`, a backlog of more than MEMORY_MAX_BATCH is read whole up to
+        MEMORY_BATCH_MAX_TOKENS (a grown batch: several transactions)."""
         channel_id = lock.channel_id
-        limit = self._settings.max_batch
+        limit = BACKLOG_MAX_OBSERVATIONS if grow else self._settings.max_batch
         if lock.attempts and lock.attempts.split_size:  # a failing batch is being split
             limit = min(limit, lock.attempts.split_size)
         candidates, more = self._repository.pending_observations(channel_id, limit)
@@ -242,8 +290,17 @@ class BatchReader:
                 if text != obs.content:
                     redacted[obs.sk] = text
                     observations[index] = obs.model_copy(update={"content": text})
-        observations, trimmed = _fit_one_transaction(lock, observations, opted_out, names, waiting)
-        more = more or trimmed
+        # No call carries more than MEMORY_BATCH_MAX_TOKENS of observations, grown or not.
+        observations, opted_out, cut = _within_tokens(
+            observations, opted_out, self._settings.batch_max_tokens
+        )
+        grown = grow and len(observations) + len(opted_out) > self._settings.max_batch
+        if not grown:
+            observations, trimmed = _fit_one_transaction(
+                lock, observations, opted_out, names, waiting
+            )
+            cut = cut or trimmed
+        more = more or cut
         batch = self.prepare(
             observations,
             opted_out,
@@ -255,6 +312,7 @@ class BatchReader:
         )
         batch.names, batch.name_lookup = names, lookup
         batch.redacted = {sk: t for sk, t in redacted.items() if sk in {o.sk for o in observations}}
+        batch.grown = grown
         return batch
 
     def persona_of(self, batch: Batch) -> Persona | None:
@@ -374,15 +432,32 @@ class BatchReader:
 
     def known_facts(self, batch: Batch) -> dict[str, Fact]:
         """The speakers' current facts and, with a persona, what it knows of each of them
-        and its own knowledge: each the newest MEMORY_FACTS_PER_PERSON_IN_MODEL."""
-        known: dict[str, Fact] = {}
+        and its own knowledge: each the newest MEMORY_FACTS_PER_PERSON_IN_MODEL. A grown
+        batch's many speakers share a quarter of MEMORY_BATCH_MAX_TOKENS, a fact of each in
+        turn, newest first."""
         now = self._clock.now_ms()
-        for scope, user_id in with_persona_memories(speakers_of(batch), batch):
-            for fact in self._repository.active_facts(
-                scope, user_id, self._settings.facts_per_person_in_model
-            ):
-                if ttl_alive(fact.expires_at, now):
-                    known[fact.fact_id] = fact
+        everyone = [
+            [
+                fact
+                for fact in self._repository.active_facts(
+                    scope, user_id, self._settings.facts_per_person_in_model
+                )
+                if ttl_alive(fact.expires_at, now)
+            ]
+            for scope, user_id in with_persona_memories(speakers_of(batch), batch)
+        ]
+        if not batch.grown:
+            return {fact.fact_id: fact for theirs in everyone for fact in theirs}
+        budget = self._settings.batch_max_tokens // 4
+        known: dict[str, Fact] = {}
+        for turn in range(max(map(len, everyone), default=0)):
+            for theirs in everyone:
+                if turn >= len(theirs):
+                    continue
+                budget -= estimated_tokens(theirs[turn].text) + LINE_FRAME_TOKENS
+                if budget < 0:
+                    return known
+                known[theirs[turn].fact_id] = theirs[turn]
         return known
 
     def pin_texts(self, scope: str, channel_id: str) -> list[str]:

@@ -20,10 +20,12 @@ from collections.abc import Callable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from botmemory.clock import DAY_MS, Clock, epoch_seconds, ttl_alive
+from botmemory.clock import Clock, ttl_alive
+from botmemory.consolidation import backlog
 from botmemory.consolidation import summary as channel_summary
 from botmemory.consolidation.attempts import MINUTE_MS, RetryPolicy
 from botmemory.consolidation.batch import Batch, BatchReader, deleted_in, memory_scope, speakers_of
+from botmemory.consolidation.failures import FailedRounds
 from botmemory.consolidation.indexing import index_round
 from botmemory.consolidation.judgement import Judge, Judgement
 from botmemory.consolidation.model.contract import (
@@ -31,7 +33,6 @@ from botmemory.consolidation.model.contract import (
     KnownFact,
     MemoryModel,
     ModelInput,
-    ModelUnavailable,
     PersonaBrief,
     render_batch,
 )
@@ -42,14 +43,13 @@ from botmemory.memory import short_term
 from botmemory.memory.hot_tier import HotTier
 from botmemory.memory.personas import PersonaDirectory
 from botmemory.people.optout import OptOuts
-from botmemory.records import Attempts, ChannelSummary, Fact, Quarantine
+from botmemory.records import ChannelSummary, Fact
 from botmemory.search.index_sync import IndexWriter
 from botmemory.search.passages import holders
 from botmemory.settings.config import Settings
 from botmemory.storage.commit import CommitRejected, ConsolidationCommit, Lock, LockRefused
 from botmemory.storage.observations import PendingCount
 from botmemory.storage.repository import MemoryRepository
-from botmemory.text import content_hash, short_id
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,12 @@ def model_worst_case_ms(settings: Settings) -> int:
 def round_reserve_ms(settings: Settings) -> int:
     """The time a round needs to finish in the worst case; no round starts with less left."""
     return model_worst_case_ms(settings) + ROUND_MARGIN_MS
+
+
+def grown_round_reserve_ms(settings: Settings) -> int:
+    """The same for a round over a backlog (botmemory.consolidation.backlog): its call has
+    GROWN_CALL_SCALE times the time, and its runs each a commit."""
+    return backlog.GROWN_CALL_SCALE * model_worst_case_ms(settings) + 2 * ROUND_MARGIN_MS
 
 
 class Consolidator:
@@ -116,7 +122,7 @@ class Consolidator:
         )
         self._time_left: TimeLeft = _unbounded  # the running trigger's, while it runs
         self._people = PeopleWriter(repository, clock, opt_outs)
-        self._answer_recorded_ms = -MINUTE_MS  # when this process last recorded the model's health
+        self._failures = FailedRounds(repository, settings, clock, self._retry, self._planner)
 
     # Entry points -------------------------------------------------------------------
 
@@ -289,7 +295,9 @@ class Consolidator:
             self._repository.read_candidates(channel_id) if lock.candidates or candidates else None
         )
         waiting = read.found if read else []
-        batch = self._reader.read(lock, waiting)
+        # A channel that is behind gets a grown batch when a grown call can still finish.
+        grow = self._time_left() >= grown_round_reserve_ms(self._settings)
+        batch = self._reader.read(lock, waiting, grow=grow)
         if batch is None and waiting:  # candidates alone: judged already, no model call
             batch = self._reader.prepare(
                 [], [], scope=waiting[0].server_scope, more=False, waiting=False
@@ -318,8 +326,8 @@ class Consolidator:
             try:
                 answer = self._ask_model(batch, known, summary, outcome)
             except Exception as exc:  # counted, retried later, split, at worst quarantined
-                return self._failed(lock, batch, outcome, exc)
-            self._model_answered()
+                return self._failures.failed(lock, batch, outcome, exc, self._commit)
+            self._failures.answered()
             batch.recent = {r.user_id: r.line for r in answer.recent}
             judgement = self._judge.judge(answer, batch, known, outcome)
             judgement.summary = self._rolled_summary(summary, answer, batch, outcome)
@@ -330,15 +338,82 @@ class Consolidator:
         # Before the commit, so that a failed commit leaves the deletes pending to retry.
         outcome.retired = self._reader.retire_deleted(batch)
         outcome.summaries_dropped = int(dropped) + self._drop_covering_archives(channel_id, batch)
+        if batch.grown:
+            return self._commit_runs(lock, batch, judgement, outcome, spoken)
+        commit = self._commit_round(lock, batch, judgement, outcome, spoken)
+        if outcome.status == Status.CONSOLIDATED:
+            self._after_round(commit, batch, outcome, frozenset(f.fact_id for f in commit.facts))
+        return outcome
+
+    def _commit_round(
+        self,
+        lock: Lock,
+        batch: Batch,
+        judgement: Judgement,
+        outcome: Outcome,
+        spoken: list[tuple[str, str]],
+        *,
+        first: bool = True,
+        last: bool = True,
+    ) -> ConsolidationCommit:
+        """Plan and send one commit (a round's, or one run of a backlog's), then index it."""
         commit = self._planner.build(lock, batch, judgement, outcome)
+        commit.keep_lock = not last
+        if not first and not commit.candidate_puts:
+            commit.candidates_left = None  # the first run settled those waiting
         passages = self._planner.message_passages(batch)
         commit.holders = holders(passages)
-        outcome = self._commit(commit, batch, outcome)
+        self._commit(commit, batch, outcome)
         if outcome.status == Status.REJECTED and spoken:
-            self._people.refused(channel_id, spoken)
+            self._people.refused(lock.channel_id, spoken)
         if outcome.status == Status.CONSOLIDATED:
             index_round(self._index_writer, commit, batch, passages, outcome)
+        return commit
+
+    def _commit_runs(
+        self,
+        lock: Lock,
+        batch: Batch,
+        judgement: Judgement,
+        outcome: Outcome,
+        spoken: list[tuple[str, str]],
+    ) -> Outcome:
+        """A grown batch, committed run by run (botmemory.consolidation.backlog). A run that
+        cannot commit ends the round; what was committed before it stays."""
+        cut = backlog.runs(lock, batch)
+        fresh: set[str] = set()
+        done = 0
+        for index, (run, part) in enumerate(
+            zip(cut, backlog.split_judgement(judgement, cut), strict=True)
+        ):
+            last = index == len(cut) - 1
+            piece = backlog.run_batch(batch, run, first=index == 0, last=last)
+            commit = self._commit_round(
+                lock, piece, part, outcome, spoken, first=index == 0, last=last
+            )
+            if outcome.status != Status.CONSOLIDATED:
+                break
+            done, fresh = done + 1, fresh | {f.fact_id for f in commit.facts}
+            if outcome.people_unwritten and not last:  # the next round writes them first
+                self._repository.release_lock(lock)
+                break
+        outcome.runs = done
+        if done and done < len(cut):
+            log.warning(
+                "backlog round cut short; the rest stays pending",
+                extra={"channel_id": lock.channel_id, "runs": done, "of": len(cut)},
+            )
+            outcome.status, outcome.more_pending = Status.CONSOLIDATED, True
+        if done:
+            self._after_round(commit, batch, outcome, frozenset(fresh))
         return outcome
+
+    def _after_round(
+        self, commit: ConsolidationCommit, batch: Batch, outcome: Outcome, fresh: frozenset[str]
+    ) -> None:
+        """Once the round is committed: its speakers' facts tended, their short-term lines."""
+        self._tend_speakers(batch, outcome, fresh)
+        outcome.short_term_written = self._short_term(commit, batch)
 
     def _ask_model(
         self,
@@ -370,6 +445,10 @@ class Consolidator:
             ],
             pins=self._reader.pin_texts(batch.scope, outcome.channel_id),
         )
+        if batch.grown:  # a backlog's call: more to read, so more room and time to answer
+            scale = backlog.GROWN_CALL_SCALE
+            model_input.max_output_tokens = scale * self._settings.model_max_output_tokens
+            model_input.timeout_seconds = scale * self._settings.model_timeout_seconds
         outcome.model_input_chars = len(render_batch(model_input))
         outcome.model_calls = 1
         return self._model.consolidate(model_input)
@@ -407,6 +486,7 @@ class Consolidator:
         return rolled
 
     def _commit(self, commit: ConsolidationCommit, batch: Batch, outcome: Outcome) -> Outcome:
+        """Send one commit and what follows it; the outcome adds what it wrote."""
         try:
             self._repository.commit_consolidation(commit)
         except CommitRejected as rejected:
@@ -428,14 +508,15 @@ class Consolidator:
         if commit.named_later:  # idempotent: written after the commit that needed them
             barred = self._opt_outs.barred({n.user_id for n in commit.named_later})
             self._repository.put_named([n for n in commit.named_later if n.user_id not in barred])
-        outcome.consumed = len(commit.consumed)
+        outcome.consumed += len(commit.consumed)
         outcome.more_pending = batch.more
         outcome.splitting = commit.attempts is not None and commit.attempts.splitting
-        outcome.facts_written = len(commit.facts)
-        outcome.superseded = len(commit.superseded)
-        outcome.episode_id = commit.episode.episode_id if commit.episode else None
-        self._tend_speakers(batch, outcome, frozenset(f.fact_id for f in commit.facts))
-        outcome.short_term_written = self._short_term(commit, batch)
+        outcome.facts_written += len(commit.facts)
+        outcome.superseded += len(commit.superseded)
+        if commit.episode:
+            outcome.episode_id = commit.episode.episode_id
+        if commit.quarantine:  # no round follows a quarantine to tend them
+            self._after_round(commit, batch, outcome, frozenset())
         log.info(
             "consolidated",
             extra={
@@ -479,102 +560,6 @@ class Consolidator:
             )
             return 0
         return len(entries)
-
-    # A round that failed --------------------------------------------------------------
-
-    def _failed(self, lock: Lock, batch: Batch, outcome: Outcome, exc: Exception) -> Outcome:
-        """Count the failure against the batch's head and back off; a batch that keeps
-        failing is split, and what fails alone is quarantined. A provider that answered
-        nobody since the channel began failing is an outage: the channel only backs off."""
-        error = str(exc)[:300]
-        log.warning("memory model failed", extra={"channel_id": lock.channel_id, "error": error})
-        now = self._clock.now_ms()
-        counted = self._failure_counts(exc, lock.attempts)
-        outcome.model_unavailable = not counted
-        outcome.left_pending = len(batch.observations)
-        attempts, quarantine = self._retry.after_failure(
-            lock.attempts, [o.sk for o in batch.observations], error, now, counted=counted
-        )
-        outcome.detail = error
-        if quarantine:
-            return self._quarantine(lock, batch, outcome, attempts)
-        retry_at = attempts.retry_at_ms or now
-        self._repository.record_failure(lock, attempts, sweep_since_ms=retry_at - self._idle_ms)
-        outcome.status = Status.MODEL_FAILED
-        outcome.retry_at_ms = retry_at
-        log.info(
-            "batch failed; retried later",
-            extra={
-                "channel_id": lock.channel_id,
-                "head": attempts.head,
-                "attempts": attempts.count,
-                "failures": attempts.failures,
-                "split_size": attempts.split_size,
-                "retry_at_ms": retry_at,
-            },
-        )
-        return outcome
-
-    def _model_answered(self) -> None:
-        """Record that the model answers (at most once a minute from this process: a failed
-        round elsewhere only needs to know it answered since that round's last failure,
-        which is a back-off of minutes ago)."""
-        now = self._clock.now_ms()
-        if now - self._answer_recorded_ms < MINUTE_MS:
-            return
-        try:
-            self._repository.record_model_answer(now)
-        except (ClientError, BotoCoreError) as error:  # the round goes on; the next one tries
-            log.warning("model health not recorded", extra={"error": repr(error)[:300]})
-            return
-        self._answer_recorded_ms = now
-
-    def _failure_counts(self, exc: Exception, previous: Attempts | None) -> bool:
-        """Whether a failure counts against the batch: the model answered but not usably, or
-        the provider refused this request; or it answered nobody this time but has answered
-        other rounds since this channel's failures began (so the batch is what fails)."""
-        if not isinstance(exc, ModelUnavailable):
-            return True
-        if previous is None or previous.failing_since_ms is None:
-            return False  # a first failure of this kind says nothing yet
-        return self._repository.model_answered_after(previous.failing_since_ms)
-
-    def _quarantine(
-        self, lock: Lock, batch: Batch, outcome: Outcome, attempts: Attempts
-    ) -> Outcome:
-        """Consume a batch that failed even alone, without facts, and record it for staff.
-        The poison is gone: later batches go on at once; the back-off count stays."""
-        now = self._clock.now_ms()
-        sks = [o.sk for o in batch.observations]
-        quarantine = Quarantine(
-            channel_id=lock.channel_id,
-            quarantine_id=short_id(content_hash(lock.channel_id, *sks)),
-            scope=batch.scope,
-            observation_sks=sks,
-            user_ids=list(dict.fromkeys(o.author_id for o in batch.observations if o.author_id)),
-            error=attempts.error,
-            attempts=attempts.failures,
-            quarantined_ms=now,
-            expires_at=epoch_seconds(now + self._settings.observation_retention_days * DAY_MS),
-        )
-        commit = ConsolidationCommit(
-            lock=lock,
-            scope=batch.scope,
-            consumed=batch.observations,
-            discarded=batch.opted_out,
-            quarantine=quarantine,
-            attempts=attempts,
-            guarded=self._planner.guard(quarantine.user_ids),
-            redacted=batch.redacted,
-            more_pending_since_ms=now if batch.waiting else None,
-            now_ms=now,
-        )
-        outcome.status = Status.QUARANTINED
-        log.warning(
-            "batch quarantined: consumed without facts",
-            extra={"channel_id": lock.channel_id, "observations": sks, "error": attempts.error},
-        )
-        return self._commit(commit, batch, outcome)
 
     def _stored_summary(self, channel_id: str, batch: Batch) -> tuple[ChannelSummary | None, bool]:
         """The channel's summary as stored (read strongly consistent when the round needs

@@ -51,8 +51,8 @@ def index_round(
         outcome.index_failed = True
         outcome.embedding_dimensions_wrong = isinstance(exc, EmbeddingDimensionsError)
         return
-    outcome.index_writes = report.written
-    outcome.index_withdrawn = report.withdrawn
+    outcome.index_writes += report.written  # a round over a backlog indexes each commit
+    outcome.index_withdrawn += report.withdrawn
     if report.vector_error is not None:
         outcome.index_keywords_only = True
         outcome.embedding_dimensions_wrong = isinstance(

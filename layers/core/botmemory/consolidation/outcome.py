@@ -76,6 +76,8 @@ class Outcome:
     # channel only backs off), and how many observations the round left pending.
     model_unavailable: bool = False
     left_pending: int = 0
+    # A round over a backlog (botmemory.consolidation.backlog): the commits it made.
+    runs: int = 0
 
 
 def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:

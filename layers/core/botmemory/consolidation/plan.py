@@ -271,8 +271,10 @@ class CommitPlanner:
         commit.candidates_left = bool(settled.puts)
         for fact, reason in settled.dropped:
             discard(outcome, fact.user_id, fact.text, reason, fact.fact_id)
-        outcome.deferred, outcome.candidates_kept = len(settled.queued), settled.kept
-        outcome.candidates_waiting = len(settled.puts)
+        # Added up: a round over a backlog settles candidates in each of its commits.
+        outcome.deferred += len(settled.queued)
+        outcome.candidates_kept += settled.kept
+        outcome.candidates_waiting += len(settled.puts)
         if settled.puts and commit.more_pending_since_ms is None:
             commit.more_pending_since_ms = commit.now_ms  # the sweep comes back for them
 

@@ -115,11 +115,12 @@ class OpenAIEndpoint:
             self._client.close()
             self._client = None
 
-    def post(self, body: dict[str, Any]) -> httpx.Response:
-        """The first 2xx answer to `body` as JSON; EndpointError when there is none."""
+    def post(self, body: dict[str, Any], timeout_seconds: float | None = None) -> httpx.Response:
+        """The first 2xx answer to `body` as JSON; EndpointError when there is none. Each
+        attempt waits `timeout_seconds` (None: the endpoint's own timeout)."""
         problem = "no attempt made"
         for attempt in range(self._max_attempts):
-            outcome = self._attempt(body)
+            outcome = self._attempt(body, timeout_seconds or self._timeout_seconds)
             if isinstance(outcome, httpx.Response):
                 return outcome
             problem = outcome.problem
@@ -156,11 +157,13 @@ class OpenAIEndpoint:
         # Local servers (Ollama, vLLM) often run keyless: send no header rather than an empty one.
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
-    def _attempt(self, body: dict[str, Any]) -> httpx.Response | _Failure:
+    def _attempt(self, body: dict[str, Any], timeout_seconds: float) -> httpx.Response | _Failure:
         try:
-            response = self._http().post(self.url, json=body, headers=self._headers())
+            response = self._http().post(
+                self.url, json=body, headers=self._headers(), timeout=timeout_seconds
+            )
         except httpx.TimeoutException as exc:  # before TransportError, which it subclasses
-            problem = f"timed out after {self._timeout_seconds:g} s ({type(exc).__name__})"
+            problem = f"timed out after {timeout_seconds:g} s ({type(exc).__name__})"
             return _Failure(problem, None)
         except httpx.TransportError as exc:
             problem = f"transport error ({type(exc).__name__}: {self._redact(str(exc))})"

@@ -59,6 +59,11 @@ class Settings(BaseModel):
     # below the batch size, so its summary keeps up with a conversation with the bot; 0: off.
     answered_turns_per_refresh: int = Field(default=5, ge=0, le=60)
     max_batch: int = Field(default=50, ge=1, le=60)
+    # A channel that is behind (more than MEMORY_MAX_BATCH waiting) gives one model call up to
+    # this many estimated input tokens of observations (botmemory.consolidation.backlog): far
+    # below the context of every supported model (128,000 tokens and more), with room for the
+    # instructions, the speakers' facts and the answer.
+    batch_max_tokens: int = Field(default=40_000, ge=1_000, le=100_000)
     episodes_per_channel: int = Field(default=10, ge=1, le=50)
     fact_retention_days: int = Field(default=180, ge=1)
     # Long enough to search the history a community refers back to (docs/architecture.md section 9).
@@ -289,6 +294,7 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_CONSOLIDATE_EVERY": "consolidate_every",
     "MEMORY_ANSWERED_TURNS_PER_REFRESH": "answered_turns_per_refresh",
     "MEMORY_MAX_BATCH": "max_batch",
+    "MEMORY_BATCH_MAX_TOKENS": "batch_max_tokens",
     "MEMORY_EPISODES_PER_CHANNEL": "episodes_per_channel",
     "MEMORY_FACT_RETENTION_DAYS": "fact_retention_days",
     "MEMORY_OBSERVATION_RETENTION_DAYS": "observation_retention_days",

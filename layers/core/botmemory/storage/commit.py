@@ -214,6 +214,9 @@ class ConsolidationCommit:
     # Whether candidates wait after this commit, as the channel's state records it for the
     # next round's lock (None: this commit did not look at them, the record stays).
     candidates_left: bool | None = None
+    # One run of a round over a backlog, not its last (botmemory.consolidation.backlog): the
+    # commit is fenced by the lock as always, and keeps it for the next run.
+    keep_lock: bool = False
 
     def action_count(self) -> int:
         return (
@@ -395,7 +398,7 @@ class ConsolidationCommit:
             "consolidations = if_not_exists(consolidations, :zero) + :one",
             *sets,
         ]
-        removes = ["lock_owner", "lease_until", *removes]
+        removes = [*([] if self.keep_lock else ["lock_owner", "lease_until"]), *removes]
         if self.candidates_left is True:
             sets.append("candidates_waiting = :one")
         elif self.candidates_left is False:
@@ -411,7 +414,7 @@ class ConsolidationCommit:
             sets += ["sweep_bucket = :bucket", "pending_since = :since"]
             values[":bucket"] = {"S": keys.SWEEP_BUCKET}
             values[":since"] = {"N": str(self.more_pending_since_ms)}
-        update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)}"
+        update = f"SET {', '.join(sets)}" + (f" REMOVE {', '.join(removes)}" if removes else "")
         return {
             "Key": state_key(self.lock.channel_id),
             "UpdateExpression": update,

@@ -55,6 +55,10 @@ class BedrockModel:
             read_timeout_seconds=timeout_seconds,
             max_attempts=max_attempts,
         )
+        # botocore's read timeout is a client's: a call given more time (a backlog's) goes
+        # through a client of its own, built when first needed.
+        self._longer: dict[float, ConverseCaller] = {}
+        self._caller_settings = (model_id, client, region_name, timeout_seconds, max_attempts)
         self.name = self._converse.name
         self._max_output_tokens = max_output_tokens
 
@@ -64,7 +68,13 @@ class BedrockModel:
     def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
         try:
             tool_input = self._tool_input(
-                INSTRUCTIONS, render_batch(batch), TOOL_NAME, _TOOL_DESCRIPTION, ANSWER_SCHEMA
+                INSTRUCTIONS,
+                render_batch(batch),
+                TOOL_NAME,
+                _TOOL_DESCRIPTION,
+                ANSWER_SCHEMA,
+                max_tokens=batch.max_output_tokens,
+                caller=self._caller(batch.timeout_seconds),
             )
         except MemoryModelError as exc:
             if _request_fault(exc):
@@ -83,11 +93,35 @@ class BedrockModel:
             )
         )
 
+    def _caller(self, timeout_seconds: float | None) -> ConverseCaller:
+        model_id, client, region_name, normal, max_attempts = self._caller_settings
+        if timeout_seconds is None or timeout_seconds == normal:
+            return self._converse
+        if timeout_seconds not in self._longer:
+            self._longer[timeout_seconds] = ConverseCaller(
+                model_id,
+                error=MemoryModelError,
+                client=client,
+                region_name=region_name,
+                read_timeout_seconds=timeout_seconds,
+                max_attempts=max_attempts,
+            )
+        return self._longer[timeout_seconds]
+
     def _tool_input(
-        self, instructions: str, user: str, tool: str, description: str, schema: dict[str, Any]
+        self,
+        instructions: str,
+        user: str,
+        tool: str,
+        description: str,
+        schema: dict[str, Any],
+        *,
+        max_tokens: int | None = None,
+        caller: ConverseCaller | None = None,
     ) -> dict[str, Any]:
         """One Converse call forced to one tool; the tool call's input."""
-        response = self._converse.converse(
+        max_tokens = max_tokens or self._max_output_tokens
+        response = (caller or self._converse).converse(
             system=[{"text": instructions}],
             messages=[{"role": "user", "content": [{"text": user}]}],
             toolConfig={
@@ -102,15 +136,13 @@ class BedrockModel:
                 ],
                 "toolChoice": {"tool": {"name": tool}},
             },
-            inferenceConfig={"maxTokens": self._max_output_tokens, "temperature": 0},
+            inferenceConfig={"maxTokens": max_tokens, "temperature": 0},
         )
 
         # A cut-off tool call can carry a partial input that happens to validate; refuse it.
         stop_reason = response.get("stopReason")
         if stop_reason == "max_tokens":
-            raise MemoryModelError(
-                f"{self.name} answer truncated (maxTokens={self._max_output_tokens})"
-            )
+            raise MemoryModelError(f"{self.name} answer truncated (maxTokens={max_tokens})")
 
         content = response.get("output", {}).get("message", {}).get("content") or []
         for block in content:

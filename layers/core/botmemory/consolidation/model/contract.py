@@ -66,6 +66,10 @@ class ModelInput(BaseModel):
     # The channel's rolling summary so far ("" before the first), and the new one's cap.
     summary: str = ""
     summary_max_chars: int = 2000
+    # A call over a backlog (botmemory.consolidation.backlog) allows its answer more tokens and
+    # itself more time than the provider's settings; None: those settings.
+    max_output_tokens: int | None = None
+    timeout_seconds: float | None = None
 
 
 class ProposedFact(BaseModel):

@@ -52,7 +52,7 @@ class OpenAICompatibleModel(ChatCompletionsClient):
 
     def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
         try:
-            response = self._endpoint.post(self._request_body(batch))
+            response = self._endpoint.post(self._request_body(batch), batch.timeout_seconds)
         except EndpointError as exc:
             failure = MemoryModelError if exc.request_fault else ModelUnavailable
             raise failure(str(exc)) from exc
@@ -74,10 +74,22 @@ class OpenAICompatibleModel(ChatCompletionsClient):
     # -- request -------------------------------------------------------------------------------
 
     def _request_body(self, batch: ModelInput) -> dict[str, Any]:
-        return self._body(INSTRUCTIONS, render_batch(batch), "consolidation", ANSWER_SCHEMA)
+        return self._body(
+            INSTRUCTIONS,
+            render_batch(batch),
+            "consolidation",
+            ANSWER_SCHEMA,
+            max_tokens=batch.max_output_tokens,
+        )
 
     def _body(
-        self, instructions: str, user: str, schema_name: str, schema: dict[str, Any]
+        self,
+        instructions: str,
+        user: str,
+        schema_name: str,
+        schema: dict[str, Any],
+        *,
+        max_tokens: int | None = None,
     ) -> dict[str, Any]:
         return {
             "model": self._model,
@@ -86,7 +98,7 @@ class OpenAICompatibleModel(ChatCompletionsClient):
                 {"role": "user", "content": user},
             ],
             "temperature": 0,
-            "max_tokens": self._max_output_tokens,
+            "max_tokens": max_tokens or self._max_output_tokens,
             "response_format": {
                 "type": "json_schema",
                 "json_schema": {"name": schema_name, "strict": True, "schema": schema},
