@@ -88,8 +88,8 @@ def main() -> int:
         lab.close()
     with mock_aws(), fast_dynamodb():
         lab = Lab(boto3.client("dynamodb", region_name=REGION))
-        bench_cost(lab)  # table 8 (8d, 8e: the keyword shards), at bench/prices.toml's prices
-        bench_scale(lab)
+        fleet_rate = bench_scale(lab)  # table 9 first: 8 prices its fleet's model calls
+        bench_cost(lab, fleet_rate)  # table 8 (8d, 8e: the keyword shards), prices.toml's prices
         bench_raid(lab)  # table 9d: the raid of 10,000 (the tests run 1,000)
         lab.close()
     print(f"(bench finished in {time.perf_counter() - started:.1f} s)")

@@ -83,6 +83,7 @@ class Usage:
     messages: int
     triggers_waiting: int = 0  # consolidation triggers below the threshold
     rounds: int = 0  # consolidations: one memory model call each
+    fleet_rate: float | None = None  # model calls per 1,000 messages, from table 9c
     ingest_requests: int = 0  # DynamoDB requests of ingest, all messages
     waiting_requests: int = 0  # of the triggers below the threshold, all of them
     round_requests: int = 0  # of the rounds, all of them
@@ -477,6 +478,13 @@ def print_costs(
         rows,
         [
             f"Measured: {usage.messages} messages, one consolidation trigger each; requests,",
+            *(
+                [
+                    f"model calls at table 9c's fleet rate, {usage.fleet_rate:.1f} per 1,000 messages;"
+                ]
+                if usage.fleet_rate is not None
+                else []
+            ),
             "units, bytes and tokens are the bench's counts, scaled to a million. Memory sizes:",
             "template.yaml; the relay's task: relay/template.yaml's defaults.",
             f"Assumed (bench/prices.toml): {a['events_per_invoke']:.0f} event per invoke,"
@@ -595,6 +603,12 @@ def measure(lab: Any, messages: int = 100, answers: int = 3) -> Usage:
     return usage
 
 
-def bench_cost(lab: Any) -> None:
+def bench_cost(lab: Any, fleet_calls_per_thousand: float | None = None) -> None:
+    """Table 8. With `fleet_calls_per_thousand` (table 9c: a server's quiet, tiny, busy and hot
+    channels together), the model calls are priced at that rate instead of the one busy
+    channel's that `measure` runs."""
     usage, keywords = measure(lab), measure_keyword_writes(lab)
+    if fleet_calls_per_thousand is not None:
+        usage.rounds = max(1, round(fleet_calls_per_thousand * usage.messages / 1000))
+        usage.fleet_rate = fleet_calls_per_thousand
     print_costs(usage, deployment(), load_prices(), keywords)

@@ -1,4 +1,5 @@
-"""`make bench` table 9c: model calls by kind and embedding requests, worked by hand."""
+"""`make bench` table 9: model calls by kind, embedding requests and model call lengths,
+worked by hand."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))  # the bench's modules import each other by name
 
 from embedder import CountingEmbedder, per_thousand, requests_for  # noqa: E402
-from scale import Calls, Run, Sim, call_rows  # noqa: E402
+from flow import Calls, Run  # noqa: E402
+from model_time import ANSWER_TOKENS, TimedModel, call_ms  # noqa: E402
+from scale import _rate, call_rows  # noqa: E402
 
 from botmemory.consolidation.outcome import Outcome, Status  # noqa: E402
 
@@ -43,8 +46,7 @@ def test_the_rows_count_per_thousand_messages_consumed() -> None:
     run.calls.full_rounds, run.calls.unfinished = 24, 4
     rows = dict(call_rows(run))
     assert rows["model calls per 1,000 messages"] == 50.0
-    assert rows["  rounds over a full batch"] == 50.0
-    assert rows["as printed before (every call started / consumed)"] == 58.3
+    assert rows["  rounds over a full batch or a backlog"] == 50.0
     assert rows["calls still running at the end (not counted)"] == 4
     assert rows["embedding requests per 1,000 messages"] == 50.0
     assert per_thousand(5, 0) == 0.0
@@ -64,22 +66,32 @@ def test_the_counting_embedder_counts_requests_as_the_openai_embedder_batches() 
     assert sum(a * b for a, b in zip(far, same, strict=True)) < 0.5
 
 
-class _Model:
-    calls = 0
+def test_a_call_takes_its_fixed_latency_and_its_tokens_time() -> None:
+    # 12 s, then 155 ms per 1,000 input tokens and 15,244 per 1,000 output tokens.
+    assert call_ms(12_000, 0, 0) == 12_000
+    assert call_ms(12_000, 20_000, 1_000) == 12_000 + 3_100 + 15_244
 
 
-def test_an_invocation_still_running_at_the_end_counts_neither_calls_nor_messages() -> None:
-    model = _Model()
-    settings = SimpleNamespace(consolidate_every=20)
-    world = SimpleNamespace(model=model, services=SimpleNamespace(settings=settings))
-    sim = Sim(world, model_ms=3_000, end_ms=10_000)  # type: ignore[arg-type]
+def test_a_bigger_batch_is_a_slower_call_and_its_answer_stays_within_its_allowance() -> None:
+    from botmemory.consolidation.model.contract import ModelInput, NumberedObservation
 
-    def round_of_20(_time_left: Callable[[], int]) -> list[Outcome]:
-        model.calls += 1
-        return [Outcome("c", Status.CONSOLIDATED, consumed=20, model_calls=1)]
+    def batch(n: int, allowance: int | None = None) -> ModelInput:
+        lines = [
+            NumberedObservation(
+                number=i + 1, author_id="1", author_name="Ada", kind="msg", text="lol " * 20
+            )
+            for i in range(n)
+        ]
+        return ModelInput(channel_id="c", observations=lines, max_output_tokens=allowance)
 
-    assert sim.invoke(round_of_20, now=0) == 3_000 + 50 + 20
-    sim.invoke(round_of_20, now=9_000)  # ends past 10 s
+    model = TimedModel(fixed_ms=3_000)
+    model.consolidate(batch(20))
+    model.consolidate(batch(1_000, allowance=4_000))
+    (small_in, small_out), (big_in, big_out) = model.sizes
+    assert small_out == ANSWER_TOKENS <= big_out <= 4_000
+    assert big_in > 20 * small_in // 2 and model.durations[1] > model.durations[0] > 3_000
 
-    assert (sim.run.consumed, sim.run.model_calls, sim.run.calls_started) == (20, 1, 2)
-    assert (sim.run.calls.full_rounds, sim.run.calls.unfinished) == (1, 1)
+
+def test_a_channel_s_rate_is_over_the_time_its_counted_work_took() -> None:
+    assert _rate(Run(consumed=2_400, done_ms=100_000)) == 24.0
+    assert _rate(Run()) == 0.0

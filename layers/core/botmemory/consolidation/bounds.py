@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from botmemory.consolidation.attempts import MINUTE_MS
-from botmemory.consolidation.consolidator import round_reserve_ms
+from botmemory.consolidation.consolidator import grown_round_reserve_ms, round_reserve_ms
 from botmemory.consolidation.work import ENQUEUE_WINDOW_MS, SWEEP_WINDOW_MS
 from botmemory.settings.config import Settings
 
@@ -38,6 +38,14 @@ STREAM_WINDOW_MS = ENQUEUE_WINDOW_MS
 def full_batch_ms(settings: Settings) -> int:
     """A full batch, while the workers keep up (see docs/architecture.md, invariant 17)."""
     return STREAM_WINDOW_MS + ENQUEUE_WINDOW_MS + 2 * round_reserve_ms(settings)
+
+
+def hot_ms(settings: Settings) -> int:
+    """A channel that is behind (a backlog): each round takes all that waits, up to
+    MEMORY_BATCH_MAX_TOKENS, in a grown call; an observation waits for the round running when
+    it comes and its own. Holds while the channel's rate is within what grown calls consume
+    (make bench, table 9: 20 messages/s and more with 12 s calls)."""
+    return STREAM_WINDOW_MS + ENQUEUE_WINDOW_MS + 2 * grown_round_reserve_ms(settings)
 
 
 def quiet_ms(settings: Settings) -> int:

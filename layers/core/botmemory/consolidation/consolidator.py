@@ -168,7 +168,10 @@ class Consolidator:
             while (
                 outcomes[-1].status == Status.CONSOLIDATED
                 and outcomes[-1].more_pending
-                and time_left_ms() >= reserve
+                # A backlog goes on in grown rounds only: without the time for one, the
+                # channel is handed on to an invocation that has it.
+                and time_left_ms()
+                >= (grown_round_reserve_ms(self._settings) if outcomes[-1].runs else reserve)
                 and len(outcomes) < MAX_ROUNDS_PER_TRIGGER
                 and (
                     outcomes[-1].splitting  # a split batch goes on below the threshold
