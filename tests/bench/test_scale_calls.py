@@ -4,9 +4,7 @@ worked by hand."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))  # the bench's modules import each other by name
