@@ -4,6 +4,7 @@ The audit (scripts/audit.py) fails when it cannot audit."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import tomllib
@@ -282,11 +283,23 @@ def test_the_audit_says_which_source_answered(
     monkeypatch.setattr(audit, "SCAN_BIN", tmp_path)
     (tmp_path / "pip-audit").touch()
     monkeypatch.setattr(audit, "pip_audit", lambda lock: (1, "", "ERROR: could not be audited"))
+    date = json.loads(audit.ADVISORIES.read_text())["date"]
     assert audit.audit() == 0
-    assert "audit source: PyPA advisory database at" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "audit source: PyPA advisory database at" in out and f"({date}), offline" in out
     monkeypatch.setattr(audit, "pip_audit", lambda lock: (0, json.dumps({"dependencies": []}), ""))
     assert audit.audit() == 0
-    assert "audit source: pip-audit --strict" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "audit source: pip-audit --strict" in out
+    # The snapshot's date is printed either way: what the audit would fall back on.
+    assert "offline advisory snapshot: PyPA advisory database at" in out and date in out
+
+
+def test_the_snapshots_line_says_how_old_it_is() -> None:
+    snapshot = {"source": "PyPA advisory database", "commit": "3ccb61257" + "0" * 31}
+    line = audit.snapshot_age({**snapshot, "date": "2024-10-10"}, datetime.date(2024, 11, 9))
+    assert line.startswith("offline advisory snapshot: PyPA advisory database at 3ccb61257000")
+    assert "of 2024-10-10 (30 days old; docs/development.md says how to refresh it)" in line
 
 
 def test_an_ignored_advisory_needs_a_reason(
