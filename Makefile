@@ -109,13 +109,14 @@ typecheck: venv
 # each would compile the project and rewrite the tests' asserts again (git ignores __pycache__).
 # A worker that runs out of tests takes the rest of the other's queue (worksteal), so a run of
 # long tests at the end of one half does not leave the other core idle.
+# The suite runs the handlers as `sam build` built them: it builds first (cached: seconds).
 unit: export PYTHONDONTWRITEBYTECODE =
-unit: venv sam-venv
+unit: venv sam-venv build
 	$(VENV)/bin/pytest --numprocesses auto --dist worksteal
 
-# The application as `sam deploy` ships it, in .aws-sam/ (options: samconfig.toml), then the
-# layer's x86_64 twin. SAM's python3.13 workflow and layers/core/Makefile look for python3.13
-# on PATH: PYTHON313's folder goes first.
+# The application as `sam deploy` ships it, in .aws-sam/ (options: samconfig.toml), and the
+# layer's x86_64 twin beside it (sam build leaves it be). SAM's python3.13 workflow and
+# layers/core/Makefile look for python3.13 on PATH: PYTHON313's folder goes first.
 build: python313 sam-venv $(LAYER_TWIN)/.built
 	PATH="$(dir $(PYTHON313)):$$PATH" $(SAM) build
 
