@@ -115,7 +115,7 @@ PRUNED_MODULES = (
 
 # Powertools helpers that create a client of their own, and the service each one calls.
 POWERTOOLS_CLIENTS = {
-    "get_secret": "secretsmanager",
+    "get_secret": "secretsmanager",  # nosec B105 # a service name, not a secret
     "get_secrets_by_name": "secretsmanager",
     "get_parameter": "ssm",
     "get_parameters": "ssm",
