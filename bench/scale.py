@@ -257,9 +257,7 @@ def simulate(  # noqa: C901 (one loop: arrivals, the stream, the queue, the work
 
             def worker(time_left: Callable[[], int], work: WorkMessage = pick) -> list[Outcome]:
                 if work.source == "sweep":
-                    return services.consolidator.flush(
-                        work.channel_id, work.since_ms, time_left_ms=time_left
-                    )
+                    return services.consolidator.flush(work.channel_id, time_left_ms=time_left)
                 outcomes = services.consolidator.consolidate(
                     work.channel_id, force=work.force, time_left_ms=time_left
                 )

@@ -46,7 +46,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailure
             return
         time_left = context.get_remaining_time_in_millis
         if work.source == "sweep":
-            outcomes = consolidator.flush(work.channel_id, work.since_ms, time_left_ms=time_left)
+            outcomes = consolidator.flush(work.channel_id, time_left_ms=time_left)
         else:
             outcomes = consolidator.consolidate(
                 work.channel_id, force=work.force, time_left_ms=time_left

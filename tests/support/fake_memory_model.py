@@ -6,7 +6,7 @@ author citing it. ConsolidateFunction reaches it through the project's own `open
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,11 @@ class FactWriter:
     # When set, the short-term line (with `{name}`) it writes for each member who spoke;
     # None: its answers carry no `recent` (as a model of the older contract).
     recent_line: str | None = None
+    # Called with each batch as it arrives (a test's clock moves while the model thinks).
+    on_batch: Callable[[str], None] | None = None
+    # For a batch: None to answer it, "unusable" to answer with what is no contract's
+    # answer, or an HTTP status to refuse it with (a provider that is down or throttles).
+    fails: Callable[[str], int | str | None] | None = None
 
     def answer(self, batch: str) -> dict[str, Any]:
         facts = []
@@ -75,7 +80,15 @@ class _Server(CompletionServer):
 
     def answer(self, user_message: str) -> dict[str, Any]:
         self.writer.batches.append(user_message)
+        if self.writer.fails and self.writer.fails(user_message) == "unusable":
+            return {"facts": "not a list"}
         return self.writer.answer(user_message)
+
+    def refusal(self, user_message: str) -> int | None:
+        if self.writer.on_batch:
+            self.writer.on_batch(user_message)
+        failure = self.writer.fails(user_message) if self.writer.fails else None
+        return failure if isinstance(failure, int) else None
 
 
 @dataclass

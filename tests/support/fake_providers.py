@@ -169,6 +169,11 @@ class CompletionServer(ThreadingHTTPServer):
     def answer(self, user_message: str) -> dict[str, Any]:
         raise NotImplementedError
 
+    def refusal(self, user_message: str) -> int | None:
+        """An HTTP status to answer this request with instead (a provider that is down, or
+        throttles); None: answer it."""
+        return None
+
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
@@ -180,6 +185,10 @@ class _CompletionHandler(BaseHTTPRequestHandler):
         body = request_json(self)
         self.server.calls += 1
         user = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+        status = self.server.refusal(user)
+        if status is not None:
+            send_json(self, {"error": {"message": "unavailable", "code": status}}, status)
+            return
         content = json.dumps(self.server.answer(user))
         send_json(self, chat_completion(content, model=body.get("model", "fake")))
 

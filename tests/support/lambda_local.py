@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from botmemory.clock import Clock
 from botmemory.consolidation.work import local_event, register_local_queue
 from botmemory.runtime import forget_environment
 from localrun.samtemplate import Template, load_handler, load_template
@@ -29,13 +30,19 @@ class LambdaContext:
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     # The function's Timeout from the template; a test never waits on it (no clock runs).
     timeout_ms: int = 30_000
+    # A simulated clock, if the test runs one: the time left is then the Timeout less what
+    # that clock moved since the invocation began (a slow model call uses it up).
+    clock: Clock | None = None
+    started_ms: int = 0
 
     @property
     def invoked_function_arn(self) -> str:
         return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
 
     def get_remaining_time_in_millis(self) -> int:
-        return self.timeout_ms
+        if self.clock is None:
+            return self.timeout_ms
+        return self.timeout_ms - (self.clock.now_ms() - self.started_ms)
 
 
 WORKER = "ConsolidateWorkerFunction"
@@ -45,10 +52,14 @@ MAX_QUEUED_INVOKES = 1_000  # a worker that keeps enqueueing itself is a bug, no
 
 class LocalLambda:
     def __init__(
-        self, monkeypatch: pytest.MonkeyPatch, overrides: dict[str, dict[str, str]]
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        overrides: dict[str, dict[str, str]],
+        clock: Clock | None = None,
     ) -> None:
         self._monkeypatch = monkeypatch
         self._overrides = overrides
+        self._clock = clock
         self.template = Template(_template_body(), {"MemoryTable": TABLE})
         # The worker queue, in process (botmemory.consolidation.work): what a function sends
         # is delivered to ConsolidateWorkerFunction once that function returns, as the
@@ -107,6 +118,8 @@ class LocalLambda:
         handler = load_handler(spec)
         timeout_ms = int(spec.properties.get("Timeout", 3)) * 1000
         context = LambdaContext(function_name=logical_id, timeout_ms=timeout_ms)
+        if self._clock is not None:
+            context.clock, context.started_ms = self._clock, self._clock.now_ms()
         self._running, self._settings_of = logical_id, settings_of
         try:
             return handler(event, context)

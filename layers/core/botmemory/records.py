@@ -365,6 +365,9 @@ class Attempts:
     retry_at_ms: int | None = None  # no round before this time
     split_size: int | None = None  # batch size while a failing batch is being split
     split_until: str | None = None  # sort key of the last observation of the range that fails
+    # Since when the channel's rounds fail (the first failure of this streak): a provider
+    # that answered no round since says nothing of the batch (an outage).
+    failing_since_ms: int | None = None
 
     @property
     def splitting(self) -> bool:

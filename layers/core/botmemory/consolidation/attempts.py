@@ -8,6 +8,11 @@ after it), down to a single observation; a single observation that still fails i
 quarantined (consumed without facts), and once the range is passed the channel goes back
 to whole batches. The back-off grows with every failure since the channel last consolidated
 normally, so a channel that fails forever costs a bounded number of model calls a day.
+
+An outage is not a poison batch: a failure where the provider gave no answer at all
+(ModelUnavailable) counts against the batch only when the model answered other rounds since
+the channel's failures began. Otherwise the channel only waits its back-off and tries the same batch
+again: nothing is split or quarantined while the provider answers no one.
 """
 
 from __future__ import annotations
@@ -34,12 +39,25 @@ class RetryPolicy:
         return int(min(self.backoff_ms * 2**exponent, self.backoff_max_ms))
 
     def after_failure(
-        self, previous: Attempts | None, batch: list[str], error: str, now_ms: int
+        self,
+        previous: Attempts | None,
+        batch: list[str],
+        error: str,
+        now_ms: int,
+        *,
+        counted: bool = True,
     ) -> tuple[Attempts, bool]:
         """The record after the batch (its observations' sort keys, oldest first) failed,
-        and whether the batch is to be quarantined now."""
+        and whether the batch is to be quarantined now. `counted=False`: nothing says the
+        batch is at fault (an outage): it waits its back-off and is tried again as it was."""
         failures = (previous.failures if previous else 0) + 1
         head = batch[0] if batch else None
+        since = previous.failing_since_ms if previous else None
+        since = now_ms if since is None else since
+        if not counted:
+            kept = previous or Attempts(failures=0, head=head)
+            waited = replace(kept, failures=failures, error=error, failing_since_ms=since)
+            return replace(waited, retry_at_ms=now_ms + self.backoff(failures)), False
         if previous and previous.splitting:
             count = 1
         else:
@@ -52,12 +70,13 @@ class RetryPolicy:
             retry_at_ms=now_ms + self.backoff(failures),
             split_size=previous.split_size if previous else None,
             split_until=previous.split_until if previous else None,
+            failing_since_ms=since,
         )
         if not record.splitting and count < self.max_attempts:
             return record, False  # retried whole, from the same head, after the back-off
         if len(batch) <= 1:
             # Alone and still failing: consumed without facts. Later batches go on at once.
-            return Attempts(failures=failures, error=error), True
+            return Attempts(failures=failures, error=error, failing_since_ms=since), True
         # What fails lies in this batch: bisect it.
         return replace(record, split_size=math.ceil(len(batch) / 2), split_until=batch[-1]), False
 

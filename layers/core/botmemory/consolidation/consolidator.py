@@ -31,6 +31,7 @@ from botmemory.consolidation.model.contract import (
     KnownFact,
     MemoryModel,
     ModelInput,
+    ModelUnavailable,
     PersonaBrief,
     render_batch,
 )
@@ -115,6 +116,7 @@ class Consolidator:
         )
         self._time_left: TimeLeft = _unbounded  # the running trigger's, while it runs
         self._people = PeopleWriter(repository, clock, opt_outs)
+        self._answer_recorded_ms = -MINUTE_MS  # when this process last recorded the model's health
 
     # Entry points -------------------------------------------------------------------
 
@@ -173,27 +175,35 @@ class Consolidator:
         self._left_behind(outcomes[-1])
         return outcomes
 
-    def flush(
-        self, channel_id: str, since_ms: int | None, *, time_left_ms: TimeLeft = _unbounded
-    ) -> list[Outcome]:
-        """The sweep's turn for a quiet channel (its place on the sweep's list: `since_ms`).
-        A tiny one (1 to TINY_PENDING waiting) is not consolidated before it has been quiet
-        for MEMORY_TINY_FLUSH_MINUTES: it moves down the list to then, and its one model call
-        takes whatever has come meanwhile. A channel that backs off after a failure moves to
-        its next try."""
+    def flush(self, channel_id: str, *, time_left_ms: TimeLeft = _unbounded) -> list[Outcome]:
+        """The sweep's turn for a quiet channel. How long it waited is read from its oldest
+        waiting observation, never from its place on the sweep's list (which says only when
+        the sweep was to come back, and moves each time it defers). A tiny one (1 to TINY_PENDING waiting) is consolidated once its oldest waiting
+        observation is MEMORY_TINY_FLUSH_MINUTES old; until then it moves down the list to
+        that moment, and its one model call takes whatever has come meanwhile. A channel
+        that backs off after a failure moves to its next try."""
         if not self._enabled:
             return [Outcome(channel_id, Status.OFF)]
-        tiny_ms = max(self._settings.tiny_flush_minutes * MINUTE_MS, self._idle_ms)
-        if since_ms is not None and since_ms > self._clock.now_ms() - tiny_ms:
-            waiting = self._repository.count_pending(channel_id, TINY_PENDING + 1)
-            if 0 < waiting <= TINY_PENDING:
-                self._repository.reschedule_sweep(channel_id, since_ms + tiny_ms - self._idle_ms)
-                return [Outcome(channel_id, Status.BELOW_THRESHOLD, detail=f"tiny: {waiting}")]
+        pending = self._repository.pending_count(channel_id, TINY_PENDING + 1)
+        due_ms = self._tiny_due_ms(pending)
+        if due_ms is not None and due_ms > self._clock.now_ms():
+            self._repository.reschedule_sweep(channel_id, due_ms - self._idle_ms)
+            detail = f"tiny: {pending.observations}"
+            return [Outcome(channel_id, Status.BELOW_THRESHOLD, detail=detail)]
         rounds = self.consolidate(channel_id, force=True, time_left_ms=time_left_ms)
         deferred_to = rounds[-1].retry_at_ms
         if rounds[-1].status == Status.DEFERRED and deferred_to is not None:
             self._repository.reschedule_sweep(channel_id, deferred_to - self._idle_ms)
         return rounds
+
+    def _tiny_due_ms(self, pending: PendingCount) -> int | None:
+        """When a tiny channel's wait ends: its oldest waiting observation's time (never
+        later than now, so a clock that jumped back cannot push it away) plus the tiny
+        wait; None when the channel is not tiny."""
+        if pending.oldest_ms is None or not 0 < pending.observations <= TINY_PENDING:
+            return None
+        tiny_ms = max(self._settings.tiny_flush_minutes * MINUTE_MS, self._idle_ms)
+        return min(pending.oldest_ms, self._clock.now_ms()) + tiny_ms
 
     def _left_behind(self, last: Outcome) -> None:
         """After the last round: a channel with a full batch still waiting (or a split going
@@ -308,7 +318,8 @@ class Consolidator:
             try:
                 answer = self._ask_model(batch, known, summary, outcome)
             except Exception as exc:  # counted, retried later, split, at worst quarantined
-                return self._failed(lock, batch, outcome, str(exc)[:300])
+                return self._failed(lock, batch, outcome, exc)
+            self._model_answered()
             batch.recent = {r.user_id: r.line for r in answer.recent}
             judgement = self._judge.judge(answer, batch, known, outcome)
             judgement.summary = self._rolled_summary(summary, answer, batch, outcome)
@@ -471,13 +482,18 @@ class Consolidator:
 
     # A round that failed --------------------------------------------------------------
 
-    def _failed(self, lock: Lock, batch: Batch, outcome: Outcome, error: str) -> Outcome:
+    def _failed(self, lock: Lock, batch: Batch, outcome: Outcome, exc: Exception) -> Outcome:
         """Count the failure against the batch's head and back off; a batch that keeps
-        failing is split, and what fails alone is quarantined."""
+        failing is split, and what fails alone is quarantined. A provider that answered
+        nobody since the channel began failing is an outage: the channel only backs off."""
+        error = str(exc)[:300]
         log.warning("memory model failed", extra={"channel_id": lock.channel_id, "error": error})
         now = self._clock.now_ms()
+        counted = self._failure_counts(exc, lock.attempts)
+        outcome.model_unavailable = not counted
+        outcome.left_pending = len(batch.observations)
         attempts, quarantine = self._retry.after_failure(
-            lock.attempts, [o.sk for o in batch.observations], error, now
+            lock.attempts, [o.sk for o in batch.observations], error, now, counted=counted
         )
         outcome.detail = error
         if quarantine:
@@ -498,6 +514,30 @@ class Consolidator:
             },
         )
         return outcome
+
+    def _model_answered(self) -> None:
+        """Record that the model answers (at most once a minute from this process: a failed
+        round elsewhere only needs to know it answered since that round's last failure,
+        which is a back-off of minutes ago)."""
+        now = self._clock.now_ms()
+        if now - self._answer_recorded_ms < MINUTE_MS:
+            return
+        try:
+            self._repository.record_model_answer(now)
+        except (ClientError, BotoCoreError) as error:  # the round goes on; the next one tries
+            log.warning("model health not recorded", extra={"error": repr(error)[:300]})
+            return
+        self._answer_recorded_ms = now
+
+    def _failure_counts(self, exc: Exception, previous: Attempts | None) -> bool:
+        """Whether a failure counts against the batch: the model answered but not usably, or
+        the provider refused this request; or it answered nobody this time but has answered
+        other rounds since this channel's failures began (so the batch is what fails)."""
+        if not isinstance(exc, ModelUnavailable):
+            return True
+        if previous is None or previous.failing_since_ms is None:
+            return False  # a first failure of this kind says nothing yet
+        return self._repository.model_answered_after(previous.failing_since_ms)
 
     def _quarantine(
         self, lock: Lock, batch: Batch, outcome: Outcome, attempts: Attempts

@@ -72,6 +72,10 @@ class Outcome:
     # The profiles and name registry entries written after the commit failed (counted): the
     # channel's state keeps them and its next round writes them first.
     people_unwritten: bool = False
+    # A failed round: the provider answered nobody (an outage, not this batch's fault: the
+    # channel only backs off), and how many observations the round left pending.
+    model_unavailable: bool = False
+    left_pending: int = 0
 
 
 def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
@@ -104,8 +108,18 @@ def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
                 figures.append(("SearchIndexKeywordsOnly", 1))
             if outcome.embedding_dimensions_wrong:
                 figures.append(("EmbeddingDimensionsWrong", 1))
+        if outcome.status == Status.MODEL_FAILED:
+            figures += _failure_figures(outcome)
         if outcome.status == Status.QUARANTINED:
             figures += [("BatchesQuarantined", 1), ("ObservationsQuarantined", outcome.consumed)]
         if outcome.status in (Status.CONSOLIDATED, Status.QUARANTINED):  # both tend the tier
             figures += [("FactsDemoted", outcome.demoted), ("FactsEvicted", outcome.evicted)]
+    return figures
+
+
+def _failure_figures(outcome: Outcome) -> list[tuple[str, int]]:
+    """A failed round: what it left pending, and whether the provider answered no one."""
+    figures = [("ObservationsBacklogged", outcome.left_pending)]
+    if outcome.model_unavailable:
+        figures.append(("ModelUnavailable", 1))
     return figures

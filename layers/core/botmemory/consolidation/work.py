@@ -47,7 +47,8 @@ Source = Literal["stream", "sweep", "continue"]
 
 class WorkMessage(BaseModel):
     """One channel's turn: `force` consolidates below the threshold (the sweep's turn);
-    `since_ms` is the channel's place on the sweep's list when the sweep handed it out."""
+    `since_ms` is the channel's place on the sweep's list when the sweep handed it out: logged,
+    never read as how long the channel waited (Consolidator.flush reads that from the table)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -26,8 +26,18 @@ _BODY_EXCERPT_CHARS = 300
 _RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
 
 
+# Refusals that say this request is what is wrong (its body, its size), not the endpoint
+# or the deployment's key or model name, which would refuse every request alike.
+_REQUEST_FAULT_STATUSES = frozenset({400, 413, 422})
+
+
 class EndpointError(RuntimeError):
-    """The endpoint rejected the request, or every attempt failed; the text is safe to log."""
+    """The endpoint rejected the request, or every attempt failed; the text is safe to log.
+    `request_fault`: the endpoint refused this request's content (another may pass)."""
+
+    def __init__(self, message: str, *, request_fault: bool = False) -> None:
+        super().__init__(message)
+        self.request_fault = request_fault
 
 
 @dataclass(frozen=True)
@@ -161,7 +171,10 @@ class OpenAIEndpoint:
         problem = f"HTTP {status}: {self.excerpt(response)}"
         if status not in _RETRYABLE_CLIENT_STATUSES and status < 500:
             # The request itself is wrong (auth, model, schema): repeating it wastes time.
-            raise EndpointError(f"{self.name} rejected the request: {problem}")
+            raise EndpointError(
+                f"{self.name} rejected the request: {problem}",
+                request_fault=status in _REQUEST_FAULT_STATUSES,
+            )
         # Retry-After means the same on any retryable status (429, 503...): honour it on all.
         return _Failure(problem, self._retry.retry_after(response))
 

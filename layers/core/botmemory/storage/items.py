@@ -271,6 +271,7 @@ _ATTEMPT_ATTRIBUTES = {
     "retry_at_ms": "retry_at",
     "split_size": "retry_split_size",
     "split_until": "retry_split_until",
+    "failing_since_ms": "retry_failing_since",
 }
 
 

@@ -71,6 +71,11 @@ NOTES_SK = "NOTES"
 # Under a server's scope partition: its search index was purged (botmemory.search.shards), so
 # a write racing the purge does not create it again.
 INDEX_PURGED_SK = "INDEX_PURGED"
+# When the memory model last answered a round, anywhere in the deployment (one item, about
+# no one): it tells a provider's outage from a batch that fails alone
+# (botmemory.consolidation.attempts).
+MODEL_HEALTH_PK = "MODEL"
+MODEL_HEALTH_SK = "HEALTH"
 
 
 class ItemKind(StrEnum):

@@ -31,10 +31,12 @@ from botmemory.storage.table import Table, error_code
 
 @dataclass(frozen=True)
 class PendingCount:
-    """What waits in a channel: its observations, and of them the bot's answers."""
+    """What waits in a channel: its observations, of them the bot's answers, and when the
+    oldest of them was said (its key's time; None when nothing waits)."""
 
     observations: int
     answers: int
+    oldest_ms: int | None = None
 
 
 class ObservationStore(Table):
@@ -59,15 +61,16 @@ class ObservationStore(Table):
         return self.pending_count(channel_id, up_to).observations
 
     def pending_count(self, channel_id: str, up_to: int) -> PendingCount:
-        """How many observations wait in the channel (no further than `up_to`), and how many
-        of them are the bot's answers: one Query, reading only each item's kind (the read
-        costs what a count costs: DynamoDB bills the items read, not the attributes)."""
+        """How many observations wait in the channel (no further than `up_to`), how many of
+        them are the bot's answers, and when the oldest was said: one Query of the pending
+        index (oldest first), reading only each item's kind and key (the read costs what a
+        count costs: DynamoDB bills the items read, not the attributes)."""
         response = self._client.query(
             TableName=self.table_name,
             IndexName=PENDING_INDEX,
             KeyConditionExpression="pk = :pk",
             ExpressionAttributeValues={":pk": {"S": keys.channel_pk(channel_id)}},
-            ProjectionExpression="#kind",
+            ProjectionExpression="#kind, pending_sk",
             ExpressionAttributeNames={"#kind": "kind"},
             Limit=up_to,
         )
@@ -75,7 +78,13 @@ class ObservationStore(Table):
         answers = sum(
             1 for i in items if i.get("kind", {}).get("S") == ObservationKind.ANSWER.value
         )
-        return PendingCount(observations=int(response["Count"]), answers=answers)
+        first = items[0].get("pending_sk", {}).get("S", "") if items else ""
+        parts = keys.observation_parts(first) if first else None
+        return PendingCount(
+            observations=int(response["Count"]),
+            answers=answers,
+            oldest_ms=parts[0] if parts else None,
+        )
 
     def pending_observations(self, channel_id: str, limit: int) -> tuple[list[Observation], bool]:
         """The oldest pending observations, and whether more wait behind them."""

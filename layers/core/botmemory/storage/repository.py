@@ -9,11 +9,12 @@ outside its transaction in round_people.py; channel visibility in
 channels.py; personas, short-term memory, summary archives and deferred candidates in
 personas.py, short_term.py, summaries.py and candidates.py; the servers' notes for direct
 messages in notes.py; the marker a server's search index purge leaves in index_purges.py;
-every item of a server, found and deleted, in server_purge.py; the answer rate counters in
-rate_counters.py; what the migration of facts without channels reads and writes in
-fact_channels.py; the client and the shared helpers in table.py. No module outside this
-package calls the table (tests/botmemory/storage/test_storage_owns_the_table.py). What search
-reads back of the table is in botmemory.search.sources.
+when the memory model last answered, deployment-wide, in model_health.py; every item of a
+server, found and deleted, in server_purge.py; the answer rate counters in rate_counters.py;
+what the migration of facts without channels reads and writes in fact_channels.py; the
+client and the shared helpers in table.py. No module outside this package calls the table
+(tests/botmemory/storage/test_storage_owns_the_table.py). What search reads back of the
+table is in botmemory.search.sources.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from botmemory.storage.episodes import EpisodeStore
 from botmemory.storage.fact_channels import FactChannelStore
 from botmemory.storage.facts import FactStore
 from botmemory.storage.index_purges import IndexPurgeStore
+from botmemory.storage.model_health import ModelHealthStore
 from botmemory.storage.notes import NotesRepository
 from botmemory.storage.observations import ObservationStore
 from botmemory.storage.people import PeopleRepository
@@ -53,6 +55,7 @@ class MemoryRepository(
     NotesRepository,
     IndexPurgeStore,
     ServerPurgeStore,
+    ModelHealthStore,
     RateCounterStore,
     FactChannelStore,
 ):

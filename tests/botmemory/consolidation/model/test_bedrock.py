@@ -16,6 +16,7 @@ from botmemory.consolidation.model.contract import (
     INSTRUCTIONS,
     MemoryModelError,
     ModelInput,
+    ModelUnavailable,
     NumberedObservation,
     render_batch,
 )
@@ -187,3 +188,34 @@ def test_client_is_created_lazily_in_the_given_region(monkeypatch: pytest.Monkey
         ("bedrock-runtime", "eu-west-3")
     ]
     assert created[0][1]["config"].retries["mode"] == "standard"
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        ("ThrottlingException", 429),
+        ("ServiceUnavailableException", 503),
+        ("AccessDeniedException", 403),
+    ],
+)
+def test_no_answer_from_bedrock_is_the_provider_unavailable(
+    client: Any, stubber: Stubber, code: str, status: int
+) -> None:
+    stubber.add_client_error("converse", service_error_code=code, http_status_code=status)
+
+    with pytest.raises(ModelUnavailable, match=code):
+        make_model(client).consolidate(batch())
+
+
+def test_a_refused_request_or_an_unusable_answer_is_the_batch_s_own_failure(
+    client: Any, stubber: Stubber
+) -> None:
+    stubber.add_client_error(
+        "converse", service_error_code="ValidationException", http_status_code=400
+    )
+    stubber.add_response("converse", converse_response([{"text": "no tool"}]))
+
+    for _ in range(2):
+        with pytest.raises(MemoryModelError) as failed:
+            make_model(client).consolidate(batch())
+        assert not isinstance(failed.value, ModelUnavailable)

@@ -14,6 +14,7 @@ from botmemory.consolidation.model.contract import (
     KnownFact,
     MemoryModelError,
     ModelInput,
+    ModelUnavailable,
     NumberedObservation,
 )
 from botmemory.consolidation.model.openai_compat import OpenAICompatibleModel
@@ -363,3 +364,32 @@ def test_limits_left_unset_are_the_memory_models_own(server: ScriptServer) -> No
     assert sleep.calls == [60.0, 60.0]
     assert server.requests[-1].body["max_tokens"] == 2000
     assert model._endpoint.client is not None and model._endpoint.client.timeout.read == 30.0
+
+
+@pytest.mark.parametrize("status", [500, 503, 429, 401, 404])
+def test_no_answer_from_the_endpoint_is_the_provider_unavailable(
+    server: ScriptServer, status: int
+) -> None:
+    server.script.append(Scripted(status, {"error": {"message": "down"}}))
+
+    with pytest.raises(ModelUnavailable, match=str(status)):
+        make_model(server, SleepRecorder(), max_attempts=1).consolidate(batch())
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Scripted(400, {"error": {"message": "context length exceeded"}}),
+        Scripted(413, {"error": {"message": "too large"}}),
+        Scripted(200, completion("not json")),
+    ],
+)
+def test_a_refused_request_or_an_unusable_answer_is_the_batch_s_own_failure(
+    server: ScriptServer, reply: Scripted
+) -> None:
+    server.script.append(reply)
+
+    with pytest.raises(MemoryModelError) as failed:
+        make_model(server, SleepRecorder(), max_attempts=1).consolidate(batch())
+
+    assert not isinstance(failed.value, ModelUnavailable)

@@ -16,6 +16,7 @@ from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
     MemoryModelError,
     ModelInput,
+    ModelUnavailable,
     parse_answer,
     parse_recompression,
     render_batch,
@@ -61,11 +62,15 @@ class BedrockModel:
         return self._converse.client()
 
     def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
-        return parse_answer(
-            self._tool_input(
+        try:
+            tool_input = self._tool_input(
                 INSTRUCTIONS, render_batch(batch), TOOL_NAME, _TOOL_DESCRIPTION, ANSWER_SCHEMA
             )
-        )
+        except MemoryModelError as exc:
+            if _request_fault(exc):
+                raise
+            raise ModelUnavailable(str(exc)) from exc.__cause__
+        return parse_answer(tool_input)
 
     def recompress(self, summary: str, target_chars: int) -> str:
         return parse_recompression(
@@ -116,3 +121,14 @@ class BedrockModel:
                     raise MemoryModelError(f"{self.name} called {tool} without an object input")
                 return tool_input
         raise MemoryModelError(f"{self.name} did not call {tool} (stopReason={stop_reason!r})")
+
+
+def _request_fault(error: MemoryModelError) -> bool:
+    """Whether Bedrock answered, or refused this request's content (ValidationException:
+    its size, its shape); any other service or connection error says nothing of the batch."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    cause = error.__cause__
+    if isinstance(cause, ClientError):
+        return cause.response.get("Error", {}).get("Code") == "ValidationException"
+    return not isinstance(cause, BotoCoreError)

@@ -25,6 +25,13 @@ class MemoryModelError(RuntimeError):
     """The model could not produce a usable answer; nothing may be consumed."""
 
 
+class ModelUnavailable(MemoryModelError):
+    """The provider gave no answer at all (timeouts, transport errors, throttling, 5xx, a
+    refused key or model name), after its own retries: nothing says this batch is at fault,
+    so the failure counts against it only when the model answers other batches meanwhile
+    (botmemory.consolidation.attempts)."""
+
+
 class NumberedObservation(BaseModel):
     number: int
     author_id: str

@@ -20,6 +20,7 @@ from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
     MemoryModelError,
     ModelInput,
+    ModelUnavailable,
     parse_answer,
     parse_recompression,
     render_batch,
@@ -53,7 +54,8 @@ class OpenAICompatibleModel(ChatCompletionsClient):
         try:
             response = self._endpoint.post(self._request_body(batch))
         except EndpointError as exc:
-            raise MemoryModelError(str(exc)) from exc
+            failure = MemoryModelError if exc.request_fault else ModelUnavailable
+            raise failure(str(exc)) from exc
         return parse_answer(self._content(response))
 
     def recompress(self, summary: str, target_chars: int) -> str:
