@@ -8,12 +8,20 @@ SAM_LOCK := requirements-sam.lock
 SCAN_VENV := .venv-scan
 SCAN_LOCK := requirements-scan.lock
 PY := $(VENV)/bin/python
-# Prefer python3.13 (the Lambda runtime) when it actually runs here; a shim that
-# exists but fails does not count. The code also runs on 3.11.
-BASE_PYTHON := $(shell python3.13 -c 'import sys' >/dev/null 2>&1 && echo python3.13 || echo python3)
-# `sam build` needs the same: a python3.13 on PATH that runs (the layer's runtime).
-HAVE_PYTHON313 := $(shell python3.13 -c 'import sys' >/dev/null 2>&1 && echo yes)
-NO_PYTHON313 := no working python3.13 on PATH (the layer targets python3.13; with pyenv: PYENV_VERSION=3.13.0)
+# Python 3.13, the Lambda runtime's, wherever it is installed: python3.13 on PATH when it runs
+# (a pyenv shim with no version selected does not), else pyenv's or uv's installs
+# (scripts/find_python.sh). `make build` and `make test` need it; .venv is made with it.
+PYTHON313 := $(shell scripts/find_python.sh 3.13)
+NO_PYTHON313 := no Python 3.13 found (the Lambda runtime's: sam build, the suite and the built \
+  handlers run on it). Install it, e.g. 'pyenv install 3.13', 'uv python install 3.13' or your \
+  system's python3.13 package, and run make again
+# Without 3.13, `make demo` and the other local runs still work on python3 (3.11 or newer).
+BASE_PYTHON := $(or $(PYTHON313),python3)
+# A .venv made with another Python than BASE_PYTHON (say 3.11, made before 3.13 was found) is
+# made again: the suite must run on the runtime's Python.
+VENV_WANTS := $(shell $(BASE_PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+VENV_HAS := $(shell test -x $(PY) && $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+REMAKE_VENV := $(if $(and $(VENV_HAS),$(filter-out $(VENV_WANTS),$(VENV_HAS))),yes)
 SAM := SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam
 # Exact pins of the runtime, dev and relay groups, resolved for these interpreters by `make lock`
 # (which also writes layers/core/requirements.txt, relay/requirements.txt, $(SAM_LOCK), $(SCAN_LOCK)).
@@ -22,18 +30,32 @@ LOCK := requirements-dev.lock
 BASE_IMAGE_TAG := python:3.13-slim
 # The optional eval group (the offline embedding model), pinned by hash; `make eval` only.
 EVAL_LOCK := requirements-eval.lock
-LOCK_PYTHONS := python3.11 python3.13
+LOCK_PYTHONS := $(or $(shell scripts/find_python.sh 3.11),python3.11) $(or $(PYTHON313),python3.13)
+# The layer once more for x86_64 (the same pins and prune) beside the arm64 one `sam build`
+# makes: the built handlers run on this machine's (tests/stack/test_built_artifact.py).
+LAYER_TWIN := .aws-sam/layer-x86_64
 
-.PHONY: venv lock sam-venv scan-venv scan audit bump-base-image test lint format typecheck unit build build-if-python313 validate bench eval demo dev register clean
+.PHONY: venv python313 lock sam-venv scan-venv scan audit bump-base-image test lint format typecheck unit build validate bench eval demo dev register clean FORCE
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml $(LOCK)
+# The stamp records the Python the virtualenv was made with.
+$(VENV)/.installed: pyproject.toml $(LOCK) $(if $(REMAKE_VENV),FORCE)
+ifeq ($(REMAKE_VENV),yes)
+	@echo "$(VENV) runs Python $(VENV_HAS): making it again with $(BASE_PYTHON) ($(VENV_WANTS))"
+	rm -rf $(VENV)
+endif
 	@test -x $(PY) || $(BASE_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --requirement $(LOCK)
 	$(PY) -m pip install --quiet --no-deps --editable .
-	@touch $@
+	@$(PY) -c 'import sys; print("python", sys.version.split()[0], sys.executable)' > $@
+
+FORCE:
+
+# Fails, naming what to install, where no Python 3.13 runs.
+python313:
+	@test -n "$(PYTHON313)" || { echo "make: $(NO_PYTHON313)" >&2; exit 1; }
 
 # After changing dependencies in pyproject.toml: re-pin every lock with pip's resolver.
 lock:
@@ -72,8 +94,9 @@ bump-base-image:
 	  && sed -i -E "s|^FROM python:[^ ]+|FROM $(BASE_IMAGE_TAG)@$$digest|" relay/Dockerfile \
 	  && grep '^FROM' relay/Dockerfile
 
-# The whole suite and the static checks; what CI runs. `sam build` too, where it can run.
-test: lint typecheck scan audit unit build-if-python313
+# The whole suite and the static checks; what CI runs. `sam build` before the suite, which
+# runs the built handlers; all on Python 3.13.
+test: python313 lint typecheck scan audit build unit
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -86,21 +109,22 @@ typecheck: venv
 # each would compile the project and rewrite the tests' asserts again (git ignores __pycache__).
 # A worker that runs out of tests takes the rest of the other's queue (worksteal), so a run of
 # long tests at the end of one half does not leave the other core idle.
+# The suite runs the handlers as `sam build` built them: it builds first (cached: seconds).
 unit: export PYTHONDONTWRITEBYTECODE =
-unit: venv sam-venv
+unit: venv sam-venv build
 	$(VENV)/bin/pytest --numprocesses auto --dist worksteal
 
-# The application as `sam deploy` ships it, in .aws-sam/ (options: samconfig.toml).
-build: sam-venv
-	@test "$(HAVE_PYTHON313)" = yes || { echo "make build: $(NO_PYTHON313)" >&2; exit 1; }
-	$(SAM) build
+# The application as `sam deploy` ships it, in .aws-sam/ (options: samconfig.toml), and the
+# layer's x86_64 twin beside it (sam build leaves it be). SAM's python3.13 workflow and
+# layers/core/Makefile look for python3.13 on PATH: PYTHON313's folder goes first.
+build: python313 sam-venv $(LAYER_TWIN)/.built
+	PATH="$(dir $(PYTHON313)):$$PATH" $(SAM) build
 
-build-if-python313:
-ifeq ($(HAVE_PYTHON313),yes)
-	@$(MAKE) --no-print-directory build
-else
-	@echo "sam build skipped: $(NO_PYTHON313)"
-endif
+$(LAYER_TWIN)/.built: layers/core/requirements.txt layers/core/layer_build.py $(shell find layers/core/botmemory -name '*.py' 2>/dev/null)
+	@test -n "$(PYTHON313)" || { echo "make: $(NO_PYTHON313)" >&2; exit 1; }
+	rm -rf $(LAYER_TWIN)
+	$(PYTHON313) layers/core/layer_build.py --architecture x86_64 $(LAYER_TWIN)
+	@touch $@
 
 # The templates: the SAM translator (offline, samconfig.toml's region) and cfn-lint.
 validate: venv sam-venv

@@ -579,7 +579,7 @@ def measure(lab: Any, messages: int = 100, answers: int = 3) -> Usage:
         services,
         model,
         SilentPoster(),
-        AnswerRateLimiter(lab.client, services.settings.table_name, services.settings, world.clock),
+        AnswerRateLimiter(services.repository, services.settings, world.clock),
         system_prompt_source(services.settings),
     )
     for n in range(answers):

@@ -394,7 +394,7 @@ def bench_answer(lab: Lab) -> None:
         services,
         model,
         SilentPoster(),
-        AnswerRateLimiter(lab.client, services.settings.table_name, services.settings, clock),
+        AnswerRateLimiter(services.repository, services.settings, clock),
         system_prompt_source(services.settings),
     )
     at_ms = clock.now_ms() + 60_000

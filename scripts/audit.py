@@ -16,6 +16,7 @@ with its reason.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import subprocess
 import sys
@@ -155,11 +156,23 @@ def report(source: str, found: list[str], ignore: dict[str, str], pins: int) -> 
     return 1 if kept else 0
 
 
+def snapshot_age(snapshot: dict[str, Any], today: datetime.date) -> str:
+    """The offline snapshot's line: its source, commit and date, and how old it is."""
+    days = (today - datetime.date.fromisoformat(snapshot["date"])).days
+    return (
+        f"offline advisory snapshot: {snapshot['source']} at {snapshot['commit'][:12]} of "
+        f"{snapshot['date']} ({days} days old; docs/development.md says how to refresh it)"
+    )
+
+
 def audit() -> int:
     pins = all_pins()
     ignore = ignored()
     if not (SCAN_BIN / "pip-audit").exists():
         raise SystemExit(".venv-scan/bin/pip-audit is missing: run `make scan-venv`")
+    if ADVISORIES.is_file():
+        # Printed whichever source answers: what the audit falls back on, and its age.
+        print(snapshot_age(json.loads(ADVISORIES.read_text("utf-8")), datetime.date.today()))
     vulnerabilities: list[str] = []
     reason = ""
     for lock in LOCKS:

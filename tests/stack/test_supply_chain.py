@@ -4,6 +4,7 @@ The audit (scripts/audit.py) fails when it cannot audit."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import tomllib
@@ -25,8 +26,6 @@ RELAY = ROOT / "relay" / "requirements.txt"
 DEV_LOCK = ROOT / "requirements-dev.lock"
 TOOL_LOCKS = {"sam": ROOT / "requirements-sam.lock", "scan": ROOT / "requirements-scan.lock"}
 DEPLOYED = {"python_version": "3.13", "python_full_version": "3.13.0", "extra": ""}
-# In the Lambda runtime, never in the layer.
-RUNTIME_PROVIDED = {"boto3"}
 
 
 def hashed_pins(path: Path) -> list[tuple[Requirement, list[str]]]:
@@ -102,9 +101,10 @@ def test_every_pin_is_exact_and_hashed(path: Path) -> None:
 
 
 def test_the_layer_is_the_runtime_dependencies_at_the_locks_versions() -> None:
-    roots = [r for r in runtime() if canonicalize_name(r.name) not in RUNTIME_PROVIDED]
-    assert_is_closed_subset_of_the_lock(LAYER, roots)
-    assert not RUNTIME_PROVIDED & set(versions(LAYER, DEPLOYED)), "boto3 is the runtime's"
+    """boto3 included: AWS documents no boto3 version for the python3.13 runtime, so the
+    layer ships the one the suite runs with."""
+    assert_is_closed_subset_of_the_lock(LAYER, runtime())
+    assert {"boto3", "botocore"} <= set(versions(LAYER, DEPLOYED))
 
 
 def test_the_relay_image_is_the_relay_group_and_its_sinks_clients_at_the_locks_versions() -> None:
@@ -118,7 +118,7 @@ def test_a_layer_pin_that_drifts_from_the_lock_fails(tmp_path: Path) -> None:
     drifted.write_text(
         re.sub(r"^pydantic==[^ ]+", "pydantic==2.7.0", LAYER.read_text(), flags=re.M)
     )
-    roots = [r for r in runtime() if canonicalize_name(r.name) not in RUNTIME_PROVIDED]
+    roots = runtime()
     with pytest.raises(AssertionError, match="run `make lock`"):
         assert_is_closed_subset_of_the_lock(drifted, roots)
 
@@ -127,7 +127,7 @@ def test_a_layer_missing_a_runtime_dependency_fails(tmp_path: Path) -> None:
     text = LAYER.read_text()
     missing = tmp_path / "requirements.txt"
     missing.write_text(re.sub(r"^pynacl==.*?(?=^\S)", "", text, flags=re.M | re.S))
-    roots = [r for r in runtime() if canonicalize_name(r.name) not in RUNTIME_PROVIDED]
+    roots = runtime()
     with pytest.raises(AssertionError, match="pynacl"):
         assert_is_closed_subset_of_the_lock(missing, roots)
 
@@ -191,9 +191,18 @@ def test_the_relay_image_is_built_from_a_digest_with_hashed_requirements() -> No
 
 
 def test_the_layer_build_installs_with_require_hashes_for_the_lambda_runtime() -> None:
+    from localrun.samtemplate import Template
+    from tests.support.layer import layer_build
+
     source = (ROOT / "layers" / "core" / "layer_build.py").read_text()
-    assert '"--require-hashes"' in source and '"manylinux2014_aarch64"' in source
-    assert '"--python-version", "3.13"' in source
+    assert '"--require-hashes"' in source and layer_build.PYTHON == ("--python-version", "3.13")
+    # By default for the architecture the template deploys (the twin is asked for by name).
+    template = Template.load()
+    assert template.body["Globals"]["Function"]["Architectures"] == [
+        layer_build.DEPLOYED_ARCHITECTURE
+    ]
+    assert "manylinux2014_aarch64" in layer_build.platform(layer_build.DEPLOYED_ARCHITECTURE)
+    assert "manylinux_2_28_x86_64" in layer_build.platform("x86_64")
     assert "layer_build.py" in (ROOT / "layers" / "core" / "Makefile").read_text()
 
 
@@ -274,11 +283,23 @@ def test_the_audit_says_which_source_answered(
     monkeypatch.setattr(audit, "SCAN_BIN", tmp_path)
     (tmp_path / "pip-audit").touch()
     monkeypatch.setattr(audit, "pip_audit", lambda lock: (1, "", "ERROR: could not be audited"))
+    date = json.loads(audit.ADVISORIES.read_text())["date"]
     assert audit.audit() == 0
-    assert "audit source: PyPA advisory database at" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "audit source: PyPA advisory database at" in out and f"({date}), offline" in out
     monkeypatch.setattr(audit, "pip_audit", lambda lock: (0, json.dumps({"dependencies": []}), ""))
     assert audit.audit() == 0
-    assert "audit source: pip-audit --strict" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "audit source: pip-audit --strict" in out
+    # The snapshot's date is printed either way: what the audit would fall back on.
+    assert "offline advisory snapshot: PyPA advisory database at" in out and date in out
+
+
+def test_the_snapshots_line_says_how_old_it_is() -> None:
+    snapshot = {"source": "PyPA advisory database", "commit": "3ccb61257" + "0" * 31}
+    line = audit.snapshot_age({**snapshot, "date": "2024-10-10"}, datetime.date(2024, 11, 9))
+    assert line.startswith("offline advisory snapshot: PyPA advisory database at 3ccb61257000")
+    assert "of 2024-10-10 (30 days old; docs/development.md says how to refresh it)" in line
 
 
 def test_an_ignored_advisory_needs_a_reason(

@@ -21,7 +21,7 @@ from botmemory.search import SearchIndex, build_search_index
 from botmemory.search.index_sync import IndexFollower, IndexWriter
 from botmemory.services import MemoryServices
 from botmemory.settings.config import ConfigError, Settings, get_settings
-from botmemory.storage.repository import MemoryRepository
+from botmemory.storage.repository import open_repository
 
 if TYPE_CHECKING:
     from botmemory.answering.answerer import Answerer
@@ -42,14 +42,10 @@ def build_services(
     (the search index from MEMORY_SEARCH_INDEX, only when memory is on; the deployment's
     personas from PERSONAS_PARAMETER, its notes for direct messages from DM_NOTES_PARAMETER)."""
     settings = settings or get_settings()
-    if dynamodb is None:
-        import boto3  # deferred: a handler that never touches the table never pays for it
-
-        dynamodb = boto3.client("dynamodb")
     clock = clock or SystemClock()
     if model is None:
         model = build_memory_model(settings)
-    repository = MemoryRepository(dynamodb, settings.table_name)
+    repository = open_repository(settings.table_name, dynamodb)
     opt_outs = OptOuts(repository, clock)
     if search_index is None and settings.memory_enabled:
         search_index = build_search_index(settings, repository, clock)
@@ -112,9 +108,7 @@ def answerer_from_environment() -> Answerer:
         services,
         build_chat_model(settings),
         discord,
-        AnswerRateLimiter(
-            services.repository.client, settings.table_name, settings, services.clock
-        ),
+        AnswerRateLimiter(services.repository, settings, services.clock),
         system_prompt_source(settings),
         # The answer after a correction is not asked for when it cannot fit.
         time_left_ms=time_left_ms,
@@ -136,10 +130,8 @@ def work_dispatcher_from_environment() -> WorkDispatcher:
     settings = get_settings()
     if not settings.consolidate_queue_url:
         raise ConfigError("CONSOLIDATE_QUEUE_URL is not set: consolidation work has no queue")
-    import boto3  # deferred, as in build_services
-
     clock = SystemClock()
-    repository = MemoryRepository(boto3.client("dynamodb"), settings.table_name)
+    repository = open_repository(settings.table_name)
     return WorkDispatcher(WorkQueue(settings.consolidate_queue_url, clock), repository, clock)
 
 

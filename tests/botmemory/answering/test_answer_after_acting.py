@@ -384,9 +384,7 @@ def test_bedrock_hands_back_a_tool_result_and_posts_the_answer(
         "toolConfig": ANY,
     }
     settings = services.settings
-    limiter = AnswerRateLimiter(
-        services.repository.client, settings.table_name, settings, services.clock
-    )
+    limiter = AnswerRateLimiter(services.repository, settings, services.clock)
     poster = RecordingPoster()
     model = BedrockChatModel("anthropic.claude-test", client=client)
     answerer = Answerer(
@@ -427,9 +425,7 @@ def test_calls_no_provider_could_take_back_are_not_sent_and_words_go_out(
     fact = a_fact(gw.ALICE, "Alice lives in Paris", scope=scope_of(gw.GUILD), at_ms=START_MS)
     services.repository.put_fact(fact)
     settings = services.settings
-    limiter = AnswerRateLimiter(
-        services.repository.client, settings.table_name, settings, services.clock
-    )
+    limiter = AnswerRateLimiter(services.repository, settings, services.clock)
     poster, model = RecordingPoster(), DuplicateIdModel(fact.fact_id)
     answerer = Answerer(services, model, poster, limiter, lambda: DEFAULT_SYSTEM_PROMPT)
 

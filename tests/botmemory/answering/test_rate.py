@@ -14,6 +14,7 @@ from botmemory.people.erasure import Eraser
 from botmemory.services import MemoryServices
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
+from botmemory.storage.repository import MemoryRepository
 from localrun.gateway import ALICE, BOB, CAROL, CHANNEL, GUILD
 from tests.conftest import START_MS, TABLE, scan_all
 
@@ -44,7 +45,7 @@ def limiter(
         answer_rate_per_person=person,
         answer_rate_per_channel=channel,
     )
-    return AnswerRateLimiter(dynamodb, TABLE, settings, clock)
+    return AnswerRateLimiter(MemoryRepository(dynamodb, TABLE), settings, clock)
 
 
 @pytest.fixture
@@ -167,7 +168,7 @@ def test_counters_are_keyed_by_keys_py_and_expire_a_window_later(
 def test_erasure_deletes_the_persons_counters(
     dynamodb: Any, window_start: ManualClock, services: MemoryServices, settings: Settings
 ) -> None:
-    rate = AnswerRateLimiter(dynamodb, TABLE, settings, window_start)
+    rate = AnswerRateLimiter(MemoryRepository(dynamodb, TABLE), settings, window_start)
     rate.check(GUILD, CHANNEL, ALICE)
     rate.check("dm", OTHER_CHANNEL, ALICE)
     assert services.repository.user_items_page(ALICE, 10)[0]

@@ -141,9 +141,7 @@ class RecordingPoster:
 
 def answerer(services: MemoryServices, poster: RecordingPoster) -> Answerer:
     settings = services.settings
-    limiter = AnswerRateLimiter(
-        services.repository.client, settings.table_name, settings, services.clock
-    )
+    limiter = AnswerRateLimiter(services.repository, settings, services.clock)
     return Answerer(services, RulesChatModel(), poster, limiter, lambda: DEFAULT_SYSTEM_PROMPT)
 
 

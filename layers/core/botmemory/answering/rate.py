@@ -1,8 +1,8 @@
 """How often the bot answers: per person and per channel, in fixed windows.
 
 Each window (`ANSWER_RATE_WINDOW_SECONDS`) has a counter per channel and one per person,
-in the scope's rate partition (botmemory.storage.keys). A check adds one to both, with one
-UpdateItem each, sent side by side: one round trip on the answering path. The counters'
+in the scope's rate partition (botmemory.storage.rate_counters). A check adds one to both,
+with one UpdateItem each, sent side by side: one round trip on the answering path. The counters'
 values decide, with no other item:
 
 - both within their limits (`ANSWER_RATE_PER_PERSON`, `ANSWER_RATE_PER_CHANNEL`): answer;
@@ -23,14 +23,22 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
-from typing import Any
+from typing import Protocol
 
 from botmemory.clock import Clock, epoch_seconds
 from botmemory.settings.config import Settings
-from botmemory.storage.keys import channel_rate_sk, person_rate_sk, rate_pk
-from botmemory.storage.schema import TTL_ATTRIBUTE
 
-_COUNT = "hits"
+
+class RateCounters(Protocol):
+    """Where the counters live: `MemoryRepository` (botmemory.storage.rate_counters)."""
+
+    def add_to_channel_counter(
+        self, scope: str, channel_id: str, window: int, expires_at: int, *, step: int = 1
+    ) -> int: ...
+
+    def add_to_person_counter(
+        self, scope: str, person: str, window: int, expires_at: int
+    ) -> int: ...
 
 
 class RateDecision(StrEnum):
@@ -47,11 +55,10 @@ def decide(count: int, limit: int) -> RateDecision:
 
 
 class AnswerRateLimiter:
-    """Counts answers in DynamoDB; `check` once per message that calls for an answer."""
+    """Counts answers in the table; `check` once per message that calls for an answer."""
 
-    def __init__(self, client: Any, table_name: str, settings: Settings, clock: Clock) -> None:
-        self._client = client
-        self._table_name = table_name
+    def __init__(self, counters: RateCounters, settings: Settings, clock: Clock) -> None:
+        self._counters = counters
         self._window_ms = settings.answer_rate_window_seconds * 1000
         self._per_person = settings.answer_rate_per_person
         self._per_channel = settings.answer_rate_per_channel
@@ -62,33 +69,15 @@ class AnswerRateLimiter:
         window = self._clock.now_ms() // self._window_ms
         # A window after this one ends: a counter is never read after its window.
         expires_at = epoch_seconds((window + 2) * self._window_ms)
-        pk = rate_pk(scope)
-        channel_sk = channel_rate_sk(channel_id, window)
+        counters = self._counters
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rate") as pool:
-            channel_count = pool.submit(self._add, pk, channel_sk, expires_at)
-            person_count = self._add(pk, person_rate_sk(user_id, window), expires_at, user_id)
+            channel_count = pool.submit(
+                counters.add_to_channel_counter, scope, channel_id, window, expires_at
+            )
+            person_count = counters.add_to_person_counter(scope, user_id, window, expires_at)
             channel = channel_count.result()
         person_decision = decide(person_count, self._per_person)
         if person_decision != RateDecision.ALLOW:
-            self._add(pk, channel_sk, expires_at, step=-1)
+            counters.add_to_channel_counter(scope, channel_id, window, expires_at, step=-1)
             return person_decision
         return decide(channel, self._per_channel)
-
-    def _add(
-        self, pk: str, sk: str, expires_at: int, user_id: str | None = None, *, step: int = 1
-    ) -> int:
-        """Add `step` to one counter; its value afterwards."""
-        assignments = [f"{TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :expires)"]
-        values: dict[str, Any] = {":step": {"N": str(step)}, ":expires": {"N": str(expires_at)}}
-        if user_id is not None:
-            assignments.append("user_id = :user")
-            values[":user"] = {"S": user_id}
-        response = self._client.update_item(
-            TableName=self._table_name,
-            Key={"pk": {"S": pk}, "sk": {"S": sk}},
-            UpdateExpression=f"SET {', '.join(assignments)} ADD #count :step",
-            ExpressionAttributeNames={"#count": _COUNT},
-            ExpressionAttributeValues=values,
-            ReturnValues="UPDATED_NEW",
-        )
-        return int(response["Attributes"][_COUNT]["N"])

@@ -17,18 +17,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from botmemory.settings.config import ConfigError, get_settings
 from botmemory.storage import keys
-from botmemory.storage.items import attribute, from_item
-from botmemory.storage.repository import MemoryRepository
-from botmemory.storage.schema import BY_USER_INDEX
+from botmemory.storage.repository import MemoryRepository, open_repository
 
 
 @dataclass
@@ -45,47 +41,17 @@ class Report:
         ]
 
 
-def _facts_without_channels(repository: MemoryRepository) -> Iterator[dict[str, Any]]:
-    request: dict[str, Any] = {
-        "TableName": repository.table_name,
-        "FilterExpression": "begins_with(sk, :fact) AND attribute_not_exists(learned_in)",
-        "ExpressionAttributeValues": {":fact": {"S": keys.FACT_PREFIX}},
-        "ProjectionExpression": "pk, sk, #scope, user_id, provenance, evidence_user_ids",
-        "ExpressionAttributeNames": {"#scope": "scope"},
-    }
-    while True:
-        page = repository.client.scan(**request)
-        yield from (from_item(item) for item in page["Items"])
-        if "LastEvaluatedKey" not in page:
-            return
-        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
-def _channel_of(repository: MemoryRepository, observation_sk: str, people: list[str]) -> str | None:
-    """The channel an observation was said in: its item found under one of `people`."""
-    for person in people:
-        found = repository.client.query(
-            TableName=repository.table_name,
-            IndexName=BY_USER_INDEX,
-            KeyConditionExpression="user_id = :user AND sk = :sk",
-            ExpressionAttributeValues={":user": {"S": person}, ":sk": {"S": observation_sk}},
-        )["Items"]
-        for item in found:
-            channel = keys.channel_id_of(item["pk"]["S"])
-            if channel:
-                return channel
-    return None
-
-
 def backfill(repository: MemoryRepository, *, dry_run: bool = False) -> Report:
     report = Report()
-    for fact in _facts_without_channels(repository):
+    for fact in repository.facts_without_channels():
         report.examined += 1
-        people = [str(fact.get("user_id", "")), *fact.get("evidence_user_ids", [])]
+        people = [
+            p for p in [str(fact.get("user_id", "")), *fact.get("evidence_user_ids", [])] if p
+        ]
         channels = [
             channel
             for sk in fact.get("provenance", [])
-            if (channel := _channel_of(repository, str(sk), [p for p in people if p]))
+            if (channel := repository.channel_of_observation(str(sk), people))
         ]
         if not channels:
             report.unresolved += 1
@@ -95,18 +61,7 @@ def backfill(repository: MemoryRepository, *, dry_run: bool = False) -> Report:
             continue
         server = keys.server_scope_of(str(fact.get("scope", "")))
         public = [c for c in dict.fromkeys(channels) if repository.channel_is_public(server, c)]
-        values: dict[str, set[str]] = {":learned_in": set(channels)}
-        added = ["learned_in :learned_in"]
-        if public:
-            values[":learned_in_public"] = set(public)
-            added.append("learned_in_public :learned_in_public")
-        repository.client.update_item(
-            TableName=repository.table_name,
-            Key={"pk": {"S": fact["pk"]}, "sk": {"S": fact["sk"]}},
-            UpdateExpression="ADD " + ", ".join(added),
-            ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeValues={k: attribute(v) for k, v in values.items()},
-        )
+        repository.add_fact_channels(fact["pk"], fact["sk"], channels, public)
     return report
 
 
@@ -120,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = get_settings()
-        repository = MemoryRepository(boto3.client("dynamodb"), settings.table_name)
+        repository = open_repository(settings.table_name)
         report = backfill(repository, dry_run=args.dry_run)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -32,14 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from botmemory.clock import Clock, SystemClock
 from botmemory.records import Episode
 from botmemory.settings.config import ConfigError, Settings, get_settings
 from botmemory.storage import keys
-from botmemory.storage.repository import MemoryRepository
+from botmemory.storage.repository import MemoryRepository, open_repository
 from botmemory.text import clip, content_hash, scrub, short_id
 
 FORMATS = ("json", "sqlite", "pickle")
@@ -440,7 +439,7 @@ def main(argv: Sequence[str] | None = None, *, clock: Clock | None = None) -> in
         return 2
     try:
         settings = get_settings()
-        repository = MemoryRepository(boto3.client("dynamodb"), settings.table_name)
+        repository = open_repository(settings.table_name)
         report = migrate(
             entries,
             repository,

@@ -26,7 +26,7 @@ from botmemory.search import build_search_index
 from botmemory.search.deployed import DeployedSearchIndex
 from botmemory.search.shards import ShardedS3VectorsIndex
 from botmemory.settings.config import ConfigError, get_settings
-from botmemory.storage.repository import MemoryRepository
+from botmemory.storage.repository import open_repository
 
 _SERVER = re.compile(r"[0-9]{1,20}|dm")
 
@@ -42,10 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: the server is a guild id (digits) or dm", file=sys.stderr)
         return 1
     try:
-        import boto3
-
         settings = get_settings()
-        repository = MemoryRepository(boto3.client("dynamodb"), settings.table_name)
+        repository = open_repository(settings.table_name)
         index = build_search_index(settings, repository, SystemClock())
         if not isinstance(index, ShardedS3VectorsIndex | DeployedSearchIndex):
             print("error: MEMORY_SEARCH_INDEX is not s3vectors:<bucket>/<index>", file=sys.stderr)

@@ -36,7 +36,7 @@ from botmemory.search.port import SearchIndex
 from botmemory.search.shards import ShardedS3VectorsIndex
 from botmemory.settings.config import ConfigError, get_settings
 from botmemory.storage.keys import server_scope_of
-from botmemory.storage.repository import MemoryRepository
+from botmemory.storage.repository import open_repository
 from botmemory.storage.server_purge import ServerPurge
 from botmemory.storage.table import UnprocessedItemsError
 
@@ -54,10 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: the server is a guild id (1 to 20 digits)", file=sys.stderr)
         return 1
     try:
-        import boto3
-
         settings = get_settings()
-        repository = MemoryRepository(boto3.client("dynamodb"), settings.table_name)
+        repository = open_repository(settings.table_name)
         index = build_search_index(settings, repository, SystemClock())
         purge = repository.purge_partitions(repository.server_partitions(args.guild))
         print(_table_line(args.guild, purge))
