@@ -157,6 +157,7 @@ def test_the_bounds_are_what_the_docs_promise() -> None:
     # The figures docs/architecture.md (invariant 17) and the README state, default settings.
     assert bounds.full_batch_ms(SETTINGS) == 240_000  # 4 minutes
     assert bounds.quiet_ms(SETTINGS) == 120 * MINUTE + 5 * MINUTE + 10_000 + 110_000
+    assert bounds.hot_ms(SETTINGS) == 460_000  # 7 min 40 s
     assert bounds.failures_to_quarantine(SETTINGS, 3) == 5
 
 
