@@ -692,3 +692,21 @@ def test_each_run_writes_the_facts_whose_evidence_it_consumes_and_no_other(
     for mine, evidence in placed:
         assert evidence <= mine  # each fact in the commit that consumes its own line
     assert [bool(evidence) for _, evidence in placed].count(True) == 3
+
+
+def test_one_message_beyond_the_token_cap_is_still_consolidated_alone(
+    dynamodb: Any, clock: ManualClock
+) -> None:
+    model = CountingModel()
+    services = with_model(
+        dynamodb, clock, model, batch_max_tokens=1_000, observation_chars=4_000, max_batch=50
+    )
+    # 16,000 characters of a script without spaces (ingest's cap; 4,000 of them are kept):
+    # about 4,000 tokens, four times the cap.
+    services.recorder.record([gw.message(gw.ALICE, "記" * 16_000, T0), *chat(19, T0 + 1_000)])
+
+    outcomes = services.consolidator.consolidate(gw.CHANNEL, force=True)
+    outcomes += services.consolidator.consolidate(gw.CHANNEL, force=True)
+
+    assert [len(c.observations) for c in model.calls][0] == 1  # alone, never stuck
+    assert sum(o.consumed for o in outcomes) == 20 and pending(services) == 0
