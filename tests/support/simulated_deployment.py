@@ -261,7 +261,7 @@ class SimulatedDeployment:
                 return
             self._deliveries.remove(ready)
             try:
-                record = _sqs_record(ready.message)
+                record = sqs_record(ready.message)
                 answer = self._invoke(WORKER, {"Records": [record]}, _group(ready))
                 failed = bool(answer.get("batchItemFailures"))
             except Exception:  # a function error: the message is seen again
@@ -372,7 +372,8 @@ def _group(delivery: _Delivery) -> str:
     return str(delivery.message["Attributes"]["MessageGroupId"])
 
 
-def _sqs_record(message: dict[str, Any]) -> dict[str, Any]:
+def sqs_record(message: dict[str, Any]) -> dict[str, Any]:
+    """A received SQS message as Lambda's event source hands it to the worker."""
     return {
         "messageId": message["MessageId"],
         "receiptHandle": message["ReceiptHandle"],

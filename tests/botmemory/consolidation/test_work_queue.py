@@ -19,6 +19,7 @@ from localrun import gateway as gw
 from localrun.samtemplate import passes_filters
 from tests.stack.test_sam_local import stream_records
 from tests.support.lambda_local import TABLE, LocalLambda, sample_env
+from tests.support.simulated_deployment import sqs_record
 
 T0 = 1_767_225_600_000
 OTHER = "200000000000000042"  # a second channel of the guild
@@ -76,18 +77,7 @@ class Stack:
 
     def work(self, message: dict[str, Any]) -> Any:
         """ConsolidateWorkerFunction on one message, as the queue's event source delivers it."""
-        record = {
-            "messageId": message["MessageId"],
-            "receiptHandle": message["ReceiptHandle"],
-            "body": message["Body"],
-            "attributes": message["Attributes"],
-            "messageAttributes": {},
-            "md5OfBody": message["MD5OfBody"],
-            "eventSource": "aws:sqs",
-            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:work.fifo",
-            "awsRegion": "us-east-1",
-        }
-        return self.local.invoke("ConsolidateWorkerFunction", {"Records": [record]})
+        return self.local.invoke("ConsolidateWorkerFunction", {"Records": [sqs_record(message)]})
 
     def pending(self, channel: str) -> int:
         answer = self.dynamodb.query(

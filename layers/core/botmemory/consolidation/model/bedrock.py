@@ -47,18 +47,22 @@ class BedrockModel:
         timeout_seconds: float = 30.0,
         max_attempts: int = 3,
     ) -> None:
-        self._converse = ConverseCaller(
-            model_id,
-            error=MemoryModelError,
-            client=client,
-            region_name=region_name,
-            read_timeout_seconds=timeout_seconds,
-            max_attempts=max_attempts,
-        )
+        def caller(read_timeout_seconds: float) -> ConverseCaller:
+            return ConverseCaller(
+                model_id,
+                error=MemoryModelError,
+                client=client,
+                region_name=region_name,
+                read_timeout_seconds=read_timeout_seconds,
+                max_attempts=max_attempts,
+            )
+
+        self._converse = caller(timeout_seconds)
         # botocore's read timeout is a client's: a call given more time (a backlog's) goes
         # through a client of its own, built when first needed.
+        self._new_caller = caller
+        self._timeout_seconds = timeout_seconds
         self._longer: dict[float, ConverseCaller] = {}
-        self._caller_settings = (model_id, client, region_name, timeout_seconds, max_attempts)
         self.name = self._converse.name
         self._max_output_tokens = max_output_tokens
 
@@ -94,18 +98,10 @@ class BedrockModel:
         )
 
     def _caller(self, timeout_seconds: float | None) -> ConverseCaller:
-        model_id, client, region_name, normal, max_attempts = self._caller_settings
-        if timeout_seconds is None or timeout_seconds == normal:
+        if timeout_seconds is None or timeout_seconds == self._timeout_seconds:
             return self._converse
         if timeout_seconds not in self._longer:
-            self._longer[timeout_seconds] = ConverseCaller(
-                model_id,
-                error=MemoryModelError,
-                client=client,
-                region_name=region_name,
-                read_timeout_seconds=timeout_seconds,
-                max_attempts=max_attempts,
-            )
+            self._longer[timeout_seconds] = self._new_caller(timeout_seconds)
         return self._longer[timeout_seconds]
 
     def _tool_input(
