@@ -82,7 +82,7 @@ class Usage:
 
     messages: int
     triggers_waiting: int = 0  # consolidation triggers below the threshold
-    rounds: int = 0  # consolidations: one memory model call each
+    rounds: float = 0  # consolidations: one memory model call each (a rate when priced at 9c's)
     fleet_rate: float | None = None  # model calls per 1,000 messages, from table 9c
     ingest_requests: int = 0  # DynamoDB requests of ingest, all messages
     waiting_requests: int = 0  # of the triggers below the threshold, all of them
@@ -478,15 +478,15 @@ def print_costs(
         rows,
         [
             f"Measured: {usage.messages} messages, one consolidation trigger each; requests,",
+            "units, bytes and tokens are the bench's counts, scaled to a million. Memory sizes:",
+            "template.yaml; the relay's task: relay/template.yaml's defaults.",
             *(
                 [
-                    f"model calls at table 9c's fleet rate, {usage.fleet_rate:.1f} per 1,000 messages;"
+                    f"Model calls at table 9c's fleet rate: {usage.fleet_rate:.1f} per 1,000 messages."
                 ]
                 if usage.fleet_rate is not None
                 else []
             ),
-            "units, bytes and tokens are the bench's counts, scaled to a million. Memory sizes:",
-            "template.yaml; the relay's task: relay/template.yaml's defaults.",
             f"Assumed (bench/prices.toml): {a['events_per_invoke']:.0f} event per invoke,"
             f" {a['messages_per_month']:,.0f} messages a month, model latencies and output",
             "tokens as shown; CloudWatch logs, metrics and alarms, and data transfer are not in.",
@@ -609,6 +609,6 @@ def bench_cost(lab: Any, fleet_calls_per_thousand: float | None = None) -> None:
     channel's that `measure` runs."""
     usage, keywords = measure(lab), measure_keyword_writes(lab)
     if fleet_calls_per_thousand is not None:
-        usage.rounds = max(1, round(fleet_calls_per_thousand * usage.messages / 1000))
+        usage.rounds = fleet_calls_per_thousand * usage.messages / 1000
         usage.fleet_rate = fleet_calls_per_thousand
     print_costs(usage, deployment(), load_prices(), keywords)

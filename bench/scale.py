@@ -177,7 +177,7 @@ SERVER_SECONDS = 200 * 60  # long enough for a tiny channel's wait and the sweep
 def server_run(lab: Lab) -> Run:
     """A server for 200 minutes, a sweep every 5: 20 quiet channels (8 messages each in the
     first hour), 20 tiny ones (2 messages), 5 busy ones (a message every 10 s for an hour) and
-    a hot one (20 messages/s for 2 minutes); 3 s model calls, the template's 50 workers, the
+    a hot one (20 messages/s for 3 minutes); 3 s model calls, the template's 50 workers, the
     index embedding through a counting embedder."""
     quiet = [f"24{i:016d}" for i in range(20)]
     tiny = [f"25{i:016d}" for i in range(20)]
@@ -295,7 +295,7 @@ def bench_scale(lab: Lab) -> float:
         [
             "quiet, tiny, busy, hot: one server for 200 simulated minutes (20 quiet channels",
             "of 8 messages, 20 tiny of 2, 5 busy at one message / 10 s for an hour, one hot at",
-            "20 / s for 2 minutes), 3 s calls, a sweep every 5 minutes, 50 workers; the last",
+            "20 / s for 3 minutes), 3 s calls, a sweep every 5 minutes, 50 workers; the last",
             "row: a busy channel of table 9's 2,000 at 3 s calls. A busy channel's last messages",
             "wait as a quiet channel's, so its bound is the quiet one; its full batches wait",
             "the median's minutes. Bounds: botmemory.consolidation.bounds (architecture.md, 17).",
