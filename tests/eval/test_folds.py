@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -194,7 +195,7 @@ class Counting:
     def __init__(self) -> None:
         self.texts: list[str] = []
 
-    def embed(self, texts: list[str]) -> list[list[float]]:
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
         self.texts += texts
         return [[float(len(t)), 1.0] for t in texts]
 
