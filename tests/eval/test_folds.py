@@ -15,6 +15,8 @@ from botmemory.search.embeddings import question_for_vectors
 from botmemory.search.fusion import LEGS_K, fused_legs
 from botmemory.search.keywords import feedback_terms, query_terms
 from botmemory.search.port import Passage, PassageKind
+from eval import embedding_server
+from eval.embedding_server import OfflineModel
 from eval.fold_report import (
     NA,
     TODAY,
@@ -29,9 +31,10 @@ from eval.fold_report import (
 )
 from eval.folds import VECTOR_ONLY, ablate_conversation, rules_for, variants
 from eval.harness import BLOCK_SIZES, label, run_conversation
-from eval.paths import KEYWORDS
+from eval.paths import HYBRID, KEYWORDS
 from eval.vector_cache import CachedEmbedder, cache_key
 from tests.eval.test_eval import tiny_dataset  # noqa: F401  (a fixture)
+from tests.eval.test_search_paths import DIMENSIONS, hashed_encode
 
 SIZE = "4,000"
 
@@ -211,3 +214,37 @@ def test_vectors_are_read_back_by_model_and_text_across_runs(tmp_path: Path) -> 
     assert again.embed_query("ab") == [2.0, 1.0]
     assert inner.texts == ["ab", "abc", "ab", "abcd"]  # each once per role
     assert cache_key("m", "query", "ab") != cache_key("other", "query", "ab")
+
+
+@pytest.fixture
+def counted_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The stand-in model of test_search_paths, recording every text it embeds."""
+    import eval.harness as harness
+
+    seen: list[str] = []
+
+    def encode(texts: list[str]) -> list[list[float]]:
+        seen.extend(texts)
+        return hashed_encode(texts)
+
+    model = OfflineModel("hashed words (test)", DIMENSIONS, encode)
+    monkeypatch.setattr(embedding_server, "offline_model", lambda: (model, ""))
+    monkeypatch.setattr(harness, "_SERVER", None)
+    monkeypatch.delenv("EMBEDDING_MODEL", raising=False)
+    return seen
+
+
+def test_with_vectors_the_hybrid_is_ablated_too_and_a_rerun_embeds_nothing(
+    tiny_dataset: Path,  # noqa: F811
+    counted_model: list[str],
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "vectors"
+    first = ablate_conversation(tiny_dataset / "1.json", None, vectors=True, folder=folder)
+    assert counted_model
+    assert all(set(q.held) == set(variants(rules_for(True))) for q in first)
+    assert all(HYBRID in by_path for q in first for by_path in q.held.values())
+    counted_model.clear()
+    again = ablate_conversation(tiny_dataset / "1.json", None, vectors=True, folder=folder)
+    assert counted_model == []
+    assert [q.held for q in again] == [q.held for q in first]
