@@ -11,10 +11,12 @@ conversations and pooled, and what choosing it on the other folds would have gai
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict
 from pathlib import Path
 
 from botmemory.clock import ManualClock
@@ -51,6 +53,31 @@ FOLDS = 5
 # Rules that only change what the vector leg embeds: no effect on the keyword-only path.
 VECTOR_ONLY = frozenset({"names_out_of_vectors", "german_exception"})
 REPORT_SIZE = "4,000"  # the size the category table is printed at (the issue's target)
+# Each conversation's answers, kept so that a run of ten (hours on two cores) can be made in
+# pieces and rendered whole (--reuse-folds); gitignored, like the vectors.
+RESULTS = Path(__file__).parent / ".folds"
+
+
+def result_path(path: Path, limit: int | None, vectors: bool, folder: Path = RESULTS) -> Path:
+    """Where one conversation's answers are kept: by id, turns replayed and paths."""
+    turns = f"-{limit}" if limit else ""
+    return folder / f"{path.stem}{turns}-{'hybrid' if vectors else 'keywords'}.json"
+
+
+def save(asked: list[Asked], where: Path) -> None:
+    where.parent.mkdir(parents=True, exist_ok=True)
+    body = {"rules": list(rules.RULE_NAMES), "questions": [asdict(q) for q in asked]}
+    where.write_text(json.dumps(body), encoding="utf-8")
+
+
+def load(where: Path) -> list[Asked] | None:
+    """Kept answers, or None when there are none or they were made with other switches."""
+    if not where.is_file():
+        return None
+    body = json.loads(where.read_text(encoding="utf-8"))
+    if body.get("rules") != list(rules.RULE_NAMES):
+        return None
+    return [Asked(**q) for q in body["questions"]]
 
 
 def rules_for(vectors: bool) -> tuple[str, ...]:
@@ -104,16 +131,28 @@ def ablate_all(
     jobs: int,
     vectors: bool,
     done: Callable[[str, float], None] = lambda _id, _s: None,
+    reuse: bool = False,
 ) -> dict[str, list[Asked]]:
-    """Every conversation's questions under every variant, by conversation id."""
+    """Every conversation's questions under every variant, by conversation id, each kept
+    on disk (RESULTS); with `reuse`, those kept already are read back, not run again."""
     found: dict[str, list[Asked]] = {}
+    for path in paths if reuse else []:
+        kept = load(result_path(path, limit, vectors))
+        if kept is not None:
+            found[path.stem] = kept
+            done(path.stem, 0.0)
+    to_run = [p for p in paths if p.stem not in found]
+    if not to_run:
+        return found
     context = multiprocessing.get_context("spawn")  # as eval.locomo: a fresh moto each
     started = time.perf_counter()
-    with ProcessPoolExecutor(max(1, min(jobs, len(paths))), mp_context=context) as pool:
-        futures = {pool.submit(ablate_conversation, p, limit, vectors): p for p in paths}
+    with ProcessPoolExecutor(max(1, min(jobs, len(to_run))), mp_context=context) as pool:
+        futures = {pool.submit(ablate_conversation, p, limit, vectors): p for p in to_run}
         for future in as_completed(futures):
-            found[futures[future].stem] = future.result()
-            done(futures[future].stem, time.perf_counter() - started)
+            path = futures[future]
+            found[path.stem] = future.result()
+            save(found[path.stem], result_path(path, limit, vectors))
+            done(path.stem, time.perf_counter() - started)
     return found
 
 

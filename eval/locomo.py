@@ -13,7 +13,7 @@ the `eval` extra ships (eval/embedding_server.py) unless EMBEDDING_MODEL names a
 the multilingual set (eval/multilingual/, one conversation per language) runs the same way.
 
     python -m eval.locomo [--conversations 26,30] [--limit N] [--quick] [--jobs N]
-                          [--keywords-only] [--no-languages] [--folds]
+                          [--keywords-only] [--no-languages] [--folds [--reuse-folds]]
 
 With --folds (eval/folds.py), each rule of the search leg and of the block's assembly
 (search.rules) is switched off alone, and its questions won minus lost are printed per fold
@@ -94,6 +94,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="each search rule removed alone, per fold of two conversations (eval/folds.py)",
     )
+    parser.add_argument(
+        "--reuse-folds",
+        action="store_true",
+        help="with --folds: read back the conversations a run kept in eval/.folds/",
+    )
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
@@ -160,13 +165,20 @@ def run_all(
 
 
 def run_folds(
-    paths: list[Path], limit: int | None, jobs: int, vectors: bool, started: float
+    paths: list[Path],
+    limit: int | None,
+    jobs: int,
+    vectors: bool,
+    started: float,
+    reuse: bool = False,
 ) -> int:
     """`--folds`: every rule removed alone on every conversation, then the folds' tables."""
     from eval.folds import ablate_all, report_lines
 
     say("Each rule of search.rules is switched off alone; recall is asked again each time.")
-    found = ablate_all(paths, limit, jobs, vectors, lambda c, s: say(f"  {c}: done at {s:.0f} s"))
+    found = ablate_all(
+        paths, limit, jobs, vectors, lambda c, s: say(f"  {c}: done at {s:.0f} s"), reuse
+    )
     say()
     for line in report_lines(found, [p.stem for p in paths]):
         say(line)
@@ -192,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         vectors = not args.keywords_only
         say(f"Search paths: {vector_note(vectors)}")
         if args.folds:
-            return run_folds(paths, args.limit, args.jobs, vectors, started)
+            return run_folds(paths, args.limit, args.jobs, vectors, started, args.reuse_folds)
         reports = run_all(
             paths, args.limit, args.jobs, lambda r: say(conversation_line(r)), vectors
         )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,7 +30,15 @@ from eval.fold_report import (
     tally,
     without,
 )
-from eval.folds import VECTOR_ONLY, ablate_conversation, rules_for, variants
+from eval.folds import (
+    VECTOR_ONLY,
+    ablate_conversation,
+    load,
+    result_path,
+    rules_for,
+    save,
+    variants,
+)
 from eval.harness import BLOCK_SIZES, label, run_conversation
 from eval.paths import HYBRID, KEYWORDS
 from eval.vector_cache import CachedEmbedder, cache_key
@@ -248,3 +257,15 @@ def test_with_vectors_the_hybrid_is_ablated_too_and_a_rerun_embeds_nothing(
     again = ablate_conversation(tiny_dataset / "1.json", None, vectors=True, folder=folder)
     assert counted_model == []
     assert [q.held for q in again] == [q.held for q in first]
+
+
+def test_kept_answers_read_back_as_they_were_and_not_for_other_switches(tmp_path: Path) -> None:
+    answers = [asked("26", 2, True, False, bm25=True), asked("26", 4, False, True)]
+    where = result_path(tmp_path / "26.json", None, vectors=False, folder=tmp_path / "kept")
+    assert where.name == "26-keywords.json"
+    assert load(where) is None
+    save(answers, where)
+    assert load(where) == answers
+    body = json.loads(where.read_text(encoding="utf-8"))
+    where.write_text(json.dumps(body | {"rules": ["snippets"]}), encoding="utf-8")
+    assert load(where) is None
