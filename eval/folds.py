@@ -113,6 +113,7 @@ def ablate_conversation(
         measurer = Measurer(services, conversation, RequestCounter(client), sizes, indexes)
         asked = [Asked(conversation.sample_id, q.category) for q in conversation.questions]
         for variant, switches in variants(names).items():
+            measurer.baselines = variant == TODAY  # the reference: packed under today's rules
             with rules.applied(switches):
                 for question, record in zip(conversation.questions, asked, strict=True):
                     outcome = measurer.ask(question)
