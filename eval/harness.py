@@ -360,11 +360,12 @@ class Measurer:
         self.latencies_ms: dict[str, list[float]] = {name: [] for name in self._recallers}
         self.requests: dict[str, list[int]] = {name: [] for name in self._recallers}
         self.search: Counter[str] = Counter()  # search statuses (ok, timeout, failed)
+        self.baselines = True  # off: the raw-turn baselines are not packed (eval.folds)
 
     def ask(self, question: Question) -> QuestionOutcome:
         outcome = QuestionOutcome(self._conversation.sample_id, question.number, question.category)
         evidence = set(question.evidence)
-        ranking = self._raw.ranking(question.text)
+        ranking = self._raw.ranking(question.text) if self.baselines else []
         request = recall_request(self._conversation, question.text)
         for path, recallers in self._paths.items():
             outcome.cited[path], outcome.held[path] = {}, {}
@@ -384,7 +385,8 @@ class Measurer:
                         outcome.miss_rank = self._evidence_rank(question, name)
                     outcome.loose[name] = bool(evidence & shown.loose)
                     outcome.block_chars[name] = len(result.memory)
-                    self._baselines(outcome, question, ranking, name, len(result.memory))
+                    if self.baselines:
+                        self._baselines(outcome, question, ranking, name, len(result.memory))
         return outcome
 
     def _evidence_rank(self, question: Question, name: str) -> int:

@@ -13,7 +13,11 @@ the `eval` extra ships (eval/embedding_server.py) unless EMBEDDING_MODEL names a
 the multilingual set (eval/multilingual/, one conversation per language) runs the same way.
 
     python -m eval.locomo [--conversations 26,30] [--limit N] [--quick] [--jobs N]
-                          [--keywords-only] [--no-languages]
+                          [--keywords-only] [--no-languages] [--folds [--reuse-folds]]
+
+With --folds (eval/folds.py), each rule of the search leg and of the block's assembly
+(search.rules) is switched off alone, and its questions won minus lost are printed per fold
+of two conversations and pooled; the multilingual set is left out.
 """
 
 from __future__ import annotations
@@ -85,6 +89,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-languages", action="store_true", help="leave out the multilingual set"
     )
+    parser.add_argument(
+        "--folds",
+        action="store_true",
+        help="each search rule removed alone, per fold of two conversations (eval/folds.py)",
+    )
+    parser.add_argument(
+        "--reuse-folds",
+        action="store_true",
+        help="with --folds: read back the conversations a run kept in eval/.folds/",
+    )
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
@@ -150,6 +164,28 @@ def run_all(
     return [by_path[p] for p in paths]
 
 
+def run_folds(
+    paths: list[Path],
+    limit: int | None,
+    jobs: int,
+    vectors: bool,
+    started: float,
+    reuse: bool = False,
+) -> int:
+    """`--folds`: every rule removed alone on every conversation, then the folds' tables."""
+    from eval.folds import ablate_all, report_lines
+
+    say("Each rule of search.rules is switched off alone; recall is asked again each time.")
+    found = ablate_all(
+        paths, limit, jobs, vectors, lambda c, s: say(f"  {c}: done at {s:.0f} s"), reuse
+    )
+    say()
+    for line in report_lines(found, [p.stem for p in paths]):
+        say(line)
+    say(f"Done in {time.perf_counter() - started:.1f} s ({jobs} processes).")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
@@ -167,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         vectors = not args.keywords_only
         say(f"Search paths: {vector_note(vectors)}")
+        if args.folds:
+            return run_folds(paths, args.limit, args.jobs, vectors, started, args.reuse_folds)
         reports = run_all(
             paths, args.limit, args.jobs, lambda r: say(conversation_line(r)), vectors
         )

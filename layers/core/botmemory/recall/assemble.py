@@ -53,6 +53,7 @@ from botmemory.recall.search_leg import (
     query_snippet,
 )
 from botmemory.records import ChannelSummary, Episode, Fact, Persona, Pin
+from botmemory.search import rules
 from botmemory.search.keywords import tokens
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
@@ -99,6 +100,8 @@ def assemble(
     # Passages are what a query needs most: they also get the room facts and episodes
     # left unused, so the block is never larger than the sum of the budgets.
     spare = fact_section.unused() + episode_section.unused()
+    if not rules.current().passages_take_spare:
+        spare = 0
     passage_section = Section(PASSAGE_HEADING, settings.recall_search_chars + spare)
     shown_passages = _passage_lines(passage_section, messages, request.query) if messages else []
     # What the query is not about (a person's most used facts, the latest episode) gets the

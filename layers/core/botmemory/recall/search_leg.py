@@ -20,6 +20,7 @@ from botmemory.clock import epoch_seconds, ttl_alive
 from botmemory.memory.visibility import Visibility
 from botmemory.recall.dates import DateMention, date_mentions, said_on, spans_of, tells_when
 from botmemory.records import Episode, Fact, FactStatus, Observation, Record, scope_of
+from botmemory.search import rules
 from botmemory.search.embeddings import EmbeddingDimensionsError
 from botmemory.search.fusion import reciprocal_rank_fusion
 from botmemory.search.keywords import Bm25, tokens
@@ -176,7 +177,8 @@ class SearchLeg:
             text=text,
             limit=search_depth(self._settings),
             now_s=epoch_seconds(now_ms),
-            during=spans_of(date_mentions(text), now_ms),
+            # The dated pass (search.rules): the query's dates as spans to search within.
+            during=spans_of(date_mentions(text), now_ms) if rules.current().dated_pass else [],
         )
 
     def find(self, query: SearchQuery, now_ms: int) -> Found:
@@ -193,7 +195,7 @@ def query_snippet(text: str, query_tokens: set[str], limit: int = SNIPPET_CHARS)
     nearest them, in their order, within about `limit` characters, an ellipsis where
     sentences were left out (a search result's snippet). A short message, or no query, is
     the whole message; a sentence longer than the limit is cut at a word."""
-    if len(text) <= limit or not query_tokens:
+    if len(text) <= limit or not query_tokens or not rules.current().snippets:
         return text
     sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
     overlap = [len(query_tokens.intersection(tokens(s))) for s in sentences]
@@ -245,6 +247,10 @@ def named_first(
     reciprocal rank with search's own order, so relevance still leads, and a message that
     is several of these leads most. `people` come from names.NameIndex: a mention, or a
     name only one member goes by, so taking someone's nickname promotes nobody's words."""
+    switches = rules.current()
+    people = people if switches.said_by else set()
+    dates = dates if switches.said_on else []
+    when = when and switches.asking_when
     by_id = {m.passage_id: m for m in messages}
     rankings = [list(by_id)]
     named = [m.passage_id for m in messages if m.message.author_id in people]
@@ -389,8 +395,9 @@ def rank_facts(
             unrelated = 0 if user in only_relevant else UNRELATED_FACTS_WITH_QUERY
         kept = _without_repeats(person_facts, (names or {}).get(user, ""))
         about, others = _pick(kept, lambda fact: order(fact)[0], per_person, unrelated)
-        ranked.first[user] = about if query else about + others
-        if query and others:
+        waits = query and rules.current().unrelated_wait_for_room
+        ranked.first[user] = about if waits else about + others
+        if waits and others:
             ranked.if_room[user] = others
     return ranked
 
@@ -419,6 +426,9 @@ def _without_repeats(facts: list[Fact], name: str) -> Iterator[Fact]:
     words (search's tokens, the subject's name aside) are mostly the same
     (FACT_REPEAT_SHARE of the two facts' words together). Lazy: a fact's words are read
     only when the caller asks for one more."""
+    if not rules.current().fact_repeats_out:
+        yield from facts
+        return
     seen: list[set[str]] = []
     for fact in facts:
         words = set(tokens(_without_name(fact.text, name)))
@@ -448,7 +458,7 @@ def _without_names(text: str, names: Iterable[str]) -> str:
 
 def _without_name(text: str, name: str) -> str:
     words = name.split()
-    if not words:
+    if not words or not rules.current().relevance_without_names:
         return text
     pattern = r"\b(?:" + "|".join(re.escape(w) for w in words) + r")(?:'s)?\b"
     return re.sub(pattern, " ", text, flags=re.IGNORECASE)
@@ -479,4 +489,7 @@ def rank_episodes(
     others = sorted(
         (e for e, score in ranked if not relevant(e, score)), key=lambda e: e.end_ms, reverse=True
     )
-    return RankedEpisodes(chosen, others[:UNRELATED_EPISODES_WITH_QUERY])
+    unrelated = others[:UNRELATED_EPISODES_WITH_QUERY]
+    if not rules.current().unrelated_wait_for_room:
+        return RankedEpisodes(chosen + unrelated)
+    return RankedEpisodes(chosen, unrelated)

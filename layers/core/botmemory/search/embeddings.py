@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from botmemory.providers.aws_clients import bedrock_failures, bedrock_runtime_client
+from botmemory.search import rules
 from botmemory.search.keywords import QUESTION_FRAME, stem, tokens
 from botmemory.settings.config import ConfigError
 
@@ -292,9 +293,13 @@ _ASKS_ONLY = QUESTION_FRAME | {stem(w) for w in ("tell", "know", "say", "ask", "
 def question_for_vectors(text: str) -> str:
     """What the vector leg embeds of a search question: the text without the names in it
     (see above); the whole text when it would be left asking about nothing, or is German."""
+    switches = rules.current()
+    if not switches.names_out_of_vectors:
+        return text
     words = _MENTION.sub(" ", text).split()
     bare = [_bare(word) for word in words]
-    if _NOUNS_CAPITALIZED.intersection(word.casefold() for word in bare):
+    german = _NOUNS_CAPITALIZED.intersection(word.casefold() for word in bare)
+    if german and switches.german_exception:
         return text
     kept: list[str] = []
     for n, (word, core) in enumerate(zip(words, bare, strict=True)):

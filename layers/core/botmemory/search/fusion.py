@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from botmemory.search import rules
 from botmemory.search.port import Passage, SearchHit
 
 # RRF's constant for the search legs (keywords and vectors): how fast a lower rank stops
@@ -13,7 +14,7 @@ from botmemory.search.port import Passage, SearchHit
 # embedded hybrid, strict, conversations 26 and 30: at 2,000 / 4,000 / 8,000 characters
 # 72.7 / 82.7 / 86.6% with 60, 75.8 / 85.7 / 88.7% with 10 (3: 74.0 / 85.3 / 89.6; 20:
 # 74.9 / 85.7 / 88.3).
-LEGS_K = 10
+LEGS_K = rules.TODAY.legs_k
 
 
 def reciprocal_rank_fusion(
@@ -35,11 +36,14 @@ def fused_legs(
     vector: Sequence[Passage],
     limit: int,
     *,
-    k: int = LEGS_K,
+    k: int | None = None,
     vector_first: bool = False,
 ) -> list[SearchHit]:
     """The two legs' passages (each best first) as hits, fused by RRF, each with its rank in
-    either leg. Ties keep the first-listed leg's order (`vector_first` lists the vectors)."""
+    either leg. Ties keep the first-listed leg's order (`vector_first` lists the vectors);
+    `k` by default LEGS_K, as search.rules has it in force."""
+    if k is None:
+        k = rules.current().legs_k
     by_id = {p.id: p for p in vector} | {p.id: p for p in keyword}
     keyword_ids = [p.id for p in keyword]
     vector_ids = [p.id for p in vector]

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botmemory.clock import Clock, SystemClock
-from botmemory.search.fusion import LEGS_K, reciprocal_rank_fusion
+from botmemory.search import rules
+from botmemory.search.fusion import reciprocal_rank_fusion
 from botmemory.search.keyword_layout import (
     SHARD_SUFFIX,
     channel_prefix,
@@ -400,7 +401,9 @@ class S3KeywordIndex:
         ranked = passes[0]
         if len(passes) > 1:
             by_id = {p.id: p for ranking in passes for p in ranking}
-            fused = reciprocal_rank_fusion([[p.id for p in r] for r in passes], k=LEGS_K)
+            fused = reciprocal_rank_fusion(
+                [[p.id for p in r] for r in passes], k=rules.current().legs_k
+            )
             ranked = [by_id[pid] for pid, _ in fused]
         return [
             SearchHit(passage=passage, score=1.0 / rank, keyword_rank=rank)

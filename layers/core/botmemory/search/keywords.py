@@ -19,6 +19,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
+from botmemory.search import rules
+
 MAX_QUERY_CHARS = 4000
 # Longer runs are hashes or keyboard mashing: cut, identically on both sides.
 MAX_TOKEN_CHARS = 64
@@ -146,7 +148,8 @@ def query_terms(text: str, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
     """The distinct tokens of a query text that search looks for, in their order: the
     question's framing words left out, unless they are all it has."""
     terms = list(dict.fromkeys(tokens(text[: MAX_QUERY_CHARS * 4])))
-    about = [term for term in terms if term not in QUESTION_FRAME]
+    frame = QUESTION_FRAME if rules.current().question_frame else frozenset()
+    about = [term for term in terms if term not in frame]
     return (about or terms)[: max(max_terms, 0)]
 
 
@@ -174,7 +177,10 @@ _MIN_FEEDBACK_CHARS = 3
 def feedback_terms(terms: Sequence[str], best: Sequence[str]) -> list[str]:
     """The words to widen a query with: the most frequent tokens of the first pass's best
     passages (`best`: each one's tokens joined by spaces, best first) that at least two of
-    them hold, not already asked and of at least 3 characters; ties by first appearance."""
+    them hold, not already asked and of at least 3 characters; ties by first appearance.
+    None with the feedback pass switched off (search.rules)."""
+    if not rules.current().feedback_pass:
+        return []
     asked = set(terms)
     counts: dict[str, int] = {}
     holders: dict[str, int] = {}

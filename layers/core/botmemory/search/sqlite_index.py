@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from botmemory.search.fusion import LEGS_K, reciprocal_rank_fusion
+from botmemory.search import rules
+from botmemory.search.fusion import reciprocal_rank_fusion
 from botmemory.search.keywords import (
     TOKENS_VERSION,
     clip_query,
@@ -222,7 +223,9 @@ def _fuse(keyword: list[Candidate], vector: list[Candidate], limit: int) -> list
             keyword_rank=keyword_rank.get(passage_id),
             vector_rank=vector_rank.get(passage_id),
         )
-        for passage_id, score in reciprocal_rank_fusion([keyword_ids, vector_ids], k=LEGS_K)[:limit]
+        for passage_id, score in reciprocal_rank_fusion(
+            [keyword_ids, vector_ids], k=rules.current().legs_k
+        )[:limit]
     ]
 
 
@@ -401,7 +404,9 @@ class SqliteSearchIndex:
         if len(passes) == 1:
             return [(pid, body) for pid, body, _ in first]
         bodies = {pid: body for rows in passes for pid, body, _ in rows}
-        fused = reciprocal_rank_fusion([[pid for pid, _, _ in rows] for rows in passes], k=LEGS_K)
+        fused = reciprocal_rank_fusion(
+            [[pid for pid, _, _ in rows] for rows in passes], k=rules.current().legs_k
+        )
         return [(pid, bodies[pid]) for pid, _ in fused[:depth]]
 
     def _keyword_rows(
