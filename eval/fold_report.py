@@ -19,6 +19,7 @@ from eval.dataset import CATEGORIES
 
 TODAY = "today"  # the variant with every rule in force
 NA = "n/a"
+FOLDS = 5  # LoCoMo's ten conversations in five folds of two
 
 
 def without(rule: str) -> str:
@@ -55,7 +56,7 @@ class Tally:
         return Tally(self.won + other.won, self.lost + other.lost, self.asked + other.asked)
 
 
-def fold_split(conversations: Sequence[str], folds: int = 5) -> list[list[str]]:
+def fold_split(conversations: Sequence[str], folds: int = FOLDS) -> list[list[str]]:
     """The conversations in `folds` consecutive folds as even as can be (ten in five: two
     each), in the order given; fewer conversations than folds give one fold each."""
     if folds < 1:

@@ -27,6 +27,7 @@ from botmemory.settings.config import Settings
 from botmemory.snowflake import snowflake_ms
 from eval.dataset import load_conversation
 from eval.fold_report import (
+    FOLDS,
     TODAY,
     Asked,
     baseline_lines,
@@ -49,7 +50,6 @@ from eval.harness import (
 from eval.paths import HYBRID, KEYWORDS, search_paths
 from eval.vector_cache import DEFAULT_FOLDER, CachedEmbedder
 
-FOLDS = 5
 # Rules that only change what the vector leg embeds: no effect on the keyword-only path.
 VECTOR_ONLY = frozenset({"names_out_of_vectors", "german_exception"})
 REPORT_SIZE = "4,000"  # the size the category table is printed at (the issue's target)
@@ -71,18 +71,42 @@ def save(asked: list[Asked], where: Path) -> None:
 
 
 def load(where: Path) -> list[Asked] | None:
-    """Kept answers, or None when there are none or they were made with other switches."""
+    """Kept answers, each with the variants it was asked under, or None when none are kept.
+    A variant is named by its switch (`without(rule)`), so answers kept before a switch was
+    added still count for the others, and only the new variant is asked (merged)."""
     if not where.is_file():
         return None
     body = json.loads(where.read_text(encoding="utf-8"))
-    if body.get("rules") != list(rules.RULE_NAMES):
-        return None
     return [Asked(**q) for q in body["questions"]]
 
 
-def rules_for(vectors: bool) -> tuple[str, ...]:
-    """The rules worth switching off on the paths that run."""
-    return tuple(r for r in rules.RULE_NAMES if vectors or r not in VECTOR_ONLY)
+def asked_variants(asked: Sequence[Asked]) -> set[str]:
+    """The variants every one of these questions was asked under."""
+    if not asked:
+        return set()
+    return set.intersection(*(set(q.held) for q in asked))
+
+
+def still_to_ask(kept: list[Asked] | None, wanted: set[str]) -> list[str]:
+    """The variants a conversation still needs: all of them when nothing is kept or today's
+    answers (the reference every variant is compared with) are not; else those it lacks."""
+    if kept is None or TODAY not in asked_variants(kept):
+        return sorted(wanted)
+    return sorted(wanted - asked_variants(kept))
+
+
+def merged(kept: list[Asked], new: list[Asked]) -> list[Asked]:
+    """Kept answers with those of the variants asked since (the same questions, in order)."""
+    for old, fresh in zip(kept, new, strict=True):
+        old.held |= fresh.held
+        old.bm25 = fresh.bm25 or old.bm25
+    return kept
+
+
+def rules_for(vectors: bool, chosen: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The rules worth switching off on the paths that run (of `chosen`, when given)."""
+    names = rules.RULE_NAMES if chosen is None else tuple(chosen)
+    return tuple(r for r in names if vectors or r not in VECTOR_ONLY)
 
 
 def variants(names: Sequence[str]) -> dict[str, rules.SearchRules]:
@@ -91,9 +115,14 @@ def variants(names: Sequence[str]) -> dict[str, rules.SearchRules]:
 
 
 def ablate_conversation(
-    path: Path, limit: int | None, vectors: bool, folder: Path = DEFAULT_FOLDER
+    path: Path,
+    limit: int | None,
+    vectors: bool,
+    folder: Path = DEFAULT_FOLDER,
+    wanted: Sequence[str] | None = None,
 ) -> list[Asked]:
-    """One conversation replayed once, then every question under every variant."""
+    """One conversation replayed once, then every question under every variant (those of
+    `wanted`, variant names, when given: what a kept run lacks)."""
     conversation = load_conversation(path, limit)
     inner, _ = run_embedder(vectors)
     embedder = CachedEmbedder(inner, folder) if inner is not None else None
@@ -112,7 +141,8 @@ def ablate_conversation(
         indexes = {p: i for p, i in paths.indexes.items() if p in (KEYWORDS, HYBRID)}
         measurer = Measurer(services, conversation, RequestCounter(client), sizes, indexes)
         asked = [Asked(conversation.sample_id, q.category) for q in conversation.questions]
-        for variant, switches in variants(names).items():
+        to_ask = {v: r for v, r in variants(names).items() if wanted is None or v in wanted}
+        for variant, switches in to_ask.items():
             measurer.baselines = variant == TODAY  # the reference: packed under today's rules
             with rules.applied(switches):
                 for question, record in zip(conversation.questions, asked, strict=True):
@@ -133,38 +163,56 @@ def ablate_all(
     vectors: bool,
     done: Callable[[str, float], None] = lambda _id, _s: None,
     reuse: bool = False,
+    chosen: Sequence[str] | None = None,
+    kept_in: Path = RESULTS,
 ) -> dict[str, list[Asked]]:
-    """Every conversation's questions under every variant, by conversation id, each kept
-    on disk (RESULTS); with `reuse`, those kept already are read back, not run again."""
+    """Every conversation's questions under every variant (the rules `chosen`, else all),
+    by conversation id, each kept on disk (RESULTS); with `reuse`, the variants kept already
+    are read back and only those missing are asked."""
+    wanted = set(variants(rules_for(vectors, chosen)))
     found: dict[str, list[Asked]] = {}
-    for path in paths if reuse else []:
-        kept = load(result_path(path, limit, vectors))
+    missing: dict[Path, list[str]] = {}
+    for path in paths:
+        kept = load(result_path(path, limit, vectors, kept_in)) if reuse else None
         if kept is not None:
             found[path.stem] = kept
+        if lacking := still_to_ask(kept, wanted):
+            missing[path] = lacking
+        else:
             done(path.stem, 0.0)
-    to_run = [p for p in paths if p.stem not in found]
-    if not to_run:
+    if not missing:
         return found
     context = multiprocessing.get_context("spawn")  # as eval.locomo: a fresh moto each
     started = time.perf_counter()
-    with ProcessPoolExecutor(max(1, min(jobs, len(to_run))), mp_context=context) as pool:
-        futures = {pool.submit(ablate_conversation, p, limit, vectors): p for p in to_run}
+    with ProcessPoolExecutor(max(1, min(jobs, len(missing))), mp_context=context) as pool:
+        futures = {
+            pool.submit(ablate_conversation, p, limit, vectors, DEFAULT_FOLDER, asks): p
+            for p, asks in missing.items()
+        }
         for future in as_completed(futures):
             path = futures[future]
-            found[path.stem] = future.result()
-            save(found[path.stem], result_path(path, limit, vectors))
+            fresh = future.result()
+            kept = found.get(path.stem)
+            found[path.stem] = fresh if kept is None else merged(kept, fresh)
+            save(found[path.stem], result_path(path, limit, vectors, kept_in))
             done(path.stem, time.perf_counter() - started)
     return found
 
 
-def report_lines(by_conversation: dict[str, list[Asked]], ids: Sequence[str]) -> list[str]:
-    """The folds' tables for every path that ran."""
+def report_lines(
+    by_conversation: dict[str, list[Asked]],
+    ids: Sequence[str],
+    chosen: Sequence[str] | None = None,
+) -> list[str]:
+    """The folds' tables for every path that ran, for the rules (of `chosen`, when given)
+    every conversation was asked without."""
     questions = [q for c in ids for q in by_conversation.get(c, [])]
     folds = fold_split(list(ids), FOLDS)
     ran = {p for q in questions for held in q.held.values() for p in held}
+    asked = asked_variants(questions)
     lines = [f"Folds: {' | '.join(', '.join(f) for f in folds)}.", ""]
     for path in (p for p in (KEYWORDS, HYBRID) if p in ran):
-        names = rules_for(path == HYBRID)
+        names = tuple(r for r in rules_for(path == HYBRID, chosen) if without(r) in asked)
         lines += [f"Path {path}: every rule in force against BM25 (raw turns, snippets):", ""]
         lines += [*baseline_lines(questions, folds, path, [label(c) for c in BLOCK_SIZES]), ""]
         for size in (label(c) for c in BLOCK_SIZES):

@@ -13,7 +13,7 @@ the `eval` extra ships (eval/embedding_server.py) unless EMBEDDING_MODEL names a
 the multilingual set (eval/multilingual/, one conversation per language) runs the same way.
 
     python -m eval.locomo [--conversations 26,30] [--limit N] [--quick] [--jobs N]
-                          [--keywords-only] [--no-languages] [--folds [--reuse-folds]]
+                          [--keywords-only] [--no-languages] [--folds [--reuse-folds] [--rules a,b]]
 
 With --folds (eval/folds.py), each rule of the search leg and of the block's assembly
 (search.rules) is switched off alone, and its questions won minus lost are printed per fold
@@ -31,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from botmemory.search.rules import RULE_NAMES
 from eval.dataset import conversation_paths
 from eval.harness import (
     BLOCK_SIZES,
@@ -97,13 +98,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--reuse-folds",
         action="store_true",
-        help="with --folds: read back the conversations a run kept in eval/.folds/",
+        help="with --folds: read back what a run kept in eval/.folds/, ask only what it lacks",
+    )
+    parser.add_argument(
+        "--rules",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=None,
+        help="with --folds: only these rules of search.rules, comma-separated (default: all)",
     )
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    unknown = [name for name in args.rules or [] if name not in RULE_NAMES]
+    if unknown:
+        parser.error(f"--rules: no search rule named {', '.join(unknown)}")
     return args
 
 
@@ -171,16 +181,17 @@ def run_folds(
     vectors: bool,
     started: float,
     reuse: bool = False,
+    chosen: list[str] | None = None,
 ) -> int:
     """`--folds`: every rule removed alone on every conversation, then the folds' tables."""
     from eval.folds import ablate_all, report_lines
 
     say("Each rule of search.rules is switched off alone; recall is asked again each time.")
     found = ablate_all(
-        paths, limit, jobs, vectors, lambda c, s: say(f"  {c}: done at {s:.0f} s"), reuse
+        paths, limit, jobs, vectors, lambda c, s: say(f"  {c}: done at {s:.0f} s"), reuse, chosen
     )
     say()
-    for line in report_lines(found, [p.stem for p in paths]):
+    for line in report_lines(found, [p.stem for p in paths], chosen):
         say(line)
     say(f"Done in {time.perf_counter() - started:.1f} s ({jobs} processes).")
     return 0
@@ -204,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         vectors = not args.keywords_only
         say(f"Search paths: {vector_note(vectors)}")
         if args.folds:
-            return run_folds(paths, args.limit, args.jobs, vectors, started, args.reuse_folds)
+            return run_folds(
+                paths, args.limit, args.jobs, vectors, started, args.reuse_folds, args.rules
+            )
         reports = run_all(
             paths, args.limit, args.jobs, lambda r: say(conversation_line(r)), vectors
         )

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from botmemory.recall.dates import DateMention, date_mentions
 from botmemory.recall.search_leg import query_snippet
 from botmemory.search import rules
 from botmemory.search.embeddings import question_for_vectors
@@ -34,13 +34,16 @@ from eval.folds import (
     VECTOR_ONLY,
     ablate_conversation,
     load,
+    merged,
     result_path,
     rules_for,
     save,
+    still_to_ask,
     variants,
 )
-from eval.harness import BLOCK_SIZES, label, run_conversation
+from eval.harness import BLOCK_SIZES, QuestionOutcome, label, run_conversation
 from eval.paths import HYBRID, KEYWORDS
+from eval.report import margin, margin_lines
 from eval.vector_cache import CachedEmbedder, cache_key
 from tests.eval.test_eval import tiny_dataset  # noqa: F401  (a fixture)
 from tests.eval.test_search_paths import DIMENSIONS, hashed_encode
@@ -178,6 +181,9 @@ def test_switches_reach_the_rules_they_name() -> None:
         assert question_for_vectors("What did Melanie paint?") == "What did Melanie paint?"
     with rules.applied(rules.SearchRules(german_exception=False)):
         assert "Melanie" not in question_for_vectors("Was hat Melanie für Anna gemalt?")
+    assert date_mentions("2023年11月16日に何をした?") == [DateMention(2023, 11, 16)]
+    with rules.applied(rules.SearchRules(cjk_dates=False)):
+        assert date_mentions("2023年11月16日に何をした?") == []
     today = fused_legs(passages, [], 2)[0].score
     with rules.applied(rules.TODAY.without("legs_k")):
         assert fused_legs(passages, [], 2)[0].score == pytest.approx(1 / 61)
@@ -259,13 +265,70 @@ def test_with_vectors_the_hybrid_is_ablated_too_and_a_rerun_embeds_nothing(
     assert [q.held for q in again] == [q.held for q in first]
 
 
-def test_kept_answers_read_back_as_they_were_and_not_for_other_switches(tmp_path: Path) -> None:
+def test_kept_answers_read_back_and_only_the_variants_they_lack_are_asked(
+    tmp_path: Path,
+) -> None:
     answers = [asked("26", 2, True, False, bm25=True), asked("26", 4, False, True)]
     where = result_path(tmp_path / "26.json", None, vectors=False, folder=tmp_path / "kept")
     assert where.name == "26-keywords.json"
     assert load(where) is None
     save(answers, where)
-    assert load(where) == answers
-    body = json.loads(where.read_text(encoding="utf-8"))
-    where.write_text(json.dumps(body | {"rules": ["snippets"]}), encoding="utf-8")
-    assert load(where) is None
+    kept = load(where)
+    assert kept == answers
+    wanted = {TODAY, without("r"), without("s")}
+    assert still_to_ask(None, wanted) == sorted(wanted)
+    assert still_to_ask(kept, wanted) == [without("s")]  # "r" was asked already
+    assert still_to_ask(kept, {TODAY, without("r")}) == []
+    no_today = [Asked("26", 2, held={without("r"): {}})]
+    assert still_to_ask(no_today, wanted) == sorted(wanted)  # no reference: all again
+    fresh = [
+        Asked("26", 2, held={without("s"): {KEYWORDS: {SIZE: False}}}),
+        Asked("26", 4, held={without("s"): {KEYWORDS: {SIZE: True}}}),
+    ]
+    both = merged(kept, fresh)
+    assert [set(q.held) for q in both] == [wanted, wanted]
+    assert [q.bm25 for q in both] == [{SIZE: True}, {SIZE: False}]  # kept: today's not asked
+    assert tally(both, "s", KEYWORDS, SIZE) == Tally(won=1, lost=1, asked=2)
+
+
+def test_only_the_chosen_rules_are_asked_without() -> None:
+    assert rules_for(False, ["snippets", "names_out_of_vectors"]) == ("snippets",)
+    assert rules_for(True, ["snippets", "names_out_of_vectors"]) == (
+        "snippets",
+        "names_out_of_vectors",
+    )
+    assert rules_for(False) == tuple(r for r in rules.RULE_NAMES if r not in VECTOR_ONLY)
+
+
+# The margins `make eval` prints -------------------------------------------------------------
+
+
+def outcome(conversation: str, held: bool, bm25: bool) -> QuestionOutcome:
+    return QuestionOutcome(
+        conversation,
+        1,
+        1,
+        cited={KEYWORDS: {SIZE: held}},
+        held={KEYWORDS: {SIZE: held}},
+        bm25_snippets={SIZE: bm25},
+    )
+
+
+def test_margins_are_pooled_and_per_fold_and_a_fold_bm25_misses_is_reported() -> None:
+    questions = [
+        outcome("26", True, True),
+        outcome("26", True, False),  # 26: +50.0
+        outcome("30", False, True),  # 30: −100.0
+        outcome("41", True, False),  # 41: BM25 holds nothing: +100.0, shown
+        outcome("42", False, False),  # 42: +0.0
+    ]
+    assert margin(questions, KEYWORDS, SIZE) == pytest.approx(20.0)
+    assert margin([], KEYWORDS, SIZE) is None
+    lines = margin_lines(questions, [SIZE])
+    assert lines[1].split() == ["path", "size", "pooled", "26", "30", "41", "42"]  # a fold each
+    assert lines[2].split() == [KEYWORDS, SIZE, "+20.0", "+50.0", "-100.0", "+100.0", "+0.0"]
+    assert any("target +5: meets" in line for line in lines)
+    assert any("floor" in line and "holds" in line for line in lines)
+    behind = margin_lines([outcome("26", False, True)], [SIZE])
+    assert any("target +5: below" in line for line in behind)
+    assert any("does not hold" in line for line in behind)

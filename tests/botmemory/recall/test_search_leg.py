@@ -17,6 +17,7 @@ from botmemory.recall.recaller import respond
 from botmemory.recall.search_leg import SearchStatus
 from botmemory.records import Episode, Fact, Observation
 from botmemory.runtime import build_services
+from botmemory.search import rules
 from botmemory.search.port import Passage, SearchHit, SearchIndex, SearchQuery
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from botmemory.services import MemoryServices
@@ -161,6 +162,11 @@ def test_a_short_answer_is_shown_with_the_message_it_answers(
     assert '(after "Bob": "Where did you go hiking' in lines[0]
     # The question is not shown a second time on a line of its own.
     assert len(lines) == 1 and body["passages"][0]["context"].startswith("Where did you go")
+    # With search.rules' `short_context` off (make eval --folds), the answer stands alone.
+    with rules.applied(rules.TODAY.without("short_context")):
+        alone = ask(searching, "hiking in the Dolomites")
+    assert '(after "Bob"' not in alone["memory"]
+    assert [p["context"] for p in alone["passages"]][:1] == [None]
 
 
 LONG_ANSWER = (

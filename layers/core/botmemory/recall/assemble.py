@@ -318,7 +318,9 @@ def _passage_lines(
         if found.message.sk in seen:
             continue
         if found.context is not None and (
-            found.context.sk in seen or len(found.message.content) >= SHOWN_WITH_CONTEXT_BELOW
+            found.context.sk in seen
+            or len(found.message.content) >= SHOWN_WITH_CONTEXT_BELOW
+            or not rules.current().short_context
         ):
             found = replace(found, context=None)
         if section.add(_passage_line(found, query_tokens)):

@@ -19,6 +19,7 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from botmemory.search import rules
 from botmemory.search.keywords import clip_query
 from botmemory.search.port import MAX_SPANS
 
@@ -57,10 +58,12 @@ _PATTERNS = tuple(
         # November 16, 2023; Nov 16th; December 1,2023
         r"\b(?P<name>" + _MONTH + r")\.?\s+" + _DAY + r"\b(?:\s*,?\s*" + _YEAR + r"\b)?",
         r"\b(?P<name>" + _MONTH + r")\.?,?\s+" + _YEAR + r"\b",  # June 2023
-        # 2023年11月16日, 11月16日, 2023年11月 (Chinese, Japanese); 2023년 11월 16일 (Korean)
-        r"(?:" + _YEAR + r"\s*[年년]\s*)?(?P<month>[01]?\d)\s*[月월]"
-        r"(?:\s*(?P<day>[0-3]?\d)\s*[日일号號])?",
     )
+)
+# 2023年11月16日, 11月16日, 2023年11月 (Chinese, Japanese); 2023년 11월 16일 (Korean)
+_CJK_PATTERN = re.compile(
+    r"(?:" + _YEAR + r"\s*[年년]\s*)?(?P<month>[01]?\d)\s*[月월]"
+    r"(?:\s*(?P<day>[0-3]?\d)\s*[日일号號])?"
 )
 _BARE_MONTH = re.compile(
     r"\b(?P<name>January|February|March|April|May|June|July|August|September|October"
@@ -70,6 +73,11 @@ _BARE_YEAR = re.compile(r"(?<![\w.,:/-])" + _YEAR + r"(?!\w|[.,:/-]\d)")
 # Local dates run from UTC-12 to UTC+14: the dates a moment is somewhere on Earth.
 _ZONES = (timedelta(hours=-12), timedelta(0), timedelta(hours=14))
 MAX_MENTIONS = 8  # a query listing more dates than this is not asking about one of them
+
+
+def _patterns() -> tuple[re.Pattern[str], ...]:
+    """The date forms read (the CJK ones behind search.rules' `cjk_dates`)."""
+    return (*_PATTERNS, _CJK_PATTERN) if rules.current().cjk_dates else _PATTERNS
 
 
 @dataclass(frozen=True)
@@ -128,7 +136,7 @@ def date_mentions(query: str | None) -> list[DateMention]:
     claimed = _Claimed()
     mentions = [
         mention
-        for pattern in _PATTERNS
+        for pattern in _patterns()
         for match in pattern.finditer(text)
         if (mention := _mention(match)) is not None and claimed.take(match)
     ]

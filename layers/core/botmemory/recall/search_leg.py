@@ -272,7 +272,7 @@ def _as_shown(hit: SearchHit) -> SearchHit:
     # The passage's last line is "<name>: <message>". A name holding ": " only makes the
     # message look longer: then it is shown alone, which is always safe.
     message = passage.text.rsplit("\n", 1)[-1].split(": ", 1)[-1]
-    if len(message) < SHOWN_WITH_CONTEXT_BELOW:
+    if len(message) < SHOWN_WITH_CONTEXT_BELOW and rules.current().short_context:
         return hit
     alone = passage.model_copy(update={"sources": passage.sources[-1:]})
     return hit.model_copy(update={"passage": alone})

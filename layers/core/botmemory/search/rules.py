@@ -29,6 +29,8 @@ class SearchRules:
     feedback_pass: bool = True
     # recall: the query's dates as time spans (SearchQuery.during): the dated pass.
     dated_pass: bool = True
+    # recall.dates: the Chinese, Japanese and Korean date forms (2023年11月16日, 11월 16일).
+    cjk_dates: bool = True
     # embeddings.question_for_vectors: names out of the vector query ...
     names_out_of_vectors: bool = True
     # ... except in German, whose nouns are capitalized.
@@ -43,6 +45,9 @@ class SearchRules:
     asking_when: bool = True
     # query_snippet: a long message shown as the sentences sharing the query's words.
     snippets: bool = True
+    # search_leg / assemble: a message shorter than SHOWN_WITH_CONTEXT_BELOW shown with the
+    # one before it (cut to CONTEXT_QUOTE_CHARS); off, every message is shown alone.
+    short_context: bool = True
     # rank_facts: a fact repeating a better one (FACT_REPEAT_SHARE) left out.
     fact_repeats_out: bool = True
     # rank_facts / rank_episodes: a subject's name does not make a fact or episode relevant.
