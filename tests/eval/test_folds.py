@@ -31,6 +31,7 @@ from eval.fold_report import (
     without,
 )
 from eval.folds import (
+    LANGUAGE_RULES,
     VECTOR_ONLY,
     ablate_conversation,
     load,
@@ -146,7 +147,7 @@ def test_every_switch_defaults_to_today_and_each_can_be_turned_off_alone() -> No
     with pytest.raises(ValueError):
         rules.TODAY.without("no such rule")
     assert set(variants(rules_for(False))) == {TODAY} | {
-        without(r) for r in rules.RULE_NAMES if r not in VECTOR_ONLY
+        without(r) for r in rules.RULE_NAMES if r not in VECTOR_ONLY | LANGUAGE_RULES
     }
 
 
@@ -297,7 +298,10 @@ def test_only_the_chosen_rules_are_asked_without() -> None:
         "snippets",
         "names_out_of_vectors",
     )
-    assert rules_for(False) == tuple(r for r in rules.RULE_NAMES if r not in VECTOR_ONLY)
+    assert rules_for(False) == tuple(
+        r for r in rules.RULE_NAMES if r not in VECTOR_ONLY | LANGUAGE_RULES
+    )
+    assert "cjk_dates" in rules_for(False, ["cjk_dates"])  # on the multilingual set
 
 
 # The margins `make eval` prints -------------------------------------------------------------
