@@ -38,6 +38,7 @@ from eval.fold_report import (
 )
 from eval.harness import (
     BLOCK_SIZES,
+    EVAL_SEARCH_TIMEOUT_MS,
     SWEEP_EVERY_MS,
     TABLE,
     Measurer,
@@ -136,7 +137,9 @@ def ablate_conversation(
         paths = search_paths(embedder)
         events = conversation.replay.events
         clock = ManualClock(snowflake_ms(events[0]["d"]["id"]))
-        settings = Settings(table_name=TABLE, memory_model="rules", search_timeout_ms=5_000)
+        settings = Settings(
+            table_name=TABLE, memory_model="rules", search_timeout_ms=EVAL_SEARCH_TIMEOUT_MS
+        )
         services = build_services(
             settings, dynamodb=client, clock=clock, model=RulesModel(), search_index=paths.tee
         )
