@@ -62,9 +62,11 @@ RESULTS = Path(__file__).parent / ".folds"
 
 
 def result_path(path: Path, limit: int | None, vectors: bool, folder: Path = RESULTS) -> Path:
-    """Where one conversation's answers are kept: by id, turns replayed and paths."""
+    """Where one conversation's answers are kept: by dataset folder and id, turns replayed
+    and paths ("locomo-26-keywords.json")."""
     turns = f"-{limit}" if limit else ""
-    return folder / f"{path.stem}{turns}-{'hybrid' if vectors else 'keywords'}.json"
+    dataset = path.parent.name.lstrip(".")
+    return folder / f"{dataset}-{path.stem}{turns}-{'hybrid' if vectors else 'keywords'}.json"
 
 
 def save(asked: list[Asked], where: Path) -> None:

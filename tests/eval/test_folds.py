@@ -270,8 +270,8 @@ def test_kept_answers_read_back_and_only_the_variants_they_lack_are_asked(
     tmp_path: Path,
 ) -> None:
     answers = [asked("26", 2, True, False, bm25=True), asked("26", 4, False, True)]
-    where = result_path(tmp_path / "26.json", None, vectors=False, folder=tmp_path / "kept")
-    assert where.name == "26-keywords.json"
+    where = result_path(tmp_path / "locomo" / "26.json", None, False, folder=tmp_path / "kept")
+    assert where.name == "locomo-26-keywords.json"  # another dataset's 26 is kept apart
     assert load(where) is None
     save(answers, where)
     kept = load(where)
