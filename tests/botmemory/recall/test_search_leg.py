@@ -309,41 +309,6 @@ def test_facts_the_query_is_not_about_take_only_the_room_the_passages_leave(
     assert {f["text"] for f in quiet["facts"][ALICE]} == set(unrelated)
 
 
-def test_a_fact_that_repeats_a_better_one_in_other_words_gives_its_room_away(
-    searching: MemoryServices,
-) -> None:
-    consolidated(searching, [said(ALICE, "Morning everyone", START_MS)])
-    put_facts(
-        searching.repository,
-        [
-            fact(ALICE, "Alice is looking into counseling and mental health jobs", START_MS, 5),
-            fact(ALICE, "Alice has been looking into counseling or mental health work", START_MS),
-            fact(ALICE, "Alice looks into mental health counseling jobs", START_MS),
-            fact(ALICE, "Alice volunteers at a mental health helpline", START_MS),
-            # One word of four apart: two facts, both kept.
-            fact(ALICE, "Alice collects stamps from Spain", START_MS, 3),
-            fact(ALICE, "Alice collects stamps from France", START_MS, 3),
-        ],
-    )
-
-    shown = [
-        f["text"]
-        for f in ask(searching, "What mental health work does Alice want?")["facts"][ALICE]
-    ]
-    unasked = [f["text"] for f in ask(searching, None)["facts"][ALICE]]
-
-    # One of the three saying one thing (the best-ranked: it shares "work" with the question),
-    # then what else is relevant.
-    assert shown[:2] == [
-        "Alice has been looking into counseling or mental health work",
-        "Alice volunteers at a mental health helpline",
-    ]
-    assert sum("counseling" in t for t in shown) == 1
-    assert sum("counseling" in t for t in unasked) == 1
-    assert {"Alice collects stamps from Spain", "Alice collects stamps from France"} <= set(unasked)
-    assert len(unasked) == 4
-
-
 def test_facts_of_a_member_the_query_names_are_shown_never_a_stranger_s(
     searching: MemoryServices,
 ) -> None:
