@@ -75,7 +75,6 @@ class RecallFigures:
     search: SearchStatus
     passages: int  # passages the block shows
     shown_hits: set[str]  # the messages they show as hits (sort keys)
-    shown_context: set[str]  # those they show as a hit's context (the message before it)
     slowest_ms: float  # the slowest request, simulated latency included
     batch_read_units: float  # those of its BatchGetItem (search's read-back of its hits)
 
@@ -112,7 +111,6 @@ def measure_recall(
         search=result.search,
         passages=len(result.passages),
         shown_hits={p.provenance[-1] for p in result.passages if p.provenance},
-        shown_context={sk for p in result.passages for sk in p.provenance[:-1]},
         slowest_ms=max(((r.ended - r.started) * 1000 for r in requests), default=0.0),
         batch_read_units=sum(read_units(r) for r in requests if r.operation == "BatchGetItem"),
     )
@@ -216,9 +214,7 @@ def measure_query(lab: Lab, observations: int) -> QueryFigures:
 
 
 def _shown(sk: str, recall: RecallFigures) -> str:
-    if sk in recall.shown_hits:
-        return "yes, a hit"
-    return "yes, as context" if sk in recall.shown_context else "no"
+    return "yes, a hit" if sk in recall.shown_hits else "no"
 
 
 SATURATED_HISTORY = 1_000

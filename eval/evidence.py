@@ -14,9 +14,8 @@ The looser figure also counts every turn an episode was made from (its time rang
 or not: the episode was built from it, but its words are not in the block.
 
 Those two count what the block points at. The strict figure (`held`) counts only what it
-shows: a long message is shown as its snippet (the sentences that best match the query), a
-message's context is cut to 80 characters, an episode's quote may be cut, and the part
-left out may be the part that answers. A turn is held when the text the block shows of it
+shows: a long message is shown as its snippet (the sentences that best match the query), an
+episode's quote may be cut, and the part left out may be the part that answers. A turn is held when the text the block shows of it
 still holds every word of LoCoMo's answer that the turn itself holds (`holds_evidence`); a
 turn that holds none of them (the answer is a date worked out from the session, or an
 inference) is held only when shown whole, since nothing says which part of it mattered. A
@@ -34,13 +33,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from botmemory.recall.assemble import CONTEXT_QUOTE_CHARS
 from botmemory.recall.contract import RecalledEpisode, RecalledPassage, RecallResult
 from botmemory.recall.search_leg import query_snippet
 from botmemory.records import Fact
 from botmemory.search.keywords import tokens
 from botmemory.storage.keys import message_of
-from botmemory.text import quote_for_prompt, scrub
+from botmemory.text import scrub
 from eval.dataset import Turn
 
 # `Name: “quoted words”`, the quote possibly cut by the summary's length limit.
@@ -88,11 +86,6 @@ def shown_message(passage: RecalledPassage, query: str | None) -> str:
     return query_snippet(passage.text, set(tokens(query or "")))
 
 
-def shown_context(passage: RecalledPassage) -> str:
-    """A passage's context as the block shows it: quoted and cut to CONTEXT_QUOTE_CHARS."""
-    return quote_for_prompt(passage.context or "", limit=CONTEXT_QUOTE_CHARS)
-
-
 class EvidenceIndex:
     """One conversation's turns and facts, to read recall results against."""
 
@@ -134,8 +127,6 @@ class EvidenceIndex:
         pieces: list[tuple[str, str]] = []  # (dia_id, what the block shows of it)
         for passage in result.passages:
             turns = [self.turns_of([sk]) for sk in passage.provenance]
-            if passage.context is not None and len(turns) == 2:
-                pieces += [(d, shown_context(passage)) for d in turns[0]]
             if turns:
                 pieces += [(d, shown_message(passage, query)) for d in turns[-1]]
         for episode in result.episodes:

@@ -10,7 +10,7 @@ from botmemory.search.keywords import tokens
 from botmemory.storage.keys import observation_sk
 from eval.baselines import BLOCK_OVERHEAD, RawTurns
 from eval.dataset import Turn
-from eval.evidence import EvidenceIndex, answer_words, holds_evidence, shown_context
+from eval.evidence import EvidenceIndex, answer_words, holds_evidence
 
 # A long turn: recall shows it as the sentences that best match the query (its snippet).
 LONG = (
@@ -37,8 +37,7 @@ def sk(t: Turn) -> str:
     return observation_sk(t.at_ms, "message", t.message_id)
 
 
-def passage(message: Turn, context: Turn | None = None, **fields: Any) -> RecalledPassage:
-    shown = [t for t in (context, message) if t is not None]
+def passage(message: Turn, **fields: Any) -> RecalledPassage:
     return RecalledPassage(
         id=f"p-{message.dia_id}",
         channel_id="c",
@@ -46,8 +45,7 @@ def passage(message: Turn, context: Turn | None = None, **fields: Any) -> Recall
         authors=[],
         author_names=[],
         text=message.text,
-        context=context.text if context is not None else None,
-        provenance=[sk(t) for t in shown],
+        provenance=[sk(message)],
         **fields,
     )
 
@@ -100,16 +98,6 @@ def test_the_snippet_checked_is_the_one_recall_shows() -> None:
     query = "How busy was the market in the morning?"
     shown = query_snippet(LONG, set(tokens(query)))
     assert "Pepper" not in shown and "market" in shown
-
-
-def test_a_context_cut_to_80_characters_holds_only_what_is_left() -> None:
-    index = EvidenceIndex(TURNS, [])
-    shown = result(passages=[passage(TURNS[1], context=TURNS[0])])
-    assert len(shown_context(shown.passages[0])) <= 80
-    found = index.shown(shown, "What did Alice name her cat?", "Pepper")
-    assert "D1:1" in found.strict and "D1:1" not in found.held  # Pepper is past the cut
-    early = index.shown(shown, "Where did Alice spend the morning?", "the market")
-    assert "D1:1" in early.held  # "market" is within the first 80 characters
 
 
 def test_a_fact_is_held_when_it_holds_the_answer_words_the_turn_holds() -> None:

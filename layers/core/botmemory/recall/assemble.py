@@ -12,7 +12,6 @@ angle bracket. Only the block's own lines start a line: the markers, the heading
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 from botmemory.clock import day, moment
 from botmemory.memory.notes import Note
@@ -46,7 +45,6 @@ from botmemory.recall.contract import (
     RecallResult,
 )
 from botmemory.recall.search_leg import (
-    SHOWN_WITH_CONTEXT_BELOW,
     FoundMessage,
     RankedEpisodes,
     RankedFacts,
@@ -59,9 +57,6 @@ from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.text import clip, quote_for_prompt, scrub
 
-# The message before a short one (search_leg.SHOWN_WITH_CONTEXT_BELOW) is cut to this,
-# quotes included.
-CONTEXT_QUOTE_CHARS = 80
 # Where a summary too long for its budget is cut: between sentences, its oldest first.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -308,8 +303,7 @@ def _who(name: str) -> str:
 def _passage_lines(
     section: Section, messages: list[FoundMessage], query: str | None
 ) -> list[FoundMessage]:
-    """Best first while they fit; a message already shown (as a hit or as context) is not
-    shown again, nor is it repeated as another's context. A long message is shown as its
+    """Best first while they fit, each message once. A long message is shown as its
     snippet for the query (search_leg.query_snippet)."""
     query_tokens = set(tokens(query or ""))
     shown: list[FoundMessage] = []
@@ -317,41 +311,29 @@ def _passage_lines(
     for found in messages:
         if found.message.sk in seen:
             continue
-        if found.context is not None and (
-            found.context.sk in seen
-            or len(found.message.content) >= SHOWN_WITH_CONTEXT_BELOW
-            or not rules.current().short_context
-        ):
-            found = replace(found, context=None)
         if section.add(_passage_line(found, query_tokens)):
             shown.append(found)
-            seen.update(o.sk for o in (found.message, found.context) if o is not None)
+            seen.add(found.message.sk)
     return shown
 
 
 def _passage_line(found: FoundMessage, query_tokens: set[str]) -> str:
-    """`- 2023-05-08, "Caroline": "..."`, with the message before it when it has one."""
+    """`- 2023-05-08, "Caroline": "..."`."""
     message = found.message
     line = f"- {day(message.at_ms)}, {_who(message.author_name or '')}: "
-    line += quote_for_prompt(query_snippet(message.content, query_tokens))
-    if found.context is not None:
-        context = found.context
-        line += f" (after {_who(context.author_name or '')}: "
-        line += f"{quote_for_prompt(context.content, limit=CONTEXT_QUOTE_CHARS)})"
-    return line
+    return line + quote_for_prompt(query_snippet(message.content, query_tokens))
 
 
 def _recalled_passage(found: FoundMessage) -> RecalledPassage:
-    shown = [o for o in (found.context, found.message) if o is not None]
+    message = found.message
     return RecalledPassage(
         id=found.passage_id,
         channel_id=found.channel_id,
-        time_ms=found.message.at_ms,
-        authors=list(dict.fromkeys(o.author_id for o in shown if o.author_id)),
-        author_names=list(dict.fromkeys(_line(o.author_name) for o in shown if o.author_name)),
-        text=_line(found.message.content),
-        context=_line(found.context.content) if found.context is not None else None,
-        provenance=[o.sk for o in shown],
+        time_ms=message.at_ms,
+        authors=[message.author_id] if message.author_id else [],
+        author_names=[_line(message.author_name)] if message.author_name else [],
+        text=_line(message.content),
+        provenance=[message.sk],
     )
 
 

@@ -98,7 +98,6 @@ class RecalledPassage(BaseModel):
     authors: list[str]
     author_names: list[str]
     text: str
-    context: str | None = None
     provenance: list[str]
 
 

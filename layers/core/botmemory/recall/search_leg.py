@@ -65,11 +65,6 @@ def search_depth(settings: Settings) -> int:
     return max(MIN_SEARCH_DEPTH, min(MAX_SEARCH_DEPTH, room // CHARS_PER_HIT))
 
 
-# A message shorter than this ("yes, last Tuesday!") is shown with the one before it; a
-# longer one stands alone, and its room goes to more passages.
-SHOWN_WITH_CONTEXT_BELOW = 60
-
-
 # With a query, what the block keeps that the query is not about: a person's most used
 # facts, and the latest episode (what is going on now). The rest of their room goes to the
 # passages the query found. Both take only the room the passages leave (RankedFacts and
@@ -96,12 +91,11 @@ class SearchStatus(StrEnum):
 
 @dataclass
 class FoundMessage:
-    """A message hit, as the table holds it now: the message and the one before it (context)."""
+    """A message hit, as the table holds it now."""
 
     passage_id: str
     channel_id: str
     message: Observation
-    context: Observation | None
 
 
 @dataclass
@@ -172,7 +166,7 @@ class SearchLeg:
 
     def find(self, query: SearchQuery, now_ms: int) -> Found:
         answered = self._index.search(query)
-        hits = [_as_shown(h) for h in answered]
+        hits = list(answered)
         sources = passage_sources(self._repository, (h.passage for h in hits))
         found = checked(hits, sources, query, now_ms)
         found.vector_error = getattr(answered, "vector_error", None)
@@ -248,25 +242,13 @@ def named_first(
     return [by_id[passage_id] for passage_id, _ in order]
 
 
-def _as_shown(hit: SearchHit) -> SearchHit:
-    """The hit with only the sources it may show: a message long enough to stand alone is
-    shown without the one before it, so that one is neither read back nor shown."""
-    passage = hit.passage
-    if passage.kind != PassageKind.MESSAGE or len(passage.sources) < 2:
-        return hit
-    # The passage's last line is "<name>: <message>". A name holding ": " only makes the
-    # message look longer: then it is shown alone, which is always safe.
-    message = passage.text.rsplit("\n", 1)[-1].split(": ", 1)[-1]
-    if len(message) < SHOWN_WITH_CONTEXT_BELOW and rules.current().short_context:
-        return hit
-    alone = passage.model_copy(update={"sources": passage.sources[-1:]})
-    return hit.model_copy(update={"passage": alone})
-
-
 def checked(
     hits: Sequence[SearchHit], sources: dict[str, list[Record]], query: SearchQuery, now_ms: int
 ) -> Found:
-    """The hits the table still holds as indexed, in the query's scope and channels."""
+    """The hits the table still holds as indexed, in the query's scope and channels. A
+    message's passage may copy the one before it too (search.passages: it is found by that
+    one's words); both are read back, and it is dropped unless both are held, but only the
+    message is shown: a quoted question took the room of more passages (docs/eval.md)."""
     found = Found()
     for hit in hits:
         passage = hit.passage
@@ -281,15 +263,7 @@ def checked(
             continue
         last = records[-1]
         if isinstance(last, Observation):
-            context = records[0] if len(records) > 1 else None
-            found.messages.append(
-                FoundMessage(
-                    passage.id,
-                    passage.channel_id,
-                    last,
-                    context if isinstance(context, Observation) else None,
-                )
-            )
+            found.messages.append(FoundMessage(passage.id, passage.channel_id, last))
         elif isinstance(last, Fact):
             found.facts.append(last)
         elif isinstance(last, Episode):

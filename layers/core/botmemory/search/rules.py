@@ -43,9 +43,6 @@ class SearchRules:
     said_on: bool = True
     # query_snippet: a long message shown as the sentences sharing the query's words.
     snippets: bool = True
-    # search_leg / assemble: a message shorter than SHOWN_WITH_CONTEXT_BELOW shown with the
-    # one before it (cut to CONTEXT_QUOTE_CHARS); off, every message is shown alone.
-    short_context: bool = True
     # rank_facts / rank_episodes: a subject's name does not make a fact or episode relevant.
     relevance_without_names: bool = True
     # rank_facts / rank_episodes: facts and episodes the query is not about wait for the
