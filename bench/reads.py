@@ -186,7 +186,7 @@ def bench_recall(lab: Lab) -> None:
 @dataclass
 class QueryFigures:
     recall: RecallFigures
-    early_found: str  # how the block shows the early message: as a hit, as context, or not
+    early_found: str  # whether the block shows the early message
     hits: int  # what the index returned for the query (at most search_depth(settings))
     search_ms: float  # the in-process index search alone, median of SEARCH_TIMINGS
     seeding_s: tuple[float, float]  # seconds to fill the table, then the index
@@ -246,12 +246,6 @@ def bench_recall_query(lab: Lab) -> None:
         ),
     ]
     table_s, index_s = old.seeding_s
-    as_context = [
-        "'as context': the block shows the early message as the context of the message after it",
-        "(a short message's passage holds the one before it), whose passage outranked its own.",
-    ]
-    if "yes, as context" not in (young.early_found, old.early_found):
-        as_context = []
     print_table(
         "3c. Recall with a query: 100 vs 100,000 observations in the channel",
         ["figure", "100 obs", "100,000 obs", "ratio"],
@@ -278,7 +272,6 @@ def bench_recall_query(lab: Lab) -> None:
             "The index search runs in process (SQLite FTS5) before that BatchGetItem: it is no",
             "DynamoDB round trip and is in none of the figures above but the last row. FTS5 ranks",
             "every passage that shares a word with the query, so its time grows with them.",
-            *as_context,
             f"Each channel: the world of 3a, its messages {MESSAGE_WORDS[0]} to {MESSAGE_WORDS[1]}"
             f" words drawn from a {len(VOCABULARY)}-word",
             "vocabulary (the query's 'bread' and 'Sunday' among them), each indexed as a passage.",
