@@ -138,3 +138,53 @@ def test_recall_asks_search_for_the_times_its_query_names(searching: MemoryServi
         (START_MS + DAY_MS - 14 * HOUR_MS, START_MS + 2 * DAY_MS + 12 * HOUR_MS)
     ]
     assert undated.during == []
+
+
+def test_a_question_asking_when_is_told_from_one_placing_things_in_time() -> None:
+    from botmemory.recall.dates import asks_when, tells_when
+
+    assert all(
+        asks_when(q)
+        for q in (
+            "When did Melanie go camping?",
+            "how long ago did he move?",
+            "¿Cuándo se mudó?",
+            "Wann ist sie umgezogen?",
+            "彼はいつ引っ越した？",
+            "他什么时候搬家的？",
+            "언제 이사했어?",
+        )
+    )
+    assert not any(asks_when(q) for q in ("What did Tim paint?", "", "whenever you like"))
+    assert all(
+        tells_when(t)
+        for t in (
+            "We went camping last week",
+            "I moved two years ago",
+            "yesterday was fun",
+            "see you next Friday",
+            "back in May",
+            "on 2023-11-16",
+        )
+    )
+    assert not any(tells_when(t) for t in ("I may go", "we march on", "I love painting"))
+
+
+def test_what_says_when_comes_first_for_a_question_asking_when(
+    searching: MemoryServices,
+) -> None:
+    noon = START_MS + 12 * HOUR_MS
+    consolidated(
+        searching,
+        [
+            said(BOB, "Lisbon was lovely, the trams and the custard tarts were the best.", noon),
+            said(BOB, "I came to Lisbon last spring, after the job offer came through.", noon + 1),
+            said(BOB, "Lisbon traffic is terrible, though, and the hills are steep.", noon + 2),
+        ],
+    )
+
+    asked = ask(searching, "When did Bob move to Lisbon?")
+    unasked = ask(searching, "Did Bob like Lisbon?")
+
+    assert "last spring" in asked["passages"][0]["text"]
+    assert "last spring" not in unasked["passages"][0]["text"]

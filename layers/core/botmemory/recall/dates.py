@@ -201,3 +201,35 @@ def spans_of(mentions: list[DateMention], now_ms: int) -> list[tuple[int, int]]:
 def said_on(at_ms: int, mentions: list[DateMention]) -> bool:
     """Whether a message sent at `at_ms` falls on a date the query names."""
     return any(mention.covers(at_ms) for mention in mentions)
+
+
+# A question asking when something happened ("When did Alice move?", "How long ago…"), in
+# the languages the multilingual set speaks and French and Portuguese.
+_ASKS_WHEN = re.compile(
+    r"\b(?:when|since when|how long ago|what (?:year|month|day|date)|cu[aá]ndo|wann|quand"
+    r"|quando)\b|いつ|什么时候|何时|哪一?年|哪一?天|언제",
+    re.IGNORECASE,
+)
+# Words that place what a message tells in time ("yesterday", "last week", "two years ago",
+# "next Friday"): the message that answers "when?" says one of them, or a date.
+_WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_TELLS_WHEN = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|ago|(?:last|next|this|past) (?:few |couple of )?"
+    r"(?:night|week|weekend|month|year|summer|winter|spring|fall|autumn|" + _WEEKDAYS + r")s?"
+    r"|" + _WEEKDAYS + r")\b",
+    re.IGNORECASE,
+)
+
+
+def asks_when(query: str | None) -> bool:
+    """Whether a query asks when something happened."""
+    return bool(query) and _ASKS_WHEN.search(query or "") is not None
+
+
+def tells_when(text: str) -> bool:
+    """Whether a message places what it tells in time: a relative time or a date."""
+    return (
+        _TELLS_WHEN.search(text) is not None
+        or _BARE_MONTH.search(text) is not None
+        or bool(date_mentions(text))
+    )

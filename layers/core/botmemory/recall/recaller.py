@@ -33,7 +33,7 @@ from botmemory.memory.visibility import Visibility
 from botmemory.people.names import NameIndex, name_candidates
 from botmemory.recall.assemble import assemble, assemble_legacy
 from botmemory.recall.contract import RecallError, RecallRequest, RecallResult, parse_request
-from botmemory.recall.dates import date_mentions
+from botmemory.recall.dates import asks_when, date_mentions
 from botmemory.recall.search_leg import (
     Found,
     RankedFacts,
@@ -195,7 +195,9 @@ class Recaller:
         elsewhere = self._finish_short_term(request, short_term_future, names, now, visibility)
         found, status = self._finish_search(search, started)
         found = shown_here(found, visibility)
-        found.messages = named_first(found.messages, named_people, date_mentions(query))
+        found.messages = named_first(
+            found.messages, named_people, date_mentions(query), asks_when(query)
+        )
         episodes = rank_episodes(episodes_future.result(), query, found.episodes, now)
         episodes = episodes.within(settings.recall_episodes)
         for episode in episodes.all():

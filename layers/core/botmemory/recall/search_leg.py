@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from botmemory.clock import epoch_seconds, ttl_alive
 from botmemory.memory.visibility import Visibility
-from botmemory.recall.dates import DateMention, date_mentions, said_on, spans_of
+from botmemory.recall.dates import DateMention, date_mentions, said_on, spans_of, tells_when
 from botmemory.records import Episode, Fact, FactStatus, Observation, Record, scope_of
 from botmemory.search import rules
 from botmemory.search.embeddings import EmbeddingDimensionsError
@@ -220,22 +220,26 @@ def _cut(sentence: str, limit: int) -> str:
 
 
 def named_first(
-    messages: list[FoundMessage], people: set[str], dates: list[DateMention]
+    messages: list[FoundMessage], people: set[str], dates: list[DateMention], when: bool = False
 ) -> list[FoundMessage]:
     """The messages, with those said by someone the query names, and those said on a date
     it names (recall.dates), moved up: "what did Caroline paint?" is answered by what
     Caroline said, not by everyone who thanked her; "what did Tim say on 16 November?" by
-    what was said that day. Fused by reciprocal rank with search's own order, so relevance
-    still leads, and a message that is both leads most. `people` come from names.NameIndex: a mention, or a
+    what was said that day; and with `when` (the query asks when: recall.dates.asks_when),
+    those that place what they tell in time ("I moved to Lisbon last spring"). Fused by
+    reciprocal rank with search's own order, so relevance still leads, and a message that
+    is several of these leads most. `people` come from names.NameIndex: a mention, or a
     name only one member goes by, so taking someone's nickname promotes nobody's words."""
     switches = rules.current()
     people = people if switches.said_by else set()
     dates = dates if switches.said_on else []
+    when = when and switches.asking_when
     by_id = {m.passage_id: m for m in messages}
     rankings = [list(by_id)]
     named = [m.passage_id for m in messages if m.message.author_id in people]
     dated = [m.passage_id for m in messages if said_on(m.message.at_ms, dates)]
-    rankings += [ranking for ranking in (named, dated) if ranking]
+    timed = [m.passage_id for m in messages if when and tells_when(m.message.content)]
+    rankings += [ranking for ranking in (named, dated, timed) if ranking]
     if len(rankings) == 1:
         return messages
     order = reciprocal_rank_fusion(rankings)

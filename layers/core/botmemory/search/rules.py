@@ -41,6 +41,8 @@ class SearchRules:
     said_by: bool = True
     # named_first: what was said on a date the query names moved up.
     said_on: bool = True
+    # named_first: with a "when" question, messages that place things in time moved up.
+    asking_when: bool = True
     # query_snippet: a long message shown as the sentences sharing the query's words.
     snippets: bool = True
     # rank_facts / rank_episodes: a subject's name does not make a fact or episode relevant.
