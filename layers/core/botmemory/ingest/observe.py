@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.ingest.channels import GUILD_EVENTS, ChannelVisibility
+from botmemory.people.controls import RecordingGate
 from botmemory.people.optout import OptOuts
 from botmemory.records import Observation, ObservationKind, scope_of
 from botmemory.settings.config import Settings
@@ -41,6 +42,17 @@ FUTURE_TOLERANCE_MS = 5 * 60_000
 MAX_MEMBER_ROLES = 250
 # Discord allows 10 attachments per message.
 MAX_ATTACHMENTS = 10
+# What someone says (botmemory.people.controls decides whether it may be kept); deletions and
+# reaction clears are always kept, as they make what was kept before go.
+SAID = frozenset(
+    {
+        ObservationKind.MESSAGE,
+        ObservationKind.ANSWER,
+        ObservationKind.EDIT,
+        ObservationKind.REACTION_ADD,
+        ObservationKind.REACTION_REMOVE,
+    }
+)
 
 Name = Annotated[str, StringConstraints(max_length=200)]
 
@@ -222,6 +234,9 @@ class ObservationRecorder:
         self._clock = clock
         self._opt_outs = opt_outs
         self._channels = ChannelVisibility(repository)
+        # Channel switches, consent and pauses (botmemory.people.controls); the answer path
+        # asks it too, for its short-term line.
+        self.gate = RecordingGate(repository, clock, opt_outs.hash_of)
         self._parsers: dict[str, Callable[[dict[str, Any]], Observation]] = {
             "MESSAGE_CREATE": self._message_create,
             "MESSAGE_UPDATE": self._message_update,
@@ -257,6 +272,10 @@ class ObservationRecorder:
             if self._opt_outs.is_opted_out(observation.author_id):
                 result.ignored.append(Skip(index=index, event=label, reason="author opted out"))
                 continue
+            refusal = self._refusal(observation, event)
+            if refusal is not None:
+                result.ignored.append(Skip(index=index, event=label, reason=refusal))
+                continue
             if ingest_id:
                 observation = observation.model_copy(update={"ingest_id": ingest_id[:64]})
             if self._repository.put_observation(observation):
@@ -265,6 +284,17 @@ class ObservationRecorder:
                 result.duplicates += 1
                 result.duplicate_indexes.append(index)
         return result
+
+    def _refusal(self, observation: Observation, event: dict[str, Any]) -> str | None:
+        """Why this observation may not be kept (botmemory.people.controls); None when it may.
+        The bot's answer is kept as the words of the member it answers would be."""
+        if observation.kind not in SAID:
+            return None
+        person = observation.author_id
+        if observation.kind == ObservationKind.ANSWER:
+            person = answered_member(_payload_of(event))
+        guild = None if observation.scope == scope_of(None) else observation.scope
+        return self.gate.refusal(guild, observation.channel_id, person)
 
     def _record_channel_event(
         self, index: int, label: str, event: dict[str, Any], result: IngestResult
@@ -443,6 +473,18 @@ class ObservationRecorder:
             message_id=event.message_id,
             emoji=event.emoji.label(),
         )
+
+
+def answered_member(payload: dict[str, Any]) -> str | None:
+    """Whom a message of the bot answers: the author of the message it replies to, or the
+    member whose command it answers (`interaction_metadata`); None when it does not say."""
+    for holder, field in (("referenced_message", "author"), ("interaction_metadata", "user")):
+        outer = payload.get(holder)
+        person = outer.get(field) if isinstance(outer, dict) else None
+        person_id = person.get("id") if isinstance(person, dict) else None
+        if isinstance(person_id, str) and person_id.isdigit():
+            return person_id
+    return None
 
 
 def _payload_of(event: dict[str, Any]) -> dict[str, Any]:

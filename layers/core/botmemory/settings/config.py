@@ -68,6 +68,9 @@ class Settings(BaseModel):
     fact_retention_days: int = Field(default=180, ge=1)
     # Long enough to search the history a community refers back to (docs/architecture.md section 9).
     observation_retention_days: int = Field(default=365, ge=1)
+    # The bot's first answer to a member in a server says, in one line, that it keeps memory
+    # there and points to `/memory privacy` (botmemory.answering.notices).
+    privacy_notice: bool = True
     episode_retention_days: int = Field(default=90, ge=1)
     lock_lease_seconds: int = Field(default=900, ge=10)
     idle_flush_minutes: int = Field(default=30, ge=0)
@@ -298,6 +301,7 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_EPISODES_PER_CHANNEL": "episodes_per_channel",
     "MEMORY_FACT_RETENTION_DAYS": "fact_retention_days",
     "MEMORY_OBSERVATION_RETENTION_DAYS": "observation_retention_days",
+    "MEMORY_PRIVACY_NOTICE": "privacy_notice",
     "MEMORY_EPISODE_RETENTION_DAYS": "episode_retention_days",
     "MEMORY_LOCK_LEASE_SECONDS": "lock_lease_seconds",
     "MEMORY_IDLE_FLUSH_MINUTES": "idle_flush_minutes",
