@@ -83,7 +83,11 @@ class Controls:
         given = [
             {
                 "name": name,
-                "type": OptionType.CHANNEL if name == "channel" else OptionType.STRING,
+                "type": OptionType.CHANNEL
+                if name == "channel"
+                else OptionType.INTEGER
+                if isinstance(value, int)
+                else OptionType.STRING,
                 "value": value,
             }
             for name, value in (options or {}).items()
@@ -342,3 +346,46 @@ def test_a_paused_member_is_not_recorded_until_the_pause_ends(controls: Controls
     d.later(minutes=121)
     d.say(d.message(gw.ALICE, "back on the record", GENERAL))
     assert said(controls.items(), GENERAL, gw.ALICE) == ["back on the record"]
+
+
+# Forget what was said lately ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("minutes", [0, -3, 1_000_000])
+def test_forget_recent_out_of_bounds_is_refused_and_erases_nothing(
+    controls: Controls, minutes: int
+) -> None:
+    d = controls.d
+    d.say(d.message(gw.ALICE, "still here", GENERAL))
+    answer = controls.text("memory", ["forget-recent"], {"minutes": minutes})
+    assert answer.startswith("Please give between 1 and 10,080 minutes (a week)")
+    assert said(controls.items(), GENERAL, gw.ALICE) == ["still here"]
+
+
+def test_forget_recent_erases_the_last_minutes_everywhere_and_nothing_before(
+    controls: Controls, fake_discord: FakeDiscordRest
+) -> None:
+    d = controls.d
+    d.say(d.message(gw.ALICE, "I like tea", GENERAL), d.message(gw.BOB, "me too", GENERAL))
+    d.later(minutes=30)
+    d.say(
+        d.message(gw.ALICE, "I keep goldfish, secretly", GENERAL),
+        d.message(gw.BOB, "nice", GENERAL),
+        d.message(gw.ALICE, "goldfish again, in the vent", VENT),
+        d.message(gw.BOB, "ok", VENT),
+    )
+    controls.follow_index()
+    assert any("goldfish" in json.dumps(i) for i in controls.items())
+
+    answer = controls.run("memory", ["forget-recent"], {"minutes": 10})
+    assert answer["type"] == InteractionResponseType.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE
+    done = fake_discord.wait_for(lambda r: r.method == "PATCH" and "Erased" in str(r.body), 10)
+    assert "2 recorded messages" in done.body["content"]
+    controls.follow_index()
+
+    items = controls.items()
+    assert said(items, GENERAL, gw.ALICE) == ["I like tea"]
+    assert said(items, VENT, gw.ALICE) == []
+    assert said(items, GENERAL, gw.BOB) == ["me too", "nice"]
+    assert not [i for i in items if "goldfish" in json.dumps(i)]
+    assert not [p for p in controls.passages() if "goldfish" in p.text]

@@ -4,6 +4,7 @@
     /memory-staff consent opt-out | opt-in                       who the server records
     /memory privacy                                              what is kept, and the controls
     /memory pause <duration>                                     not recorded for a while
+    /memory forget-recent <minutes>                              what they said lately, erased
 
 A switch reaches every container within `CACHE_MS` (a minute); the container that ran the
 command knows it at once. `channel forget` asks to confirm, then erases in deferred work
@@ -27,15 +28,17 @@ from botmemory.commands.invocation import (
     ephemeral_reply,
     webhook_edit,
 )
-from botmemory.discord.interactions import InteractionResponseType
+from botmemory.discord.interactions import InteractionResponseType, MessageFlag
 from botmemory.people.channel_erasure import erase_channel
 from botmemory.people.optout import CACHE_MS
+from botmemory.people.recent_erasure import RecentErasure, erase_recent
 
 log = logging.getLogger(__name__)
 
 CONFIRM_CHANNEL_FORGET = "channelforget:confirm:"
 CANCEL_CHANNEL_FORGET = "channelforget:cancel"
 CHANNEL_FORGET_WORK = "channel_forget"
+FORGET_RECENT_WORK = "forget_recent"
 # How a duration is typed: 30m, 2h, 3d (one unit).
 _DURATION = re.compile(r"\s*(-?\d{1,9})\s*([mhd])\s*", re.IGNORECASE)
 _UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": DAY_MS}
@@ -269,6 +272,57 @@ class ControlCommands:
             f"Paused until <t:{until // 1000}:f> ({EFFECT}), in every server and in DMs: "
             "nothing you say is kept, and my answers to you say so. "
             f"`/memory pause {RESUME}` resumes sooner."
+        )
+
+    def forget_recent(self, invocation: Invocation) -> dict[str, Any]:
+        minutes = invocation.options.get(spec.OPTION_MINUTES)
+        if isinstance(minutes, str) and minutes.strip().lstrip("-").isdigit():
+            minutes = int(minutes)
+        if not isinstance(minutes, int) or isinstance(minutes, bool):
+            raise CommandError("Please give how many minutes back, as a whole number.")
+        if not 1 <= minutes <= spec.MAX_FORGET_RECENT_MINUTES:
+            raise CommandError(
+                f"Please give between 1 and {spec.MAX_FORGET_RECENT_MINUTES:,} minutes (a week); "
+                "`/forgetme` erases everything."
+            )
+        now = self._services.clock.now_ms()
+        run = RecentErasure(since_ms=now - minutes * 60_000, started_ms=now)
+        self._context.defer(
+            {
+                "work": FORGET_RECENT_WORK,
+                "interaction": deferred_interaction(invocation),
+                "erasure": run.to_json(),
+                "failed": "I could not finish erasing what you said lately; run it again.",
+            }
+        )
+        return {
+            "type": InteractionResponseType.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE,
+            "data": {"flags": MessageFlag.EPHEMERAL},
+        }
+
+    def finish_forget_recent(
+        self,
+        job: dict[str, Any],
+        invocation: Invocation,
+        time_left_ms: Callable[[], int] | None,
+    ) -> dict[str, Any]:
+        services = self._services
+        run = erase_recent(
+            services.repository,
+            invocation.user_id,
+            services.opt_outs.hash_of(invocation.user_id),
+            services.personas.lineages_of,
+            RecentErasure.from_json(dict(job.get("erasure") or {})),
+            now_ms=services.clock.now_ms,
+            settle_ms=services.settings.lock_lease_seconds * 1000,
+            time_left_ms=time_left_ms,
+        )
+        if not run.finished:
+            self._context.defer({**job, "erasure": run.to_json()})
+            return webhook_edit(f"Still erasing; so far {run.summary()}.")
+        since = run.since_ms // 1000
+        return webhook_edit(
+            f"Erased what you said since <t:{since}:t>, everywhere: {run.summary()}."
         )
 
 

@@ -36,6 +36,7 @@ from botmemory.commands.controls import (
     CANCEL_CHANNEL_FORGET,
     CHANNEL_FORGET_WORK,
     CONFIRM_CHANNEL_FORGET,
+    FORGET_RECENT_WORK,
     ControlCommands,
 )
 from botmemory.commands.invocation import (
@@ -150,6 +151,8 @@ class Commands:
                     self._services, invocation.scope, invocation.snowflake(spec.OPTION_MEMBER)
                 )
             )
+        if work == FORGET_RECENT_WORK:
+            return self._controls.finish_forget_recent(job, invocation, time_left_ms)
         if work == CHANNEL_FORGET_WORK:
             return self._controls.finish_channel_forget(job, invocation, time_left_ms)
         if work == "persona_purge" and invocation.guild_id is not None:
@@ -211,6 +214,7 @@ class Commands:
             (spec.MEMBER_COMMAND, "", spec.OPTIN): self._optin,
             (spec.MEMBER_COMMAND, "", spec.PRIVACY): controls.privacy,
             (spec.MEMBER_COMMAND, "", spec.PAUSE): controls.pause,
+            (spec.MEMBER_COMMAND, "", spec.FORGET_RECENT): controls.forget_recent,
             (*channel, spec.CHANNEL_OFF): controls.channel_off,
             (*channel, spec.CHANNEL_ON): controls.channel_on,
             (*channel, spec.CHANNEL_STATUS): controls.channel_status,

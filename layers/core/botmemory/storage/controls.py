@@ -20,6 +20,7 @@ from botmemory.clock import epoch_seconds, ttl_alive
 from botmemory.records import Fact
 from botmemory.storage import keys
 from botmemory.storage.items import fact_key, from_item, key, to_item
+from botmemory.storage.schema import BY_USER_INDEX
 from botmemory.storage.table import ItemRef, Table, error_code
 
 
@@ -162,6 +163,10 @@ class ControlsStore(Table):
         self._delete_keys(
             [key(keys.user_pk(scope, u), keys.spoke_sk(channel_id)) for u in user_ids]
         )
+        self.drop_short_term(scope, user_ids, channel_id)
+
+    def drop_short_term(self, scope: str, user_ids: list[str], channel_id: str) -> None:
+        """These people's short-term entries for one channel of a scope."""
         for user_id in user_ids:
             try:
                 self._client.update_item(
@@ -185,6 +190,24 @@ class ControlsStore(Table):
                 for item in self._items_under(pk, keys.history_prefix(fact.fact_id))
             ]
         return self._delete_keys(doomed)
+
+    # What `/memory forget-recent` erases ------------------------------------------------------
+
+    def observations_since(self, user_id: str, since_ms: int, limit: int) -> list[ItemRef]:
+        """Up to `limit` of the observations this person wrote at or after `since_ms` (the
+        by_user index: their sort keys begin with their time)."""
+        response = self._client.query(
+            TableName=self.table_name,
+            IndexName=BY_USER_INDEX,
+            KeyConditionExpression="user_id = :user AND sk BETWEEN :from AND :to",
+            ExpressionAttributeValues={
+                ":user": {"S": user_id},
+                ":from": {"S": keys.observation_sk(since_ms, "")[: len(keys.OBS_PREFIX) + 13]},
+                ":to": {"S": f"{keys.OBS_PREFIX}~"},
+            },
+            Limit=limit,
+        )
+        return [ItemRef(i["pk"]["S"], i["sk"]["S"]) for i in response["Items"]]
 
     def thread_parent(self, guild_id: str, channel_id: str) -> str | None:
         """The parent channel of a thread, as its visibility item says; None otherwise."""
