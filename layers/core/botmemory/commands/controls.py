@@ -5,6 +5,7 @@
     /memory privacy                                              what is kept, and the controls
     /memory pause <duration>                                     not recorded for a while
     /memory forget-recent <minutes>                              what they said lately, erased
+    /memory export                                               everything kept, to their DMs
 
 A switch reaches every container within `CACHE_MS` (a minute); the container that ran the
 command knows it at once. `channel forget` asks to confirm, then erases in deferred work
@@ -39,6 +40,8 @@ CONFIRM_CHANNEL_FORGET = "channelforget:confirm:"
 CANCEL_CHANNEL_FORGET = "channelforget:cancel"
 CHANNEL_FORGET_WORK = "channel_forget"
 FORGET_RECENT_WORK = "forget_recent"
+# One export a day per member (an unfinished one goes on whenever they ask).
+EXPORT_EVERY_MS = DAY_MS
 # How a duration is typed: 30m, 2h, 3d (one unit).
 _DURATION = re.compile(r"\s*(-?\d{1,9})\s*([mhd])\s*", re.IGNORECASE)
 _UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": DAY_MS}
@@ -324,6 +327,35 @@ class ControlCommands:
         return webhook_edit(
             f"Erased what you said since <t:{since}:t>, everywhere: {run.summary()}."
         )
+
+    def export(
+        self, invocation: Invocation, ask: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
+        """Hand the export to AnswerFunction (botmemory.answering.exports), which alone may
+        send direct messages; rate-limited, an unfinished one resumed."""
+        services = self._services
+        person = services.opt_outs.hash_of(invocation.user_id)
+        cursor = services.repository.export_cursor(person)
+        now = services.clock.now_ms()
+        if cursor is None and not services.repository.export_allowed(person, now, EXPORT_EVERY_MS):
+            raise CommandError(
+                "You asked for an export less than a day ago: one a day. It is in your direct "
+                "messages."
+            )
+        interaction = deferred_interaction(invocation)
+        ask(
+            {
+                "export": {
+                    "user_id": invocation.user_id,
+                    "interaction": {k: interaction[k] for k in ("id", "token", "application_id")},
+                    "cursor": cursor,
+                }
+            }
+        )
+        return {
+            "type": InteractionResponseType.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE,
+            "data": {"flags": MessageFlag.EPHEMERAL},
+        }
 
 
 def pause_ms(raw: str) -> int:

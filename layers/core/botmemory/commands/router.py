@@ -215,12 +215,18 @@ class Commands:
             (spec.MEMBER_COMMAND, "", spec.PRIVACY): controls.privacy,
             (spec.MEMBER_COMMAND, "", spec.PAUSE): controls.pause,
             (spec.MEMBER_COMMAND, "", spec.FORGET_RECENT): controls.forget_recent,
+            (spec.MEMBER_COMMAND, "", spec.EXPORT): self._export,
             (*channel, spec.CHANNEL_OFF): controls.channel_off,
             (*channel, spec.CHANNEL_ON): controls.channel_on,
             (*channel, spec.CHANNEL_STATUS): controls.channel_status,
             (*channel, spec.CHANNEL_FORGET): controls.channel_forget,
             (spec.STAFF_COMMAND, "", spec.CONSENT): controls.consent,
         }
+
+    def _export(self, invocation: Invocation) -> dict[str, Any]:
+        if self._ask is None:
+            return ephemeral_reply("Exports need answering, which is not set up on this bot.")
+        return self._controls.export(invocation, self._ask)
 
     def _optin(self, invocation: Invocation) -> dict[str, Any]:
         """`/memory optin`: recorded again, and (in a server) agreeing to be recorded there."""

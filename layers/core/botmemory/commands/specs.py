@@ -10,7 +10,7 @@ Layout, and why there are two `/memory...` commands:
     /memory-staff notes set text | show | clear                     (a subcommand group)
     /memory-staff channel off | on | status | forget [channel]      (a subcommand group)
     /memory-staff consent mode                                      (botmemory.commands.controls)
-    /memory privacy | pause duration | forget-recent minutes        every member
+    /memory privacy | pause duration | forget-recent minutes | export   every member
     /forgetme                                                       every member
     /ask question                                                   every member
 
@@ -72,7 +72,18 @@ OPTIN = "optin"
 PRIVACY = "privacy"
 PAUSE = "pause"
 FORGET_RECENT = "forget-recent"
-MEMBER_SUBCOMMANDS = (SHOW, REMEMBER, FORGET, OPTOUT, OPTIN, PRIVACY, PAUSE, FORGET_RECENT)
+EXPORT = "export"
+MEMBER_SUBCOMMANDS = (
+    SHOW,
+    REMEMBER,
+    FORGET,
+    OPTOUT,
+    OPTIN,
+    PRIVACY,
+    PAUSE,
+    FORGET_RECENT,
+    EXPORT,
+)
 
 # Staff subcommands of /memory-staff.
 USER = "user"
@@ -216,6 +227,9 @@ def _memory_command() -> dict[str, Any]:
                         max_length=16,
                     )
                 ],
+            ),
+            _subcommand(
+                EXPORT, "Get everything the bot keeps about you, as files in a direct message"
             ),
             _subcommand(
                 FORGET_RECENT,

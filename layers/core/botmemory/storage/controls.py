@@ -11,6 +11,7 @@ switched it, for the log); consent, notice and pause items name a person by keye
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,6 +209,56 @@ class ControlsStore(Table):
             Limit=limit,
         )
         return [ItemRef(i["pk"]["S"], i["sk"]["S"]) for i in response["Items"]]
+
+    # What `/memory export` reads ----------------------------------------------------------
+
+    def plain_items_at(self, refs: list[ItemRef]) -> list[dict[str, Any]]:
+        """The items at these keys that still exist, as plain values (batched, consistent)."""
+        return [from_item(i) for i in self._items_at([key(r.pk, r.sk) for r in refs])]
+
+    def export_allowed(self, user_hash: str, now_ms: int, every_ms: int) -> bool:
+        """Whether this member may start an export now (one per `every_ms`): a conditional
+        put of the time it started; False when the last one is more recent."""
+        values = {
+            "pk": keys.EXPORT_PK,
+            "sk": user_hash,
+            "started_ms": now_ms,
+            "expires_at": epoch_seconds(now_ms + every_ms),
+        }
+        try:
+            self._client.put_item(
+                TableName=self.table_name,
+                Item=to_item(values),
+                ConditionExpression="attribute_not_exists(pk) OR started_ms <= :before",
+                ExpressionAttributeValues={":before": {"N": str(now_ms - every_ms)}},
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def export_cursor(self, user_hash: str) -> dict[str, Any] | None:
+        """Where this member's unfinished export stopped; None when none is unfinished."""
+        item = self._get(ItemRef(keys.EXPORT_PK, user_hash))
+        cursor = item.get("cursor") if item else None
+        return json.loads(cursor) if isinstance(cursor, str) else None
+
+    def keep_export_cursor(self, user_hash: str, cursor: dict[str, Any] | None) -> None:
+        """Keep where an unfinished export stopped (None: it finished)."""
+        if cursor is None:
+            update: dict[str, Any] = {"UpdateExpression": "REMOVE #cursor"}
+        else:
+            update = {
+                "UpdateExpression": "SET #cursor = :cursor",
+                "ExpressionAttributeValues": {":cursor": {"S": json.dumps(cursor)}},
+            }
+        self._client.update_item(
+            TableName=self.table_name,
+            Key=key(keys.EXPORT_PK, user_hash),
+            ExpressionAttributeNames={"#cursor": "cursor"},
+            **update,
+        )
 
     def thread_parent(self, guild_id: str, channel_id: str) -> str | None:
         """The parent channel of a thread, as its visibility item says; None otherwise."""

@@ -89,6 +89,8 @@ RETENTION_SK = "CTRL#RETENTION"
 CONSENTED_PREFIX = "CONSENT#"
 NOTICED_PREFIX = "NOTICED#"
 PAUSE_PK = "PAUSE"
+# When a member last started an export (`/memory export`: rate-limited), by keyed hash.
+EXPORT_PK = "EXPORT"
 
 
 class ItemKind(StrEnum):
