@@ -130,7 +130,7 @@ class Exporter:
         if cursor.phase == _EPISODES:
             return self._channel_episodes(cursor)
         cursor.phase = _DONE
-        return [{"kind": "settings", **self._settings(sorted(cursor.scopes))}]
+        return [{"record": "settings", **self._settings(sorted(cursor.scopes))}]
 
     def _items_page(self, cursor: ExportCursor) -> list[dict[str, Any]]:
         refs, cursor.start = self._repository.user_items_page(self._user_id, PAGE, cursor.start)
@@ -166,7 +166,7 @@ class Exporter:
         for words in ("content", "text", "summary"):
             if isinstance(shown.get(words), str):
                 shown[words] = self._without_mentions(shown[words])
-        return {"kind": kind.value, **shown}
+        return {"record": kind.value, **shown}
 
     def _without_mentions(self, text: str) -> str:
         """Other members' mentions as "someone"; theirs stay."""
@@ -205,7 +205,7 @@ class Exporter:
             text = pattern.sub(SOMEONE, text)
         kind = "summary" if episode.sk == keys.SUMMARY_SK else "episode"
         return {
-            "kind": kind,
+            "record": kind,
             "channel_id": episode.channel_id,
             "start_ms": episode.start_ms,
             "end_ms": episode.end_ms,
