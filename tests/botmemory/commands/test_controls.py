@@ -389,3 +389,31 @@ def test_forget_recent_erases_the_last_minutes_everywhere_and_nothing_before(
     assert said(items, GENERAL, gw.BOB) == ["me too", "nice"]
     assert not [i for i in items if "goldfish" in json.dumps(i)]
     assert not [p for p in controls.passages() if "goldfish" in p.text]
+
+
+# /memory show, in pages ---------------------------------------------------------------------
+
+
+def test_memory_show_pages_through_every_fact_with_buttons(controls: Controls) -> None:
+    texts = [
+        f"I collect stamp series number {n:02d} " + "from far away places " * 8 for n in range(24)
+    ]
+    for text in texts:
+        assert "Remembered" in controls.text("memory", ["remember"], {"text": text[:240]})
+
+    first = controls.run("memory", ["show"])
+    pages = [first["data"]]
+    while True:
+        buttons = pages[-1]["components"][0]["components"]
+        assert len(pages[-1]["content"]) <= 2000
+        if buttons[1]["disabled"]:
+            break
+        pressed = controls.press(buttons[1]["custom_id"], staff=False)
+        assert pressed["type"] == InteractionResponseType.UPDATE_MESSAGE
+        pages.append(pressed["data"])
+    assert len(pages) >= 3
+    assert pages[-1]["content"].endswith(f"page {len(pages)} of {len(pages)}")
+    shown = "".join(p["content"] for p in pages)
+    assert all(f"number {n:02d}" in shown for n in range(24))
+    back = controls.press(pages[-1]["components"][0]["components"][0]["custom_id"], staff=False)
+    assert back["data"]["content"] == pages[-2]["content"]

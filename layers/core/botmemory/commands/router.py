@@ -56,6 +56,7 @@ from botmemory.commands.member import (
     MemberCommands,
 )
 from botmemory.commands.notes import NotesCommands
+from botmemory.commands.paging import SHOW_PAGE, page_number
 from botmemory.commands.personas import (
     CANCEL_PURGE_PERSONA,
     CONFIRM_PURGE_PERSONA,
@@ -240,6 +241,8 @@ class Commands:
                 "type": InteractionResponseType.UPDATE_MESSAGE,
                 "data": webhook_edit("Cancelled: nothing was purged.", components=[]),
             }
+        if invocation.custom_id.startswith(SHOW_PAGE):  # the presser's own, read again
+            return self._member.show(invocation, page_number(invocation.custom_id), pressed=True)
         if invocation.custom_id == CANCEL_CHANNEL_FORGET:
             return {
                 "type": InteractionResponseType.UPDATE_MESSAGE,
