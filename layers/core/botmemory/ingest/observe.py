@@ -21,9 +21,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
-from botmemory.ingest.channels import GUILD_EVENTS, ChannelVisibility
+from botmemory.ingest.channels import GUILD_CREATE, GUILD_DELETE, GUILD_EVENTS, ChannelVisibility
 from botmemory.people.controls import RecordingGate
 from botmemory.people.optout import OptOuts
+from botmemory.people.server_removal import guild_back, guild_removed
 from botmemory.records import Observation, ObservationKind, scope_of
 from botmemory.settings.config import Settings
 from botmemory.snowflake import Snowflake, snowflake_ms
@@ -170,6 +171,11 @@ class ReactionRemoveEmoji(_Payload):
     emoji: Emoji
 
 
+class GuildDelete(_Payload):
+    id: Snowflake
+    unavailable: bool = False
+
+
 class Skip(BaseModel):
     index: int
     event: str
@@ -236,7 +242,7 @@ class ObservationRecorder:
         self._channels = ChannelVisibility(repository)
         # Channel switches, consent and pauses (botmemory.people.controls); the answer path
         # asks it too, for its short-term line.
-        self.gate = RecordingGate(repository, clock, opt_outs.hash_of)
+        self.gate = RecordingGate(repository, clock, lambda person: self._opt_outs.hash_of(person))
         self._parsers: dict[str, Callable[[dict[str, Any]], Observation]] = {
             "MESSAGE_CREATE": self._message_create,
             "MESSAGE_UPDATE": self._message_update,
@@ -299,15 +305,37 @@ class ObservationRecorder:
     def _record_channel_event(
         self, index: int, label: str, event: dict[str, Any], result: IngestResult
     ) -> None:
-        """A guild, role, channel or thread event updates visibility or staff; no observation."""
+        """A guild, role, channel or thread event updates visibility or staff; no observation.
+        A guild removed schedules its purge, a guild back cancels it."""
         try:
+            if label == GUILD_DELETE:
+                self._guild_delete(index, label, event, result)
+                return
             change = self._channels.apply(label, _payload_of(event))
+            if label == GUILD_CREATE and isinstance(event["d"].get("id"), str):
+                guild_back(self._repository, event["d"]["id"])
         except (ValueError, TypeError) as why:
             _reject(result, index, label, why)
             return
         if change.ignored:
             result.ignored.append(Skip(index=index, event=label, reason=change.ignored))
         result.channels += change.items
+
+    def _guild_delete(
+        self, index: int, label: str, event: dict[str, Any], result: IngestResult
+    ) -> None:
+        removed = GuildDelete.model_validate(_payload_of(event))
+        why = guild_removed(
+            self._repository,
+            removed.id,
+            unavailable=removed.unavailable,
+            now_ms=self._clock.now_ms(),
+            days=self._settings.server_purge_days,
+        )
+        if why is not None:
+            result.ignored.append(Skip(index=index, event=label, reason=why))
+        else:
+            result.channels += 1
 
     def parse(self, event: Any) -> Observation:
         if not isinstance(event, dict):

@@ -89,6 +89,11 @@ RETENTION_SK = "CTRL#RETENTION"
 CONSENTED_PREFIX = "CONSENT#"
 NOTICED_PREFIX = "NOTICED#"
 PAUSE_PK = "PAUSE"
+# A server the bot was removed from (GUILD_DELETE without `unavailable`): the marker under
+# its guild partition (when, when its purge is due, a purge's checkpoint), and a pointer in
+# the PURGE partition sorted by when it is due, so the scheduled purge finds them by key.
+REMOVED_SK = "CTRL#REMOVED"
+PURGE_PK = "PURGE"
 # When a member last started an export (`/memory export`: rate-limited), by keyed hash.
 EXPORT_PK = "EXPORT"
 
@@ -219,6 +224,14 @@ def consented_sk(user_hash: str) -> str:
 
 def noticed_sk(user_hash: str) -> str:
     return f"{NOTICED_PREFIX}{user_hash}"
+
+
+def purge_sk(purge_at_ms: int, guild_id: str) -> str:
+    return f"{purge_at_ms:013d}#{guild_id}"
+
+
+def guild_of_purge_sk(sk: str) -> str:
+    return sk.partition("#")[2]
 
 
 def channel_named_by(sk: str) -> str | None:
