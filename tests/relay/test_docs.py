@@ -31,7 +31,9 @@ def test_every_count_of_the_forwarded_events_in_the_docs_is_right() -> None:
     counted = 0
     for path in DOCS:
         text = " ".join(path.read_text(encoding="utf-8").split())
-        for word, kind in re.findall(r"\b(eight|twelve|thirteen|twenty-one|twenty) (message event|guild|types)", text):
+        for word, kind in re.findall(
+            r"\b(eight|twelve|thirteen|twenty-one|twenty) (message event|guild|types)", text
+        ):
             expected = {"message event": MESSAGE_EVENTS, "guild": GUILD_EVENTS}
             assert NUMBERS[word] == len(expected.get(kind, FORWARDED_EVENTS)), (path, word, kind)
             counted += 1
