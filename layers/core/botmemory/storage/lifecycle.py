@@ -35,7 +35,9 @@ class ServerLifecycleStore(Table):
             "purge_at_ms": purge_at_ms,
         }
         pointer = {"pk": keys.PURGE_PK, "sk": keys.purge_sk(purge_at_ms, guild_id)}
-        self._batch_write([{"PutRequest": {"Item": to_item(v)}} for v in (marker, pointer)])
+        # Two puts, not one batch: IngestFunction's role grants each partition apart.
+        for values in (pointer, marker):
+            self._client.put_item(TableName=self.table_name, Item=to_item(values))
 
     def cancel_server_purge(self, guild_id: str) -> bool:
         """The bot is back (or removed again): no purge is due; True when one was."""
