@@ -12,9 +12,9 @@ messages in notes.py; the marker a server's search index purge leaves in index_p
 when the memory model last answered, deployment-wide, in model_health.py; every item of a
 server, found and deleted, in server_purge.py; the answer rate counters in rate_counters.py;
 what the migration of facts without channels reads and writes in fact_channels.py; members'
-and staff's controls over what is kept (channel switches, consent, pauses) in controls.py; a server's removal and its scheduled
-purge, by key, in lifecycle.py; the
-client and the shared helpers in table.py. No module outside this package calls the table
+and staff's controls over what is kept (channel switches, consent, pauses) in controls.py; a
+server's removal and its scheduled purge, by key, in lifecycle.py; the client and the shared
+helpers in table.py. No module outside this package calls the table
 (tests/botmemory/storage/test_storage_owns_the_table.py). What search reads back of the
 table is in botmemory.search.sources.
 """
