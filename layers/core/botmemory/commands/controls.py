@@ -254,9 +254,11 @@ class ControlCommands:
             "channel everyone here can see; never what was said in a private channel "
             "elsewhere. Your facts are shown to you (`/memory show`) and to this server's staff "
             "(Manage Server).",
-            "**Your controls:** `/memory show` (see), `/memory forget` (one fact), "
-            "`/memory pause` (stop recording you for a while), `/memory optout` (stop and "
-            "erase), `/forgetme` (erase everything), `/memory optin` (record you again).",
+            "**Your controls:** `/memory show` (see), `/memory export` (everything, as files "
+            "in a DM), `/memory forget` (one fact), `/memory forget-recent` (your last "
+            "minutes), `/memory pause` (stop recording you for a while), `/memory optout` "
+            "(stop and erase), `/forgetme` (erase everything), `/memory optin` (record you "
+            "again).",
         ]
         return ephemeral_reply("\n".join(lines))
 
