@@ -417,3 +417,19 @@ def test_memory_show_pages_through_every_fact_with_buttons(controls: Controls) -
     assert all(f"number {n:02d}" in shown for n in range(24))
     back = controls.press(pages[-1]["components"][0]["components"][0]["custom_id"], staff=False)
     assert back["data"]["content"] == pages[-2]["content"]
+
+
+def test_channel_forget_of_a_channel_not_of_this_server_is_refused(controls: Controls) -> None:
+    d = controls.d
+    elsewhere = "200000000000000999"  # another server's channel, by its id
+    d.say(
+        gw.message(
+            gw.BOB, "not yours to erase", d.at + 10, channel=elsewhere, guild="100000000000000099"
+        )
+    )
+    answer = controls.text(
+        "memory-staff", ["channel", "forget"], {"channel": elsewhere}, staff=True
+    )
+    assert answer == "That is not a channel of this server that I know of."
+    assert controls.press(f"channelforget:confirm:{elsewhere}")["data"]["content"] == answer
+    assert said(controls.items(), elsewhere, gw.BOB) == ["not yours to erase"]

@@ -119,8 +119,15 @@ class ControlCommands:
             f"Consent: {mode}."
         )
 
+    def _own_channel(self, invocation: Invocation, channel: str) -> None:
+        """Refuse a channel this server does not have (erasing is by channel id)."""
+        guild = invocation.guild_id
+        if guild is None or not self._services.repository.channel_of_guild(guild, channel):
+            raise CommandError("That is not a channel of this server that I know of.")
+
     def channel_forget(self, invocation: Invocation) -> dict[str, Any]:
         channel = self._target(invocation)
+        self._own_channel(invocation, channel)
         return ephemeral_reply(
             f"This erases everything I kept from <#{channel}>: its recorded messages, reactions "
             "and my answers, its summaries and episodes, the facts learned only there, and "
@@ -141,6 +148,7 @@ class ControlCommands:
         channel = invocation.custom_id.removeprefix(CONFIRM_CHANNEL_FORGET)
         if not channel.isdigit() or len(channel) > 20:
             return ephemeral_reply("That button has expired.")
+        self._own_channel(invocation, channel)
         self._context.defer(
             {
                 "work": CHANNEL_FORGET_WORK,

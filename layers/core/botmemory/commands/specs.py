@@ -81,8 +81,8 @@ MEMBER_SUBCOMMANDS = (
     OPTIN,
     PRIVACY,
     PAUSE,
-    FORGET_RECENT,
     EXPORT,
+    FORGET_RECENT,
 )
 
 # Staff subcommands of /memory-staff.

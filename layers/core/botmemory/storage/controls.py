@@ -260,6 +260,12 @@ class ControlsStore(Table):
             **update,
         )
 
+    def channel_of_guild(self, guild_id: str, channel_id: str) -> bool:
+        """Whether the guild's visibility items know this channel (its GUILD_CREATE lists
+        every channel): a channel of another server is never this one's to erase."""
+        ref = ItemRef(keys.guild_pk(guild_id), keys.channel_visibility_sk(channel_id))
+        return self._get(ref) is not None
+
     def thread_parent(self, guild_id: str, channel_id: str) -> str | None:
         """The parent channel of a thread, as its visibility item says; None otherwise."""
         item = self._get(ItemRef(keys.guild_pk(guild_id), keys.channel_visibility_sk(channel_id)))
