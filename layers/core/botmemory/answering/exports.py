@@ -87,6 +87,8 @@ def deliver_export(
     exporter = Exporter(
         repository, request.user_id, settings=lambda scopes: _settings(services, request, scopes)
     )
+    # Where the parts sent end: a part refused is read again by the next run, never skipped.
+    sent = cursor.to_json()
     try:
         channel = discord.open_dm(request.user_id)
         for part in exporter.parts(cursor, left):
@@ -97,10 +99,12 @@ def deliver_export(
                 [(f"memory-export-{part.number}.json", part.body.encode())],
                 nonce=f"x{str(request.interaction.get('id', ''))[-14:]}p{part.number}",
             )
+            sent = cursor.to_json()
     except DiscordApiError as error:
         if error.status != 403:
             raise
         report.dms_closed = True
+        cursor = ExportCursor.from_json(sent)
     report.parts = cursor.parts - first_part
     report.records = cursor.items
     report.finished = cursor.finished and not report.dms_closed
