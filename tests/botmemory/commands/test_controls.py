@@ -319,12 +319,12 @@ def test_the_first_answer_to_a_member_in_a_server_carries_the_notice_once(
 # A member's pause -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("duration", ["0m", "-5m", "3650d", "soon", "1y"])
 def test_a_pause_of_nothing_negative_or_years_is_refused_and_changes_nothing(
-    controls: Controls, duration: str
+    controls: Controls,
 ) -> None:
-    answer = controls.text("memory", ["pause"], {"duration": duration})
-    assert "duration" in answer or "at least a minute" in answer or "at most 30 days" in answer
+    for duration in ["0m", "-5m", "3650d", "soon", "1y"]:
+        answer = controls.text("memory", ["pause"], {"duration": duration})
+        assert "duration" in answer or "at least a minute" in answer or "at most 30 days" in answer
     assert not [i for i in controls.items() if i["pk"]["S"] == keys.PAUSE_PK]
 
 
@@ -351,14 +351,12 @@ def test_a_paused_member_is_not_recorded_until_the_pause_ends(controls: Controls
 # Forget what was said lately ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("minutes", [0, -3, 1_000_000])
-def test_forget_recent_out_of_bounds_is_refused_and_erases_nothing(
-    controls: Controls, minutes: int
-) -> None:
+def test_forget_recent_out_of_bounds_is_refused_and_erases_nothing(controls: Controls) -> None:
     d = controls.d
     d.say(d.message(gw.ALICE, "still here", GENERAL))
-    answer = controls.text("memory", ["forget-recent"], {"minutes": minutes})
-    assert answer.startswith("Please give between 1 and 10,080 minutes (a week)")
+    for minutes in [0, -3, 1_000_000]:
+        answer = controls.text("memory", ["forget-recent"], {"minutes": minutes})
+        assert answer.startswith("Please give between 1 and 10,080 minutes (a week)")
     assert said(controls.items(), GENERAL, gw.ALICE) == ["still here"]
 
 
