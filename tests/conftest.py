@@ -49,6 +49,9 @@ def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name, raising=False)
         else:
             monkeypatch.setenv(name, value)
+    # The first answer's privacy notice (botmemory.answering.notices) is proved by its own
+    # tests; the others compare answers word for word.
+    monkeypatch.setenv("MEMORY_PRIVACY_NOTICE", "false")
 
 
 @pytest.fixture(autouse=True)
@@ -140,7 +143,12 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(table_name=TABLE, memory_model="rules", bot_user_id="399999999999999999")
+    return Settings(
+        table_name=TABLE,
+        memory_model="rules",
+        bot_user_id="399999999999999999",
+        privacy_notice=False,  # proved by its own tests (see aws_environment)
+    )
 
 
 class CountingModel:

@@ -17,7 +17,11 @@ from botmemory import invocation
 from botmemory.answering.answerer import AnswerReport
 from botmemory.answering.requests import BadAnswerEvent, question_of
 from botmemory.observability import logger, metrics
-from botmemory.runtime import answerer_from_environment
+from botmemory.runtime import (
+    answerer_from_environment,
+    discord_from_environment,
+    services_from_environment,
+)
 from botmemory.settings.config import get_settings
 
 # Read at cold start: a missing or malformed setting fails the init in one line naming it.
@@ -43,10 +47,27 @@ def record_metrics(report: AnswerReport) -> None:
         metrics.add_metric(name="RecallHitsFailed", unit=MetricUnit.Count, value=1)
 
 
+def export(event: dict[str, Any]) -> dict[str, Any]:
+    from botmemory.answering.exports import BadExportRequest, deliver_export, export_request_of
+
+    try:
+        request = export_request_of(event)
+    except BadExportRequest as error:
+        logger.warning("rejected export request", extra={"reason": str(error)})
+        return {"error": str(error)}
+    report = deliver_export(
+        services_from_environment(), discord_from_environment(), request, invocation.time_left_ms
+    )
+    metrics.add_metric(name="ExportPartsSent", unit=MetricUnit.Count, value=report.parts)
+    return asdict(report)
+
+
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     invocation.begin(context)  # Discord rate-limit waits end before the invocation does
+    if "export" in event:  # `/memory export` (botmemory.answering.exports)
+        return export(event)
     try:
         question, reply = question_of(event)
     except BadAnswerEvent as error:

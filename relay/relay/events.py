@@ -25,6 +25,9 @@ GUILD_EVENTS: frozenset[str] = frozenset(
     {
         "GUILD_CREATE",
         "GUILD_UPDATE",
+        # The bot removed from a guild (or, with `unavailable`, an outage): ingest schedules
+        # the server's purge, cancelled if the bot comes back.
+        "GUILD_DELETE",
         "GUILD_ROLE_CREATE",
         "GUILD_ROLE_UPDATE",
         "GUILD_ROLE_DELETE",
@@ -124,6 +127,7 @@ def _thread_list_sync(payload: dict[str, Any]) -> dict[str, Any]:
 _TRIMMERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "GUILD_CREATE": _guild_create,
     "GUILD_UPDATE": _guild,
+    "GUILD_DELETE": lambda payload: _only(payload, ("id", "unavailable")),
     "GUILD_ROLE_CREATE": _role_change,
     "GUILD_ROLE_UPDATE": _role_change,
     "GUILD_ROLE_DELETE": lambda payload: _only(payload, ("guild_id", "role_id")),

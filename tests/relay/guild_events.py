@@ -225,6 +225,8 @@ def every_documented_event() -> list[dict[str, Any]]:
         thread_event("THREAD_UPDATE", HIDDEN_THREAD, STAFF_ROOM),
         thread_event("THREAD_DELETE", HIDDEN_THREAD, STAFF_ROOM),
         thread_list_sync(thread(THREAD, GENERAL)),
+        # The bot removed from another server: its purge is scheduled.
+        {"t": "GUILD_DELETE", "d": {"id": "100000000000000077"}},
         first,
         second,
         gw.edit(first, "I love hiking in the Dolomites", T0 + 2000),

@@ -69,7 +69,7 @@ def through_the_gateway(
 
 def test_the_readme_lists_exactly_the_types_the_relay_forwards() -> None:
     assert documented_types() == FORWARDED_EVENTS
-    assert len(FORWARDED_EVENTS) == 20
+    assert len(FORWARDED_EVENTS) == 21
     # Every guild event forwarded is one IngestFunction keeps something of, and no other.
     assert GUILD_EVENTS == INGESTED_GUILD_EVENTS
 

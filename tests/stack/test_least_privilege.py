@@ -32,6 +32,8 @@ from botmemory.search.port import Passage, PassageKind, SearchQuery
 from botmemory.storage.keys import (
     GUILD_PREFIX,
     OPT_OUT_PK,
+    PAUSE_PK,
+    PURGE_PK,
     fact_passage_id,
     message_passage_id,
 )
@@ -369,13 +371,18 @@ def test_ingest_writes_observations_and_reads_only_the_opt_out_list(day: CallLog
     assert day.actions("IngestFunction") == table_actions("IngestFunction")
     queries = [p for a, p in day.calls["IngestFunction"] if a == "dynamodb:Query"]
     assert queries
-    for params in queries:  # the opt-out list, or a guild's channels (as the conditions)
+    for params in queries:  # the opt-out list, the pauses, or a guild's partition (its
+        # channels and its memory controls), as the conditions allow
         pk = params["ExpressionAttributeValues"][":pk"]["S"]
-        assert pk == OPT_OUT_PK or pk.startswith(GUILD_PREFIX)
-    # Channel visibility reads and deletes only guild partitions (as the role's condition).
+        assert pk in (OPT_OUT_PK, PAUSE_PK) or pk.startswith(GUILD_PREFIX)
+    # Channel visibility reads and deletes only guild partitions (as the role's condition);
+    # a server's purge pointer is deleted when the bot comes back (its own statement).
     for action, params in day.calls["IngestFunction"]:
-        if action in {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}:
+        if action in {"dynamodb:GetItem", "dynamodb:UpdateItem"}:
             assert params["Key"]["pk"]["S"].startswith(GUILD_PREFIX)
+        if action == "dynamodb:DeleteItem":
+            pk = params["Key"]["pk"]["S"]
+            assert pk.startswith(GUILD_PREFIX) or pk == PURGE_PK
         if action == "dynamodb:BatchWriteItem":
             for (requests,) in [params["RequestItems"].values()]:
                 assert all(

@@ -46,6 +46,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email.parser import BytesParser
+from email.policy import default
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import count
 from typing import Any
@@ -65,6 +67,7 @@ _ORIGINAL = re.compile(r"^/webhooks/(\d+)/([^/]+)/messages/@original$")
 _FOLLOWUP = re.compile(r"^/webhooks/(\d+)/([^/]+)$")
 _CHANNEL_MESSAGES = re.compile(r"^/channels/(\d+)/messages$")
 _TYPING = re.compile(r"^/channels/(\d+)/typing$")
+_DM_CHANNELS = "/users/@me/channels"
 _NAME = re.compile(r"^[-_\w]{1,32}$")
 # The bucket hash the channel messages route answers with (any opaque string, as Discord's).
 MESSAGES_BUCKET = "80c17d2f203122d936070c88c8d10f33"
@@ -104,6 +107,8 @@ class FakeDiscordRest:
         self.channel_messages: dict[str, list[dict[str, Any]]] = {}
         # channel id -> the JSON error code every post there is refused with (403)
         self.forbidden: dict[str, int] = {}
+        # user id -> the bot's DM channel with them (POST /users/@me/channels)
+        self.dm_channels: dict[str, str] = {}
         self._script: list[ScriptedReply] = []
         self._buckets: _Buckets | None = None
         # the channel posts refused with a 429 by `enforce_buckets`
@@ -177,6 +182,13 @@ class FakeDiscordRest:
         """From now on each channel's message posts obey `limit` a `window` seconds."""
         with self._changed:
             self._buckets = _Buckets(limit, window)
+
+    def close_dms(self, user_id: str) -> None:
+        """The user's DMs are closed to the bot: posts there are refused (403, 50007)."""
+        self.forbidden[self._dm_channel(user_id)] = 50007
+
+    def _dm_channel(self, user_id: str) -> str:
+        return self.dm_channels.setdefault(user_id, str(next(self._ids)))
 
     def forbid(self, channel_id: str, code: int = 50013) -> None:
         """Every post to the channel (messages, typing) gets 403, as when the bot lacks
@@ -272,9 +284,17 @@ class FakeDiscordRest:
             }
             self.followups.setdefault((match.group(1), match.group(2)), []).append(message)
             return 200, message, {}
+        if request.path == _DM_CHANNELS and request.method == "POST":
+            return self._open_dm(request)
         if match := _CHANNEL_MESSAGES.match(request.path) or _TYPING.match(request.path):
             return self._channel_post(request, match.group(1))
         return 404, {"message": "404: Not Found", "code": 0}, {}
+
+    def _open_dm(self, request: RecordedRequest) -> tuple[int, Any, dict[str, str]]:
+        recipient = (request.body or {}).get("recipient_id")
+        if request.authorization != f"Bot {self.bot_token}" or not isinstance(recipient, str):
+            return 400, {"message": "Invalid Form Body", "code": 50035}, {}
+        return 200, {"id": self._dm_channel(recipient), "type": 1}, {}
 
     def _channel_post(
         self, request: RecordedRequest, channel_id: str
@@ -285,7 +305,9 @@ class FakeDiscordRest:
             return 401, {"message": "401: Unauthorized", "code": 0}, {}
         if channel_id in self.forbidden:
             code = self.forbidden[channel_id]
-            text = "Missing Access" if code == 50001 else "Missing Permissions"
+            text = {50001: "Missing Access", 50007: "Cannot send messages to this user"}.get(
+                code, "Missing Permissions"
+            )
             return 403, {"message": text, "code": code}, {}
         if request.path.endswith("/typing"):
             return 204, None, {}
@@ -455,7 +477,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         body: Any = None
-        if raw:
+        kind = self.headers.get("Content-Type") or ""
+        if raw and kind.startswith("multipart/form-data"):
+            body = _multipart(kind, raw)
+        elif raw:
             try:
                 body = json.loads(raw)
             except ValueError:
@@ -487,6 +512,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # keep pytest output quiet
+
+
+def _multipart(kind: str, raw: bytes) -> dict[str, Any]:
+    """A multipart post as Discord reads it: `payload_json`'s fields, and the files (by
+    name, their bytes) under `_files`."""
+    message = BytesParser(policy=default).parsebytes(f"Content-Type: {kind}\r\n\r\n".encode() + raw)
+    body: dict[str, Any] = {"_files": {}}
+    for part in message.iter_parts():
+        payload = part.get_payload(decode=True)
+        data = payload if isinstance(payload, bytes) else b""
+        if part.get_param("name", header="content-disposition") == "payload_json":
+            body.update(json.loads(data))
+        elif part.get_filename():
+            body["_files"][part.get_filename()] = data
+    return body
 
 
 @pytest.fixture(name="fake_discord")

@@ -26,6 +26,7 @@ from botmemory.storage.repository import open_repository
 if TYPE_CHECKING:
     from botmemory.answering.answerer import Answerer
     from botmemory.answering.requests import AnswerRequests
+    from botmemory.discord.rest import DiscordApi
 
 
 def build_services(
@@ -116,6 +117,24 @@ def answerer_from_environment() -> Answerer:
 
 
 @lru_cache(maxsize=1)
+def discord_from_environment() -> DiscordApi:
+    """AnswerFunction's Discord client for exports (botmemory.answering.exports): the bot
+    token from Secrets Manager, waits bounded by the invocation's time left."""
+    from botmemory.discord.rest import (
+        DiscordApi,
+        api_base_from_environment,
+        bot_token_from_environment,
+    )
+    from botmemory.invocation import time_left_ms
+
+    return DiscordApi(
+        bot_token_from_environment(),
+        base_url=api_base_from_environment(),
+        time_left_ms=time_left_ms,
+    )
+
+
+@lru_cache(maxsize=1)
 def answer_requests_from_environment() -> AnswerRequests:
     """How this process starts answers (ANSWER_FUNCTION); inert when it is unset."""
     from botmemory.answering.requests import AnswerRequests
@@ -141,5 +160,6 @@ def forget_environment() -> None:
     get_settings.cache_clear()
     services_from_environment.cache_clear()
     answerer_from_environment.cache_clear()
+    discord_from_environment.cache_clear()
     answer_requests_from_environment.cache_clear()
     work_dispatcher_from_environment.cache_clear()

@@ -63,7 +63,17 @@ def test_protocol_numbers_are_discords_documented_values() -> None:
         (MessageFlag, {"EPHEMERAL": 64}),
         (Permissions, {"ADMINISTRATOR": 8, "MANAGE_GUILD": 32, "VIEW_CHANNEL": 1024}),
         (ApplicationCommandType, {"CHAT_INPUT": 1}),
-        (OptionType, {"SUB_COMMAND": 1, "SUB_COMMAND_GROUP": 2, "STRING": 3, "USER": 6}),
+        (
+            OptionType,
+            {
+                "SUB_COMMAND": 1,
+                "SUB_COMMAND_GROUP": 2,
+                "STRING": 3,
+                "INTEGER": 4,
+                "USER": 6,
+                "CHANNEL": 7,
+            },
+        ),
         (InteractionContextType, {"GUILD": 0, "BOT_DM": 1}),
         (ApplicationIntegrationType, {"GUILD_INSTALL": 0}),
         (ComponentType, {"ACTION_ROW": 1, "BUTTON": 2}),

@@ -146,9 +146,26 @@ def test_member_and_staff_layout() -> None:
     staff_subs = by_name([o for o in staff["options"] if o["type"] == 1])
     staff_groups = by_name([o for o in staff["options"] if o["type"] == 2])
     assert list(member_subs) == list(specs.MEMBER_SUBCOMMANDS)
-    assert list(member_subs) == ["show", "remember", "forget", "optout", "optin"]
-    assert list(staff_subs) == list(specs.STAFF_SUBCOMMANDS)
-    assert [o["name"] for o in staff["options"]] == [*specs.STAFF_SUBCOMMANDS, "persona", "notes"]
+    assert list(member_subs) == [
+        "show",
+        "remember",
+        "forget",
+        "optout",
+        "optin",
+        "privacy",
+        "pause",
+        "export",
+        "forget-recent",
+    ]
+    # The controls over what is kept (botmemory.commands.controls) come after the groups.
+    assert list(staff_subs) == [*specs.STAFF_SUBCOMMANDS, specs.CONSENT]
+    assert [o["name"] for o in staff["options"]] == [
+        *specs.STAFF_SUBCOMMANDS,
+        "persona",
+        "notes",
+        "channel",
+        "consent",
+    ]
     assert list(staff_subs) == [
         "user",
         "forget-fact",
@@ -158,6 +175,7 @@ def test_member_and_staff_layout() -> None:
         "quarantine",
         "history",
         "reset-summary",
+        "consent",
     ]
     assert all(sub["type"] == 1 for sub in member["options"])
 
@@ -192,7 +210,8 @@ def test_member_and_staff_layout() -> None:
     assert options(staff_subs["history"]) == [("id", 3, True, None, True, [])]
     assert options(staff_subs["reset-summary"]) == []
     # /memory-staff persona ...: a subcommand group (type 2) holding subcommands (type 1).
-    assert list(staff_groups) == [specs.PERSONA_GROUP, specs.NOTES_GROUP] == ["persona", "notes"]
+    assert list(staff_groups) == [specs.PERSONA_GROUP, specs.NOTES_GROUP, specs.CHANNEL_GROUP]
+    assert list(staff_groups) == ["persona", "notes", "channel"]
     persona_subs = by_name(staff_groups["persona"]["options"])
     assert list(persona_subs) == list(specs.PERSONA_SUBCOMMANDS)
     assert list(persona_subs) == ["set", "list", "remove", "purge", "teach"]
@@ -217,6 +236,15 @@ def test_member_and_staff_layout() -> None:
     assert list(notes_subs) == list(specs.NOTES_SUBCOMMANDS) == ["set", "show", "clear"]
     assert options(notes_subs["set"]) == [("text", 3, True, 1500, False, [])]
     assert options(notes_subs["show"]) == options(notes_subs["clear"]) == []
+    # /memory-staff channel ...: a channel's memory switch (botmemory.commands.controls).
+    channel_subs = by_name(staff_groups["channel"]["options"])
+    assert list(channel_subs) == list(specs.CHANNEL_SUBCOMMANDS)
+    assert list(channel_subs) == ["off", "on", "status", "forget"]
+    for sub in channel_subs.values():
+        assert options(sub) == [("channel", 7, False, None, False, [])]  # this one by default
+    assert options(staff_subs["consent"]) == [("mode", 3, True, None, False, ["opt-out", "opt-in"])]
+    assert options(member_subs["pause"]) == [("duration", 3, True, 16, False, [])]
+    assert member_subs["forget-recent"]["options"][0]["max_value"] == 10_080
     # /ask is a command of its own (no subcommand): one required question, a message long.
     assert options(ask) == [("question", 3, True, 2000, False, [])]
     assert member_subs["forget"]["options"][0]["description"] == "A fact id or words of the fact"

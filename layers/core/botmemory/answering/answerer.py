@@ -47,6 +47,7 @@ from botmemory.answering.follow_up import (
     needed_ms,
     refused_result,
 )
+from botmemory.answering.notices import memory_lines
 from botmemory.answering.prompt import AnswerPrompt, PromptBuilder, asker_is_staff
 from botmemory.answering.question import Question, Reply
 from botmemory.answering.rate import AnswerRateLimiter, RateDecision
@@ -186,7 +187,9 @@ class Answerer:
             text = self._answer_after(request, answer, acted, report)
         else:
             text = answer.text.strip() or NOTHING_TO_SAY
-        report = self._post(question, reply, "\n\n".join([*notices, text]).strip(), report)
+        lines = memory_lines(self._services, question)  # what is kept, said under the answer
+        text = "\n\n".join([*notices, text]).strip()
+        report = self._post(question, reply, "\n".join([text, *lines]), report)
         if report.status == AnswerStatus.ANSWERED:
             self._record_hits(question, prompt, report)
         return report
@@ -338,6 +341,14 @@ class Answerer:
             )
             report.status = AnswerStatus.POST_REFUSED
         report.posted = len(posted)
+        # A channel whose memory is off, a paused member, a member not recorded in an opt-in
+        # server (botmemory.people.controls): neither the answer nor a short-term line is kept.
+        refusal = self._services.recorder.gate.refusal(
+            question.guild_id, question.channel_id, question.author_id
+        )
+        if refusal is not None:
+            report.notes.append(f"not kept: {refusal}")
+            return report
         report.recorded = self._record(question, posted)
         if report.status == AnswerStatus.ANSWERED:  # after the post: never before it
             self._note_exchange(question, text, posted)

@@ -19,6 +19,7 @@ from botmemory.commands.invocation import (
 )
 from botmemory.commands.listing import fact_line, listing, shown, status_mark
 from botmemory.commands.notes import dm_notes_line
+from botmemory.commands.paging import paged
 from botmemory.discord.interactions import InteractionResponseType
 from botmemory.memory import fact_history
 from botmemory.memory.behaviour import behaviour_request
@@ -87,7 +88,10 @@ class MemberCommands:
             scopes.append((persona, kept(keys.persona_scope(invocation.scope, persona.lineage_id))))
         return [(persona, facts) for persona, facts in scopes if facts]
 
-    def show(self, invocation: Invocation) -> dict[str, Any]:
+    def show(
+        self, invocation: Invocation, page: int = 0, *, pressed: bool = False
+    ) -> dict[str, Any]:
+        """Everything, in pages with buttons (botmemory.commands.paging); `page`: which."""
         by_scope = self._my_facts_by_scope(invocation)
         facts = [fact for _, scoped in by_scope for fact in scoped]
         lines: list[str] = []
@@ -111,12 +115,12 @@ class MemberCommands:
                 "What I remember about you here ([demoted]: kept, but not brought up until you "
                 "say it again):"
             )
-        text = listing(header, lines) if lines else "I keep no facts about you here."
+        text = "\n".join([header, *lines]) if lines else "I keep no facts about you here."
         if mentions:
-            text = listing(text + "\n\nIn this channel, mentioning you:", mentions)
+            text = "\n".join([text + "\n\nIn this channel, mentioning you:", *mentions])
         if notes is not None:
             text += f"\n\n{notes}"
-        return ephemeral_reply(listing(text, self._lately(invocation, len(text))))
+        return paged("\n".join([text, *self._lately(invocation, 0)]), page, pressed=pressed)
 
     def _lately(self, invocation: Invocation, used: int) -> list[str]:
         """What `/memory show` adds after the facts, in the room one message has left: the

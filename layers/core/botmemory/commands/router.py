@@ -32,6 +32,13 @@ from typing import Any
 
 from botmemory.commands import specs as spec
 from botmemory.commands.context import CommandContext, Deferrer
+from botmemory.commands.controls import (
+    CANCEL_CHANNEL_FORGET,
+    CHANNEL_FORGET_WORK,
+    CONFIRM_CHANNEL_FORGET,
+    FORGET_RECENT_WORK,
+    ControlCommands,
+)
 from botmemory.commands.invocation import (
     CommandError,
     Invocation,
@@ -49,6 +56,7 @@ from botmemory.commands.member import (
     MemberCommands,
 )
 from botmemory.commands.notes import NotesCommands
+from botmemory.commands.paging import SHOW_PAGE, page_number
 from botmemory.commands.personas import (
     CANCEL_PURGE_PERSONA,
     CONFIRM_PURGE_PERSONA,
@@ -78,6 +86,8 @@ READS = {
     (spec.STAFF_COMMAND, "", spec.HISTORY),
     (spec.STAFF_COMMAND, spec.PERSONA_GROUP, spec.PERSONA_LIST),
     (spec.STAFF_COMMAND, spec.NOTES_GROUP, spec.NOTES_SHOW),
+    (spec.MEMBER_COMMAND, "", spec.PRIVACY),
+    (spec.STAFF_COMMAND, spec.CHANNEL_GROUP, spec.CHANNEL_STATUS),
 }
 # Starts the answer to `/ask`: `{"ask": {"interaction": ..., "question": ...}}`, in Lambda an
 # asynchronous invoke of AnswerFunction, which edits the deferred answer.
@@ -96,6 +106,7 @@ class Commands:
         self._staff = StaffCommands(self._context)
         self._personas = PersonaCommands(self._context)
         self._notes = NotesCommands(self._context)
+        self._controls = ControlCommands(self._context)
 
     # Entry points -------------------------------------------------------------------
 
@@ -141,6 +152,10 @@ class Commands:
                     self._services, invocation.scope, invocation.snowflake(spec.OPTION_MEMBER)
                 )
             )
+        if work == FORGET_RECENT_WORK:
+            return self._controls.finish_forget_recent(job, invocation, time_left_ms)
+        if work == CHANNEL_FORGET_WORK:
+            return self._controls.finish_channel_forget(job, invocation, time_left_ms)
         if work == "persona_purge" and invocation.guild_id is not None:
             answer = self._personas.purge_confirmed(
                 invocation.guild_id, str(job.get("persona_id")), str(job.get("lineage_id"))
@@ -178,6 +193,7 @@ class Commands:
             (*notes, spec.NOTES_SHOW): self._notes.show_notes,
             (*notes, spec.NOTES_CLEAR): self._notes.clear_notes,
             (spec.ASK_COMMAND, "", ""): self._ask_question,
+            **self._control_routes(),
         }
         route = routes.get(invocation.path)
         if route is None:
@@ -191,12 +207,49 @@ class Commands:
             return ephemeral_reply("Memory is off on this bot: nothing is kept about anyone.")
         return route(invocation)
 
+    def _control_routes(self) -> dict[tuple[str, str, str], Callable[[Invocation], dict[str, Any]]]:
+        """Members' and staff's controls over what is kept (botmemory.commands.controls)."""
+        controls = self._controls
+        channel = (spec.STAFF_COMMAND, spec.CHANNEL_GROUP)
+        return {
+            (spec.MEMBER_COMMAND, "", spec.OPTIN): self._optin,
+            (spec.MEMBER_COMMAND, "", spec.PRIVACY): controls.privacy,
+            (spec.MEMBER_COMMAND, "", spec.PAUSE): controls.pause,
+            (spec.MEMBER_COMMAND, "", spec.FORGET_RECENT): controls.forget_recent,
+            (spec.MEMBER_COMMAND, "", spec.EXPORT): self._export,
+            (*channel, spec.CHANNEL_OFF): controls.channel_off,
+            (*channel, spec.CHANNEL_ON): controls.channel_on,
+            (*channel, spec.CHANNEL_STATUS): controls.channel_status,
+            (*channel, spec.CHANNEL_FORGET): controls.channel_forget,
+            (spec.STAFF_COMMAND, "", spec.CONSENT): controls.consent,
+        }
+
+    def _export(self, invocation: Invocation) -> dict[str, Any]:
+        if self._ask is None:
+            return ephemeral_reply("Exports need answering, which is not set up on this bot.")
+        return self._controls.export(invocation, self._ask)
+
+    def _optin(self, invocation: Invocation) -> dict[str, Any]:
+        """`/memory optin`: recorded again, and (in a server) agreeing to be recorded there."""
+        answer = self._member.optin(invocation)
+        self._controls.agree_here(invocation)
+        return answer
+
     def _component(self, invocation: Invocation) -> dict[str, Any]:
         if invocation.custom_id == CANCEL_PURGE_PERSONA:
             return {
                 "type": InteractionResponseType.UPDATE_MESSAGE,
                 "data": webhook_edit("Cancelled: nothing was purged.", components=[]),
             }
+        if invocation.custom_id.startswith(SHOW_PAGE):  # the presser's own, read again
+            return self._member.show(invocation, page_number(invocation.custom_id), pressed=True)
+        if invocation.custom_id == CANCEL_CHANNEL_FORGET:
+            return {
+                "type": InteractionResponseType.UPDATE_MESSAGE,
+                "data": webhook_edit("Cancelled: nothing was erased.", components=[]),
+            }
+        if invocation.custom_id.startswith(CONFIRM_CHANNEL_FORGET):
+            return self._controls.confirm_channel_forget(invocation)
         if invocation.custom_id.startswith(CONFIRM_PURGE_PERSONA):
             return self._personas.confirm_purge(invocation)
         if invocation.custom_id in (CANCEL_ERASE, CANCEL_OPTOUT):

@@ -8,6 +8,9 @@ Layout, and why there are two `/memory...` commands:
     /memory-staff persona set id name prompt [where] | list | remove id | purge id
                   | teach id text                                   (a subcommand group)
     /memory-staff notes set text | show | clear                     (a subcommand group)
+    /memory-staff channel off | on | status | forget [channel]      (a subcommand group)
+    /memory-staff consent mode                                      (botmemory.commands.controls)
+    /memory privacy | pause duration | forget-recent minutes | export   every member
     /forgetme                                                       every member
     /ask question                                                   every member
 
@@ -65,7 +68,22 @@ REMEMBER = "remember"
 FORGET = "forget"
 OPTOUT = "optout"
 OPTIN = "optin"
-MEMBER_SUBCOMMANDS = (SHOW, REMEMBER, FORGET, OPTOUT, OPTIN)
+# Members' controls over what is kept (botmemory.commands.controls).
+PRIVACY = "privacy"
+PAUSE = "pause"
+FORGET_RECENT = "forget-recent"
+EXPORT = "export"
+MEMBER_SUBCOMMANDS = (
+    SHOW,
+    REMEMBER,
+    FORGET,
+    OPTOUT,
+    OPTIN,
+    PRIVACY,
+    PAUSE,
+    EXPORT,
+    FORGET_RECENT,
+)
 
 # Staff subcommands of /memory-staff.
 USER = "user"
@@ -104,6 +122,18 @@ NOTES_SHOW = "show"
 NOTES_CLEAR = "clear"
 NOTES_SUBCOMMANDS = (NOTES_SET, NOTES_SHOW, NOTES_CLEAR)
 
+# Staff's controls over what is kept (botmemory.commands.controls): a channel's memory switch
+# (a subcommand group), and the server's consent mode.
+CHANNEL_GROUP = "channel"
+CHANNEL_OFF = "off"
+CHANNEL_ON = "on"
+CHANNEL_STATUS = "status"
+CHANNEL_FORGET = "forget"
+CHANNEL_SUBCOMMANDS = (CHANNEL_OFF, CHANNEL_ON, CHANNEL_STATUS, CHANNEL_FORGET)
+CONSENT = "consent"
+MODE_OPT_IN = "opt-in"
+MODE_OPT_OUT = "opt-out"
+
 # Option names, as they arrive in `data.options[0].options[*].name` (one level deeper in a
 # group).
 OPTION_TEXT = "text"  # remember, pin
@@ -116,6 +146,14 @@ OPTION_PROMPT = "prompt"  # persona set
 WHERE_GLOBAL = "global"
 WHERE_CHANNEL = "channel"
 OPTION_QUESTION = "question"  # ask
+OPTION_CHANNEL = "channel"  # channel * (this channel when left out)
+OPTION_MODE = "mode"  # consent
+OPTION_DURATION = "duration"  # pause
+OPTION_MINUTES = "minutes"  # forget-recent
+# A pause lasts at most this long (`/memory optout` is for longer), forget-recent reaches back
+# at most this far (a week; `/forgetme` erases everything).
+MAX_PAUSE_DAYS = 30
+MAX_FORGET_RECENT_MINUTES = 7 * 24 * 60
 
 # A fact or pin typed by hand: long enough for a sentence, short enough for the prompt budget.
 MAX_TEXT_LENGTH = 240
@@ -173,7 +211,40 @@ def _memory_command() -> dict[str, Any]:
             _subcommand(
                 OPTOUT, "Stop remembering you: erases what is kept and records nothing new"
             ),
-            _subcommand(OPTIN, "Let the bot remember things about you again"),
+            _subcommand(
+                OPTIN, "Let the bot remember things about you again (and here, in an opt-in server)"
+            ),
+            _subcommand(
+                PRIVACY, "What the bot keeps in this server, for how long, and your controls"
+            ),
+            _subcommand(
+                PAUSE,
+                "Stop the bot recording you for a while, everywhere",
+                [
+                    _string(
+                        OPTION_DURATION,
+                        f"How long: 30m, 2h, 3d (up to {MAX_PAUSE_DAYS}d), or `off` to resume",
+                        max_length=16,
+                    )
+                ],
+            ),
+            _subcommand(
+                EXPORT, "Get everything the bot keeps about you, as files in a direct message"
+            ),
+            _subcommand(
+                FORGET_RECENT,
+                "Erase what you said in the last minutes, everywhere",
+                [
+                    {
+                        "type": OptionType.INTEGER,
+                        "name": OPTION_MINUTES,
+                        "description": f"How many minutes back (1 to {MAX_FORGET_RECENT_MINUTES:,})",
+                        "required": True,
+                        "min_value": 1,
+                        "max_value": MAX_FORGET_RECENT_MINUTES,
+                    }
+                ],
+            ),
         ],
     }
 
@@ -266,6 +337,47 @@ def _staff_command() -> dict[str, Any]:
             ),
             _persona_group(),
             _notes_group(),
+            _channel_group(),
+            _subcommand(
+                CONSENT,
+                "Record every member (opt-out) or only those who ran /memory optin here (opt-in)",
+                [
+                    {
+                        **_string(OPTION_MODE, "Who the bot records in this server"),
+                        "choices": [
+                            {"name": "Everyone, unless they opt out", "value": MODE_OPT_OUT},
+                            {"name": "Only members who opt in", "value": MODE_OPT_IN},
+                        ],
+                    }
+                ],
+            ),
+        ],
+    }
+
+
+def _channel_group() -> dict[str, Any]:
+    """`/memory-staff channel ...`: whether the bot keeps what is said in a channel."""
+    target = {
+        "type": OptionType.CHANNEL,
+        "name": OPTION_CHANNEL,
+        "description": "The channel (this one when left out)",
+        "required": False,
+    }
+    return {
+        "type": OptionType.SUB_COMMAND_GROUP,
+        "name": CHANNEL_GROUP,
+        "description": "Whether the bot keeps what is said in a channel (it still answers there)",
+        "options": [
+            _subcommand(CHANNEL_OFF, "Keep nothing said in a channel from now on", [target]),
+            _subcommand(CHANNEL_ON, "Keep what is said in a channel again", [target]),
+            _subcommand(
+                CHANNEL_STATUS, "Whether a channel's memory is on, and every channel off", [target]
+            ),
+            _subcommand(
+                CHANNEL_FORGET,
+                "Erase everything kept from a channel (asks you to confirm first)",
+                [target],
+            ),
         ],
     }
 

@@ -72,7 +72,9 @@ class OptionType(IntEnum):
     SUB_COMMAND = 1
     SUB_COMMAND_GROUP = 2  # holds subcommands only, one level down
     STRING = 3
+    INTEGER = 4
     USER = 6
+    CHANNEL = 7
 
 
 class InteractionContextType(IntEnum):

@@ -267,6 +267,45 @@ class DiscordApi:
         )
         return answer if isinstance(answer, dict) else {}
 
+    def open_dm(self, user_id: str) -> str:
+        """The id of the bot's direct message channel with this user (made if need be)."""
+        _require_snowflake(user_id, "user id")
+        answer = self._request(
+            "POST",
+            "/users/@me/channels",
+            json_body={"recipient_id": user_id},
+            bot_auth=True,
+            route_label="/users/@me/channels",
+        )
+        channel = answer.get("id") if isinstance(answer, dict) else None
+        if not isinstance(channel, str) or not channel.isdigit():
+            raise DiscordApiError(
+                None, "no DM channel in the answer", route="POST /users/@me/channels"
+            )
+        return channel
+
+    def send_files(
+        self, channel_id: str, content: str, files: Sequence[tuple[str, bytes]], *, nonce: str
+    ) -> dict[str, Any]:
+        """Post `content` with files attached (multipart: `payload_json` and `files[n]`),
+        pinging nobody; the enforced `nonce` makes a retry post once."""
+        _require_snowflake(channel_id, "channel id")
+        body = {
+            "content": content,
+            "allowed_mentions": {"parse": []},
+            "attachments": [{"id": n, "filename": name} for n, (name, _) in enumerate(files)],
+            "nonce": _nonce(nonce),
+            "enforce_nonce": True,
+        }
+        answer = self._request(
+            "POST",
+            f"/channels/{channel_id}/messages",
+            json_body=body,
+            bot_auth=True,
+            files=files,
+        )
+        return answer if isinstance(answer, dict) else {}
+
     def trigger_typing(self, channel_id: str) -> None:
         """Show "typing…" in the channel, for up to 10 s or until the bot's next message."""
         _require_snowflake(channel_id, "channel id")
@@ -294,6 +333,7 @@ class DiscordApi:
         bot_auth: bool = False,
         route_label: str | None = None,
         secret: str | None = None,
+        files: Sequence[tuple[str, bytes]] = (),
     ) -> Any:
         route = f"{method} {route_label or path}"
         headers: dict[str, str] = {}
@@ -309,7 +349,19 @@ class DiscordApi:
             is_last = attempt == self._max_attempts - 1
             self._await_turn(key, route)
             try:
-                response = self._http().request(method, path, json=json_body, headers=headers)
+                if files:  # multipart: the JSON body as payload_json, then each file
+                    response = self._http().request(
+                        method,
+                        path,
+                        data={"payload_json": json.dumps(json_body)},
+                        files=[
+                            (f"files[{n}]", (name, data, "application/json"))
+                            for n, (name, data) in enumerate(files)
+                        ],
+                        headers=headers,
+                    )
+                else:
+                    response = self._http().request(method, path, json=json_body, headers=headers)
             except httpx.TransportError as exc:
                 # All calls here are idempotent (GET, PUT of the full set, PATCH of one
                 # message, typing, a new message with an enforced nonce), so repeating one

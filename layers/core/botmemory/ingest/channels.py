@@ -35,6 +35,9 @@ from botmemory.storage.repository import MemoryRepository
 
 GUILD_CREATE = "GUILD_CREATE"
 GUILD_UPDATE = "GUILD_UPDATE"
+# The bot removed from a guild, or (`unavailable`) an outage: its purge scheduled or not
+# (botmemory.people.server_removal; IngestFunction's recorder hands it there).
+GUILD_DELETE = "GUILD_DELETE"
 GUILD_ROLE_CREATE = "GUILD_ROLE_CREATE"
 GUILD_ROLE_UPDATE = "GUILD_ROLE_UPDATE"
 GUILD_ROLE_DELETE = "GUILD_ROLE_DELETE"
@@ -49,7 +52,14 @@ CHANNEL_EVENTS = frozenset({CHANNEL_CREATE, CHANNEL_UPDATE, CHANNEL_DELETE})
 THREAD_EVENTS = frozenset({THREAD_CREATE, THREAD_UPDATE, THREAD_DELETE})
 # Every event this module keeps something of (IngestFunction hands them here).
 GUILD_EVENTS = frozenset(
-    {GUILD_CREATE, GUILD_UPDATE, GUILD_ROLE_CREATE, GUILD_ROLE_UPDATE, GUILD_ROLE_DELETE}
+    {
+        GUILD_CREATE,
+        GUILD_UPDATE,
+        GUILD_DELETE,
+        GUILD_ROLE_CREATE,
+        GUILD_ROLE_UPDATE,
+        GUILD_ROLE_DELETE,
+    }
     | CHANNEL_EVENTS
     | THREAD_EVENTS
     | {THREAD_LIST_SYNC}

@@ -21,8 +21,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
-from botmemory.ingest.channels import GUILD_EVENTS, ChannelVisibility
+from botmemory.ingest.channels import GUILD_CREATE, GUILD_DELETE, GUILD_EVENTS, ChannelVisibility
+from botmemory.people.controls import RecordingGate
 from botmemory.people.optout import OptOuts
+from botmemory.people.server_removal import guild_back, guild_removed
 from botmemory.records import Observation, ObservationKind, scope_of
 from botmemory.settings.config import Settings
 from botmemory.snowflake import Snowflake, snowflake_ms
@@ -41,6 +43,17 @@ FUTURE_TOLERANCE_MS = 5 * 60_000
 MAX_MEMBER_ROLES = 250
 # Discord allows 10 attachments per message.
 MAX_ATTACHMENTS = 10
+# What someone says (botmemory.people.controls decides whether it may be kept); deletions and
+# reaction clears are always kept, as they make what was kept before go.
+SAID = frozenset(
+    {
+        ObservationKind.MESSAGE,
+        ObservationKind.ANSWER,
+        ObservationKind.EDIT,
+        ObservationKind.REACTION_ADD,
+        ObservationKind.REACTION_REMOVE,
+    }
+)
 
 Name = Annotated[str, StringConstraints(max_length=200)]
 
@@ -158,6 +171,11 @@ class ReactionRemoveEmoji(_Payload):
     emoji: Emoji
 
 
+class GuildDelete(_Payload):
+    id: Snowflake
+    unavailable: bool = False
+
+
 class Skip(BaseModel):
     index: int
     event: str
@@ -222,6 +240,9 @@ class ObservationRecorder:
         self._clock = clock
         self._opt_outs = opt_outs
         self._channels = ChannelVisibility(repository)
+        # Channel switches, consent and pauses (botmemory.people.controls); the answer path
+        # asks it too, for its short-term line.
+        self.gate = RecordingGate(repository, clock, lambda person: self._opt_outs.hash_of(person))
         self._parsers: dict[str, Callable[[dict[str, Any]], Observation]] = {
             "MESSAGE_CREATE": self._message_create,
             "MESSAGE_UPDATE": self._message_update,
@@ -257,6 +278,10 @@ class ObservationRecorder:
             if self._opt_outs.is_opted_out(observation.author_id):
                 result.ignored.append(Skip(index=index, event=label, reason="author opted out"))
                 continue
+            refusal = self._refusal(observation, event)
+            if refusal is not None:
+                result.ignored.append(Skip(index=index, event=label, reason=refusal))
+                continue
             if ingest_id:
                 observation = observation.model_copy(update={"ingest_id": ingest_id[:64]})
             if self._repository.put_observation(observation):
@@ -266,18 +291,51 @@ class ObservationRecorder:
                 result.duplicate_indexes.append(index)
         return result
 
+    def _refusal(self, observation: Observation, event: dict[str, Any]) -> str | None:
+        """Why this observation may not be kept (botmemory.people.controls); None when it may.
+        The bot's answer is kept as the words of the member it answers would be."""
+        if observation.kind not in SAID:
+            return None
+        person = observation.author_id
+        if observation.kind == ObservationKind.ANSWER:
+            person = answered_member(_payload_of(event))
+        guild = None if observation.scope == scope_of(None) else observation.scope
+        return self.gate.refusal(guild, observation.channel_id, person)
+
     def _record_channel_event(
         self, index: int, label: str, event: dict[str, Any], result: IngestResult
     ) -> None:
-        """A guild, role, channel or thread event updates visibility or staff; no observation."""
+        """A guild, role, channel or thread event updates visibility or staff; no observation.
+        A guild removed schedules its purge, a guild back cancels it."""
         try:
+            if label == GUILD_DELETE:
+                self._guild_delete(index, label, event, result)
+                return
             change = self._channels.apply(label, _payload_of(event))
+            if label == GUILD_CREATE and isinstance(event["d"].get("id"), str):
+                guild_back(self._repository, event["d"]["id"])
         except (ValueError, TypeError) as why:
             _reject(result, index, label, why)
             return
         if change.ignored:
             result.ignored.append(Skip(index=index, event=label, reason=change.ignored))
         result.channels += change.items
+
+    def _guild_delete(
+        self, index: int, label: str, event: dict[str, Any], result: IngestResult
+    ) -> None:
+        removed = GuildDelete.model_validate(_payload_of(event))
+        why = guild_removed(
+            self._repository,
+            removed.id,
+            unavailable=removed.unavailable,
+            now_ms=self._clock.now_ms(),
+            days=self._settings.server_purge_days,
+        )
+        if why is not None:
+            result.ignored.append(Skip(index=index, event=label, reason=why))
+        else:
+            result.channels += 1
 
     def parse(self, event: Any) -> Observation:
         if not isinstance(event, dict):
@@ -443,6 +501,18 @@ class ObservationRecorder:
             message_id=event.message_id,
             emoji=event.emoji.label(),
         )
+
+
+def answered_member(payload: dict[str, Any]) -> str | None:
+    """Whom a message of the bot answers: the author of the message it replies to, or the
+    member whose command it answers (`interaction_metadata`); None when it does not say."""
+    for holder, field in (("referenced_message", "author"), ("interaction_metadata", "user")):
+        outer = payload.get(holder)
+        person = outer.get(field) if isinstance(outer, dict) else None
+        person_id = person.get("id") if isinstance(person, dict) else None
+        if isinstance(person_id, str) and person_id.isdigit():
+            return person_id
+    return None
 
 
 def _payload_of(event: dict[str, Any]) -> dict[str, Any]:

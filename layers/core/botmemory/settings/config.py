@@ -68,6 +68,12 @@ class Settings(BaseModel):
     fact_retention_days: int = Field(default=180, ge=1)
     # Long enough to search the history a community refers back to (docs/architecture.md section 9).
     observation_retention_days: int = Field(default=365, ge=1)
+    # The bot's first answer to a member in a server says, in one line, that it keeps memory
+    # there and points to `/memory privacy` (botmemory.answering.notices).
+    privacy_notice: bool = True
+    # A server the bot was removed from is purged this many days later, unless the bot comes
+    # back first (botmemory.people.server_removal).
+    server_purge_days: int = Field(default=30, ge=1, le=365)
     episode_retention_days: int = Field(default=90, ge=1)
     lock_lease_seconds: int = Field(default=900, ge=10)
     idle_flush_minutes: int = Field(default=30, ge=0)
@@ -298,6 +304,8 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_EPISODES_PER_CHANNEL": "episodes_per_channel",
     "MEMORY_FACT_RETENTION_DAYS": "fact_retention_days",
     "MEMORY_OBSERVATION_RETENTION_DAYS": "observation_retention_days",
+    "MEMORY_PRIVACY_NOTICE": "privacy_notice",
+    "MEMORY_SERVER_PURGE_DAYS": "server_purge_days",
     "MEMORY_EPISODE_RETENTION_DAYS": "episode_retention_days",
     "MEMORY_LOCK_LEASE_SECONDS": "lock_lease_seconds",
     "MEMORY_IDLE_FLUSH_MINUTES": "idle_flush_minutes",

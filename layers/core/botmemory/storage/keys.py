@@ -76,6 +76,26 @@ INDEX_PURGED_SK = "INDEX_PURGED"
 # (botmemory.consolidation.attempts).
 MODEL_HEALTH_PK = "MODEL"
 MODEL_HEALTH_SK = "HEALTH"
+# Members' and staff's controls over what is kept (botmemory.people.controls), under a guild's
+# partition (IngestFunction may read it): a channel whose memory is off, the server's
+# consent mode and retention (few items, read in one Query of CONTROL_PREFIX), a member who
+# agreed to be recorded (opt-in mode) and a member told once that the bot keeps memory, both
+# by keyed person hash. Pauses, deployment-wide, in a partition of their own by person hash
+# (read once a minute, as the opt-out list is).
+CONTROL_PREFIX = "CTRL#"
+CHANNEL_OFF_PREFIX = "CTRL#OFF#"
+CONSENT_MODE_SK = "CTRL#CONSENT"
+RETENTION_SK = "CTRL#RETENTION"
+CONSENTED_PREFIX = "CONSENT#"
+NOTICED_PREFIX = "NOTICED#"
+PAUSE_PK = "PAUSE"
+# A server the bot was removed from (GUILD_DELETE without `unavailable`): the marker under
+# its guild partition (when, when its purge is due, a purge's checkpoint), and a pointer in
+# the PURGE partition sorted by when it is due, so the scheduled purge finds them by key.
+REMOVED_SK = "CTRL#REMOVED"
+PURGE_PK = "PURGE"
+# When a member last started an export (`/memory export`: rate-limited), by keyed hash.
+EXPORT_PK = "EXPORT"
 
 
 class ItemKind(StrEnum):
@@ -192,6 +212,26 @@ def guild_pk(guild_id: str) -> str:
 
 def channel_visibility_sk(channel_id: str) -> str:
     return f"{CHANNEL_VISIBILITY_PREFIX}{channel_id}"
+
+
+def channel_off_sk(channel_id: str) -> str:
+    return f"{CHANNEL_OFF_PREFIX}{channel_id}"
+
+
+def consented_sk(user_hash: str) -> str:
+    return f"{CONSENTED_PREFIX}{user_hash}"
+
+
+def noticed_sk(user_hash: str) -> str:
+    return f"{NOTICED_PREFIX}{user_hash}"
+
+
+def purge_sk(purge_at_ms: int, guild_id: str) -> str:
+    return f"{purge_at_ms:013d}#{guild_id}"
+
+
+def guild_of_purge_sk(sk: str) -> str:
+    return sk.partition("#")[2]
 
 
 def channel_named_by(sk: str) -> str | None:

@@ -11,8 +11,10 @@ personas.py, short_term.py, summaries.py and candidates.py; the servers' notes f
 messages in notes.py; the marker a server's search index purge leaves in index_purges.py;
 when the memory model last answered, deployment-wide, in model_health.py; every item of a
 server, found and deleted, in server_purge.py; the answer rate counters in rate_counters.py;
-what the migration of facts without channels reads and writes in fact_channels.py; the
-client and the shared helpers in table.py. No module outside this package calls the table
+what the migration of facts without channels reads and writes in fact_channels.py; members'
+and staff's controls over what is kept (channel switches, consent, pauses) in controls.py; a
+server's removal and its scheduled purge, by key, in lifecycle.py; the client and the shared
+helpers in table.py. No module outside this package calls the table
 (tests/botmemory/storage/test_storage_owns_the_table.py). What search reads back of the
 table is in botmemory.search.sources.
 """
@@ -24,10 +26,12 @@ from typing import Any
 from botmemory.storage.candidates import CandidateRepository
 from botmemory.storage.channels import ChannelRepository
 from botmemory.storage.commit import CommitStore
+from botmemory.storage.controls import ControlsStore
 from botmemory.storage.episodes import EpisodeStore
 from botmemory.storage.fact_channels import FactChannelStore
 from botmemory.storage.facts import FactStore
 from botmemory.storage.index_purges import IndexPurgeStore
+from botmemory.storage.lifecycle import ServerLifecycleStore
 from botmemory.storage.model_health import ModelHealthStore
 from botmemory.storage.notes import NotesRepository
 from botmemory.storage.observations import ObservationStore
@@ -58,6 +62,8 @@ class MemoryRepository(
     ModelHealthStore,
     RateCounterStore,
     FactChannelStore,
+    ControlsStore,
+    ServerLifecycleStore,
 ):
     """The table, as every flow reaches it: the stores above, over one client and name."""
 
