@@ -8,6 +8,7 @@ Layout, and why there are two `/memory...` commands:
     /memory-staff persona set id name prompt [where] | list | remove id | purge id
                   | teach id text                                   (a subcommand group)
     /memory-staff notes set text | show | clear                     (a subcommand group)
+    /memory-staff timezone [zone]
     /forgetme                                                       every member
     /ask question                                                   every member
 
@@ -52,6 +53,7 @@ from botmemory.discord.interactions import (
 )
 from botmemory.memory.notes import MAX_SERVER_NOTES_CHARS
 from botmemory.memory.personas import MAX_NAME_CHARS, MAX_PROMPT_CHARS, MEMORY_PLACEHOLDER
+from botmemory.when.zones import MAX_ZONE_NAME_CHARS
 
 # Top-level command names, as `data.name` arrives in an interaction.
 MEMBER_COMMAND = "memory"
@@ -76,6 +78,8 @@ UNPIN = "unpin"
 QUARANTINE = "quarantine"
 HISTORY = "history"
 RESET_SUMMARY = "reset-summary"
+# The server's time zone (botmemory.when): every date the bot reads and writes here.
+TIMEZONE = "timezone"
 STAFF_SUBCOMMANDS = (
     USER,
     FORGET_FACT,
@@ -85,6 +89,7 @@ STAFF_SUBCOMMANDS = (
     QUARANTINE,
     HISTORY,
     RESET_SUMMARY,
+    TIMEZONE,
 )
 
 # The persona subcommand group of /memory-staff (botmemory.memory.personas).
@@ -116,6 +121,7 @@ OPTION_PROMPT = "prompt"  # persona set
 WHERE_GLOBAL = "global"
 WHERE_CHANNEL = "channel"
 OPTION_QUESTION = "question"  # ask
+OPTION_ZONE = "zone"  # timezone
 
 # A fact or pin typed by hand: long enough for a sentence, short enough for the prompt budget.
 MAX_TEXT_LENGTH = 240
@@ -266,8 +272,25 @@ def _staff_command() -> dict[str, Any]:
             ),
             _persona_group(),
             _notes_group(),
+            _timezone_subcommand(),
         ],
     }
+
+
+def _timezone_subcommand() -> dict[str, Any]:
+    """`/memory-staff timezone [zone]`: the server's time zone, shown or set."""
+    return _subcommand(
+        TIMEZONE,
+        "Show or set this server's time zone, for every date the bot reads and writes here",
+        [
+            _string(
+                OPTION_ZONE,
+                "An IANA time zone name, such as Europe/Paris or America/New_York (UTC resets)",
+                max_length=MAX_ZONE_NAME_CHARS,
+                required=False,
+            )
+        ],
+    )
 
 
 def _notes_group() -> dict[str, Any]:
