@@ -443,6 +443,7 @@ class Judge:
                 learned_in_public=where.learned_in_public,
             )
             accepted[fact_id] = dating.with_times(fact, evidence, candidate.valid_until, batch, now)
+            replaced = []
             for old_id in candidate.supersedes:
                 old = known.get(old_id)
                 if old is None or old.user_id != subject or old.scope != scope:
@@ -451,14 +452,25 @@ class Judge:
                         extra={"fact_id": old_id},
                     )
                     continue
-                if not dating.said_after(accepted[fact_id], old):
-                    log.info(
-                        "ignored supersession by words said before the fact's own",
-                        extra={"fact_id": old_id, "by": fact_id},
-                    )
-                    continue
-                superseded[old_id] = old
-                superseded_by[old_id] = accepted[fact_id]
+                replaced.append(old)
+            # Only a later statement replaces: words said before what they would replace (a
+            # late batch, a backfill) are out of date, and dropped (botmemory.when).
+            if any(
+                old.fact_id != fact_id and not dating.said_after(accepted[fact_id], old)
+                for old in replaced
+            ):
+                del accepted[fact_id], cited[fact_id]
+                discard(
+                    outcome,
+                    candidate.user_id,
+                    candidate.text,
+                    "said before the fact it would replace was last said",
+                    fact_id,
+                )
+                continue
+            for old in replaced:
+                superseded[old.fact_id] = old
+                superseded_by[old.fact_id] = accepted[fact_id]
         for fact_id in accepted:  # restating a fact keeps it active
             superseded.pop(fact_id, None)
         return list(accepted.values()), list(superseded.values()), superseded_by

@@ -11,6 +11,7 @@ block, until it is restated.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import tzinfo
 
 from botmemory.records import Fact
@@ -39,6 +40,11 @@ def said_last(fact: Fact) -> int:
 def is_past(fact: Fact, now_ms: int) -> bool:
     """Whether the last day the fact holds is over."""
     return fact.valid_until_ms is not None and fact.valid_until_ms <= now_ms
+
+
+def current(facts: Iterable[Fact], now_ms: int) -> list[Fact]:
+    """These facts without those past their last day (recall's block shows no past fact)."""
+    return [fact for fact in facts if not is_past(fact, now_ms)]
 
 
 def said_label(fact: Fact, zone: tzinfo) -> str:

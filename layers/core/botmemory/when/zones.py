@@ -80,6 +80,12 @@ def local_day(ms: int, zone: tzinfo) -> str:
     return at.date().isoformat() if at else "unknown date"
 
 
+def local_minute(ms: int, zone: tzinfo) -> str:
+    """The day and minute of a time in a zone ("2026-03-02 14:05")."""
+    at = local(ms, zone)
+    return at.strftime("%Y-%m-%d %H:%M") if at else "unknown date"
+
+
 def stamp(ms: int, zone: tzinfo) -> str:
     """A time as the memory model reads it: day, weekday and minute in the zone
     ("2026-03-02 Mon 14:05")."""
