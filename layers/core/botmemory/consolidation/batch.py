@@ -52,8 +52,8 @@ ROOM_FOR_ANSWER = 26
 # A round over a backlog (botmemory.consolidation.backlog) reads at most this many observations:
 # about one Query page of them; MEMORY_BATCH_MAX_TOKENS cuts them shorter.
 BACKLOG_MAX_OBSERVATIONS = 1_000
-# What an observation's line costs beside its words: its number, kind, quotes and user id.
-LINE_FRAME_TOKENS = 16
+# What an observation's line costs beside its words: its number, kind, time, quotes and user id.
+LINE_FRAME_TOKENS = 22
 
 # People named by others a round guards in its transaction (two checks each); pointers to
 # anyone beyond are written after the commit, for those not barred by then. A message naming
