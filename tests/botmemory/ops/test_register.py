@@ -158,6 +158,7 @@ def test_member_and_staff_layout() -> None:
         "quarantine",
         "history",
         "reset-summary",
+        "timezone",
     ]
     assert all(sub["type"] == 1 for sub in member["options"])
 

@@ -270,9 +270,9 @@ def _staff_command() -> dict[str, Any]:
                 RESET_SUMMARY,
                 "Clear this channel's running summary (the next batches start a new one)",
             ),
+            _timezone_subcommand(),
             _persona_group(),
             _notes_group(),
-            _timezone_subcommand(),
         ],
     }
 
