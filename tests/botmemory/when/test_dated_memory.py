@@ -210,6 +210,7 @@ def test_a_fact_past_valid_until_leaves_the_block_is_kept_and_listed_past_until_
 
     model.script = in_tokyo
     bot.say(bot.message(gw.ALICE, "I'm in Tokyo until Wednesday", CHANNEL))
+    first_said = bot.at
     assert '"Alice is in Tokyo"' in block_facts(bot)
 
     bot.later(minutes=3 * 24 * 60)
@@ -219,8 +220,12 @@ def test_a_fact_past_valid_until_leaves_the_block_is_kept_and_listed_past_until_
     assert "Alice is in Tokyo" in member_show(bot) and "[past: held until" in member_show(bot)
 
     bot.say(bot.message(gw.ALICE, "I'm in Tokyo until next week now", CHANNEL))
-    assert '"Alice is in Tokyo"' in block_facts(bot)
     assert "[past" not in member_show(bot)
+    # Restated on another day: the same fact (its times are attributes, not its text).
+    (restated,) = bot.services().repository.all_facts(gw.GUILD, gw.ALICE)
+    assert (restated.first_said_ms, restated.last_said_ms) == (first_said, bot.at)
+    days = [local(t, "UTC").date() for t in (first_said, bot.at)]
+    assert f'"Alice is in Tokyo" (said {days[0]} to {days[1]})' in block_facts(bot)
 
 
 def test_an_older_statement_arriving_late_does_not_supersede_a_newer_one(

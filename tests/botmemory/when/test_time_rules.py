@@ -11,7 +11,10 @@ import pytest
 
 from botmemory.consolidation.model.contract import ModelInput, NumberedObservation
 from botmemory.consolidation.model.rules import RulesModel
+from botmemory.records import Fact, FactKind, FactSource, ObservationKind
+from botmemory.storage import keys
 from botmemory.when import zones
+from botmemory.when.facts import merged, said_first, said_last
 from botmemory.when.relative import with_dates
 from botmemory.when.window import (
     DISCORD_EPOCH_MS,
@@ -21,6 +24,8 @@ from botmemory.when.window import (
     until_ms,
 )
 from botmemory.when.zones import UnknownZone, local_day, stamp, today_line, zone_name, zone_of
+
+DAY = 86_400_000
 
 
 def ms(*parts: int) -> int:
@@ -144,3 +149,32 @@ def test_a_forged_time_is_clamped_into_discord_s_lifetime_and_the_clock_s_tolera
     assert said_at(0, now) == DISCORD_EPOCH_MS
     assert said_at(now + 10**12, now) == now + FUTURE_TOLERANCE_MS
     assert said_at(now - 1000, now) == now - 1000
+
+
+def test_a_fact_stored_before_reads_its_times_from_its_evidence_else_from_when_written() -> None:
+    said = ms(2026, 3, 2, 10)
+    old = Fact(
+        fact_id="f1",
+        scope="1",
+        user_id="2",
+        text="Alice lives in Lyon",
+        kind=FactKind.FACT,
+        source=FactSource.SELF,
+        provenance=[keys.observation_sk(said, ObservationKind.MESSAGE, "9")],
+        created_ms=said + 5_000,
+        updated_ms=said + 9_000,
+    )
+    assert (said_first(old), said_last(old)) == (said, said)
+    written = old.model_copy(update={"provenance": []})
+    assert (said_first(written), said_last(written)) == (said + 5_000, said + 9_000)
+    later = old.model_copy(
+        update={"first_said_ms": said + DAY, "last_said_ms": said + DAY, "valid_until_ms": None}
+    )
+    stated = merged(later, old.model_copy(update={"valid_until_ms": said + 2 * DAY}))
+    assert (stated.first_said_ms, stated.last_said_ms, stated.valid_until_ms) == (
+        said,
+        said + DAY,
+        None,  # the newer statement gave no end
+    )
+    late = merged(old, later.model_copy(update={"valid_until_ms": said + 3 * DAY}))
+    assert late.valid_until_ms == said + 3 * DAY  # older words do not undo a newer end

@@ -421,7 +421,7 @@ class Judge:
                 every_author_first=candidate.scope == MemoryScope.PERSONA,
             )
             cited[fact_id] = evidence
-            accepted[fact_id] = fact = Fact(
+            fact = Fact(
                 fact_id=fact_id,
                 scope=scope,
                 user_id=subject,
@@ -443,7 +443,7 @@ class Judge:
                 learned_in_public=where.learned_in_public,
             )
             accepted[fact_id] = dating.with_times(fact, evidence, candidate.valid_until, batch, now)
-            replaced = []
+            replaced: list[Fact] = []
             for old_id in candidate.supersedes:
                 old = known.get(old_id)
                 if old is None or old.user_id != subject or old.scope != scope:
