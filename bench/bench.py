@@ -46,6 +46,7 @@ use_fake_aws("bench-person-hash-key-0123456789")
 import boto3  # noqa: E402
 from cold_start import bench_cold_start  # noqa: E402  (beside this script)
 from cost import bench_cost  # noqa: E402
+from dates import bench_dates  # noqa: E402
 from deployed_recall import bench_deployed_recall  # noqa: E402
 from keyword_index import bench_keyword_index  # noqa: E402
 from layer_size import bench_layer  # noqa: E402
@@ -77,6 +78,7 @@ def main() -> int:
         bench_hostile(lab)
         bench_recall(lab)
         bench_deployed_recall(lab)  # table 3g: the deployed path, embedding included
+        bench_dates(lab)  # table 3t: what the dates cost in characters
         bench_erasure(lab)
         lab.close()
     bench_keyword_index()  # tables 3f and 3h

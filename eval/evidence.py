@@ -103,6 +103,10 @@ class EvidenceIndex:
         found = (self._by_message.get(message_of(sk) or "") for sk in observation_sks)
         return frozenset(d for d in found if d)
 
+    def fact_turns(self, fact_id: str) -> frozenset[str]:
+        """The turns a fact rests on (its provenance)."""
+        return self._fact_turns.get(fact_id, frozenset())
+
     def turn(self, dia_id: str) -> Turn | None:
         return self._by_dia.get(dia_id)
 

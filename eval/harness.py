@@ -52,6 +52,7 @@ from botmemory.storage.schema import create_table
 from eval import embedding_server
 from eval.baselines import RawTurns
 from eval.dataset import Conversation, Question, load_conversation
+from eval.dated import TEMPORAL, answer_date, shows_date
 from eval.embedding_server import EmbeddingServer, EmbeddingStats
 from eval.evidence import EvidenceIndex, holds_evidence
 from eval.paths import KEYWORDS, search_paths
@@ -155,6 +156,9 @@ class QuestionOutcome:
     # where its evidence ranks in the keyword leg (its first hit whose own message is an
     # evidence turn, of RANKED_HITS asked); 0 when none of them is.
     miss_rank: int | None = None
+    # A temporal question whose answer is a date (eval.dated): by path, then size, whether
+    # the block shows that date or an evidence turn on a dated line; empty for the others.
+    dated: dict[str, dict[str, bool]] = field(default_factory=dict)
 
     @property
     def system(self) -> dict[str, bool]:
@@ -384,6 +388,10 @@ class Measurer:
                 shown = self._evidence.shown(result, question.text, question.answer)
                 outcome.cited[path][name] = bool(evidence & shown.strict)
                 outcome.held[path][name] = bool(evidence & shown.held)
+                if question.category == TEMPORAL and answer_date(question.answer):
+                    outcome.dated.setdefault(path, {})[name] = shows_date(
+                        self._evidence, result, question.answer, evidence
+                    )
                 if path == KEYWORDS:
                     if name == self._ranked and not outcome.held[path][name]:
                         outcome.miss_rank = self._evidence_rank(question, name)

@@ -109,7 +109,25 @@ def size_table(questions: Sequence[QuestionOutcome], size: str) -> list[str]:
         title = f"Block of at most {size} characters"
     mean = sum(chars) / len(chars) if chars else 0
     title += f" (keyword-only block: mean {mean:,.0f}, max {max(chars, default=0):,} characters)"
-    return [title, *table(columns(paths), rows)]
+    return [title, *table(columns(paths), rows), *dated_lines(questions, size, paths)]
+
+
+def dated_lines(questions: Sequence[QuestionOutcome], size: str, paths: Sequence[str]) -> list[str]:
+    """For the temporal questions whose answer is a date (eval.dated): how often the block
+    shows that date or an evidence turn with its date, beside their cited / held figures."""
+    dated = [q for q in questions if q.dated]
+    if not dated:
+        return []
+    figures = []
+    for path in paths:
+        if not any(size in q.dated.get(path, {}) for q in dated):
+            continue
+        shown = 100 * sum(q.dated.get(path, {}).get(size, False) for q in dated) / len(dated)
+        figures.append(f"{path} {shown:.1f}% (cited / held {_both(dated, path, size)})")
+    return [
+        f"Temporal questions whose answer is a date ({len(dated)}), the block shows that "
+        f"date or the evidence with its date: {'; '.join(figures)}"
+    ]
 
 
 def held_rate(questions: Sequence[QuestionOutcome], path: str, size: str) -> float:

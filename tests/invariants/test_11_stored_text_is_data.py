@@ -70,7 +70,10 @@ _QUOTED = rf'"(?:[^"\\\n{re.escape(_LOOKALIKES)}]|\\["\\])*"'
 # The only lines the block is made of: its own fixed lines, a person, an item.
 _OWN_LINES = {*BLOCK_HEADER.split("\n"), *SECTION_HEADINGS, BLOCK_FOOTER, ""}
 _PERSON_LINE = re.compile(rf"- (?:{_QUOTED}|someone) \(user \d+\):")
-_ITEM_LINE = re.compile(rf"(?:- |  - )(?:(?:\d{{4}}-\d\d-\d\d|unknown date): )?{_QUOTED}")
+_DAY = r"(?:\d{4}-\d\d-\d\d|unknown date)"
+# A fact's line ends with when it was said (botmemory.when): the block's own words, not stored text.
+_SAID = rf"(?: \(said {_DAY}(?: to {_DAY})?\))?"
+_ITEM_LINE = re.compile(rf"(?:- |  - )(?:{_DAY}: )?{_QUOTED}{_SAID}")
 
 
 def assert_block_holds(memory: str) -> None:
@@ -241,8 +244,11 @@ def test_the_memory_model_is_shown_names_and_texts_as_quoted_data() -> None:
         "- none",
         "Current channel summary (rewrite it in at most 2000 characters):",
         "Active persona:",
+        'Time zone: "UTC".',  # the zone is one quoted value; the stamps and now are the batch's
     }
-    observation = re.compile(rf"#\d+ \[\w+\] {_QUOTED} \(user_id \d+\): {_QUOTED}")
+    stamp = r"\d{4}-\d\d-\d\d \w{3} \d\d:\d\d"
+    observation = re.compile(rf"#\d+ \[\w+\] (?:{stamp} )?{_QUOTED} \(user_id \d+\): {_QUOTED}")
+    now = re.compile(rf"Now: {stamp}\.")
     fact = re.compile(rf"- [\w-]+ \(user_id \d+, \w+\): {_QUOTED}")
     pin = re.compile(rf"- {_QUOTED}")
     for line in lines:
@@ -251,6 +257,7 @@ def test_the_memory_model_is_shown_names_and_texts_as_quoted_data() -> None:
             or observation.fullmatch(line)
             or fact.fullmatch(line)
             or pin.fullmatch(line)
+            or now.fullmatch(line)
         ), line
     assert [line[:3] for line in lines if line.startswith("#")] == ["#1 ", "#2 "]
     assert '- "Be kind."' in lines

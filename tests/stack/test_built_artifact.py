@@ -188,6 +188,14 @@ def test_the_arm64_layer_as_built_is_within_its_bound(built: Path) -> None:
     assert layer_build.pruned(ARM64_LAYER) == []
 
 
+def test_the_layer_ships_the_time_zones_staff_may_choose(built: Path) -> None:
+    """Lambda's image holds no zone files: `/memory-staff timezone` and every date written in
+    a server's zone read the tzdata package's (botmemory.when.zones)."""
+    for layer in (ARM64_LAYER, X86_64_LAYER):
+        assert (layer / "tzdata" / "zoneinfo" / "Europe" / "Paris").is_file()
+        assert (layer / "tzdata" / "zoneinfo" / "America" / "New_York").is_file()
+
+
 # --- one round of the flow, on the built handlers --------------------------------------
 
 

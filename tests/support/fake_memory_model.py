@@ -14,8 +14,11 @@ import pytest
 
 from tests.support.fake_providers import CompletionServer, serving
 
-# One observation line of the rendered batch: `#3 [msg] "Carol" (user_id 42): "words"`.
-_OBSERVATION = re.compile(r'^#(\d+) \[(\w+)\] "(.*?)" \(user_id (\d+)\): "(.*)"$')
+# One observation line of the rendered batch, with when it was said:
+# `#3 [msg] 2026-03-02 Mon 14:05 "Carol" (user_id 42): "words"`.
+OBSERVATION_LINE = re.compile(
+    r'^#(\d+) \[(\w+)\] (?:\d{4}-\d\d-\d\d \w{3} \d\d:\d\d )?"(.*?)" \(user_id (\d+)\): "(.*)"$'
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class FactWriter:
         facts = []
         recent: dict[str, str] = {}
         for line in batch.splitlines():
-            found = _OBSERVATION.match(line)
+            found = OBSERVATION_LINE.match(line)
             if not found:
                 continue
             number, kind, name, user_id, words = found.groups()

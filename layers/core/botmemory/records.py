@@ -120,6 +120,13 @@ class Fact(Record):
     # source says `model`, but the hot tier still keeps it (botmemory.memory.hot_tier.protected).
     # Stored only when true.
     manually_written: bool = False
+    # When it was first and last said (epoch ms of its evidence: never part of its text, so a
+    # restatement on another day is the same fact), and the end of the last day it holds,
+    # when its evidence said (botmemory.when.facts). A fact stored before them reads its
+    # times from its evidence, else from when it was written; None: not said.
+    first_said_ms: int | None = None
+    last_said_ms: int | None = None
+    valid_until_ms: int | None = None
 
 
 class HistoryActor(StrEnum):

@@ -10,7 +10,6 @@ table's stream) and SweepFunction run the rounds, with an OpenAI-compatible memo
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from localrun import gateway as gw
 from tests.conftest import ScriptedModel, scan_all
+from tests.support.fake_memory_model import OBSERVATION_LINE
 from tests.support.fake_providers import CompletionServer, serving
 from tests.support.lambda_local import TABLE, LambdaContext, LocalLambda, sample_env
 
@@ -46,7 +46,7 @@ SWEEP_MS = 300_000  # SweepFunction's timeout (template.yaml)
 
 # --- an OpenAI-compatible memory model that writes facts ----------------------------------------
 
-_LINE = re.compile(r'^#(\d+) \[(\w+)\] "(.*?)" \(user_id (\d+)\): "(.*)"$')
+_LINE = OBSERVATION_LINE
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,7 @@ def test_member_and_staff_layout() -> None:
         "history",
         "reset-summary",
         "consent",
+        "timezone",
     ]
     assert all(sub["type"] == 1 for sub in member["options"])
 

@@ -145,7 +145,9 @@ def test_the_persona_s_memories_fill_the_facts_budget_first(world: MemoryService
     assert 0 < len(own) < 7
     lines = section.splitlines()
     first_own = min(i for i, line in enumerate(lines) if any(t in line for t in own))
-    assert lines.index('  - "Alice prefers email over phone"') < first_own
+    persona_line = next(i for i, line in enumerate(lines) if "Alice prefers email" in line)
+    assert lines[persona_line].startswith('  - "Alice prefers email over phone" (said ')
+    assert persona_line < first_own
 
 
 def test_an_unknown_or_removed_persona_is_said_and_recall_goes_on_without(

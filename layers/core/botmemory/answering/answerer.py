@@ -138,7 +138,9 @@ class Answerer:
         self._limiter = limiter
         self._template = template
         self._time_left_ms = time_left_ms
-        self._prompts = PromptBuilder(services.repository, services.recaller, services.settings)
+        self._prompts = PromptBuilder(
+            services.repository, services.recaller, services.settings, services.clock
+        )
 
     def answer(self, question: Question, reply: Reply | None = None) -> AnswerReport:
         reply = reply or Reply()

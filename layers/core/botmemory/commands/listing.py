@@ -10,6 +10,7 @@ from botmemory.records import Fact, FactChange, FactHistory, FactStatus, History
 from botmemory.services import MemoryServices
 from botmemory.storage.keys import message_of
 from botmemory.text import as_discord_text, scrub
+from botmemory.when.facts import is_past
 
 MAX_LISTED = 25
 
@@ -71,9 +72,14 @@ def history_line(entry: FactHistory) -> str:
     return f"{moment(entry.at_ms)}, {who}: {word} {what}".rstrip()
 
 
-def status_mark(fact: Fact) -> str:
-    """How a listing marks a fact recall does not show: demoted or superseded."""
-    return "" if fact.status == FactStatus.ACTIVE else f" [{fact.status.value}]"
+def status_mark(fact: Fact, now_ms: int | None = None) -> str:
+    """How a listing marks a fact recall does not show: demoted, superseded, or (active)
+    past the last day it held (botmemory.when.facts), with that day."""
+    if fact.status != FactStatus.ACTIVE:
+        return f" [{fact.status.value}]"
+    if now_ms is not None and fact.valid_until_ms is not None and is_past(fact, now_ms):
+        return f" [past: held until {day(fact.valid_until_ms - 1)}]"
+    return ""
 
 
 def user_facts_listing(services: MemoryServices, scope: str, user_id: str) -> str:
@@ -93,5 +99,5 @@ def user_facts_listing(services: MemoryServices, scope: str, user_id: str) -> st
             -f.updated_ms,
         )
     )
-    lines = [fact_line(f) + status_mark(f) for f in facts]
+    lines = [fact_line(f) + status_mark(f, now) for f in facts]
     return listing(f"Facts about <@{user_id}> ({len(facts)}):", lines)

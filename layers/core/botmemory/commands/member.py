@@ -95,12 +95,13 @@ class MemberCommands:
         by_scope = self._my_facts_by_scope(invocation)
         facts = [fact for _, scoped in by_scope for fact in scoped]
         lines: list[str] = []
+        now = self._services.clock.now_ms()
         for persona, scoped in by_scope:
             heading = "About you (every persona here):"
             if persona is not None:
                 removed = "" if persona.active else " (removed: kept until staff purge it)"
                 heading = f"What {shown(persona.name)} knows about you{removed}:"
-            lines += [heading] + [fact_line(f) + status_mark(f) for f in scoped]
+            lines += [heading] + [fact_line(f) + status_mark(f, now) for f in scoped]
         mentions = self._mentions_here(invocation)
         notes = (
             dm_notes_line(self._services, invocation.user_id)

@@ -63,6 +63,7 @@ from botmemory.commands.personas import (
     PersonaCommands,
 )
 from botmemory.commands.staff import StaffCommands
+from botmemory.commands.zone import ZoneCommands
 from botmemory.discord.interactions import InteractionResponseType, InteractionType
 from botmemory.services import MemoryServices
 from botmemory.text import as_discord_text, clip, scrub
@@ -107,6 +108,7 @@ class Commands:
         self._personas = PersonaCommands(self._context)
         self._notes = NotesCommands(self._context)
         self._controls = ControlCommands(self._context)
+        self._zone = ZoneCommands(self._context)
 
     # Entry points -------------------------------------------------------------------
 
@@ -194,6 +196,7 @@ class Commands:
             (*notes, spec.NOTES_CLEAR): self._notes.clear_notes,
             (spec.ASK_COMMAND, "", ""): self._ask_question,
             **self._control_routes(),
+            (spec.STAFF_COMMAND, "", spec.TIMEZONE): self._zone.timezone,
         }
         route = routes.get(invocation.path)
         if route is None:

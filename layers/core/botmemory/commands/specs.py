@@ -11,6 +11,7 @@ Layout, and why there are two `/memory...` commands:
     /memory-staff channel off | on | status | forget [channel]      (a subcommand group)
     /memory-staff consent mode                                      (botmemory.commands.controls)
     /memory privacy | pause duration | forget-recent minutes | export   every member
+    /memory-staff timezone [zone]
     /forgetme                                                       every member
     /ask question                                                   every member
 
@@ -55,6 +56,7 @@ from botmemory.discord.interactions import (
 )
 from botmemory.memory.notes import MAX_SERVER_NOTES_CHARS
 from botmemory.memory.personas import MAX_NAME_CHARS, MAX_PROMPT_CHARS, MEMORY_PLACEHOLDER
+from botmemory.when.zones import MAX_ZONE_NAME_CHARS
 
 # Top-level command names, as `data.name` arrives in an interaction.
 MEMBER_COMMAND = "memory"
@@ -94,6 +96,8 @@ UNPIN = "unpin"
 QUARANTINE = "quarantine"
 HISTORY = "history"
 RESET_SUMMARY = "reset-summary"
+# The server's time zone (botmemory.when): every date the bot reads and writes here.
+TIMEZONE = "timezone"
 STAFF_SUBCOMMANDS = (
     USER,
     FORGET_FACT,
@@ -103,6 +107,7 @@ STAFF_SUBCOMMANDS = (
     QUARANTINE,
     HISTORY,
     RESET_SUMMARY,
+    TIMEZONE,
 )
 
 # The persona subcommand group of /memory-staff (botmemory.memory.personas).
@@ -154,6 +159,7 @@ OPTION_MINUTES = "minutes"  # forget-recent
 # at most this far (a week; `/forgetme` erases everything).
 MAX_PAUSE_DAYS = 30
 MAX_FORGET_RECENT_MINUTES = 7 * 24 * 60
+OPTION_ZONE = "zone"  # timezone
 
 # A fact or pin typed by hand: long enough for a sentence, short enough for the prompt budget.
 MAX_TEXT_LENGTH = 240
@@ -335,6 +341,7 @@ def _staff_command() -> dict[str, Any]:
                 RESET_SUMMARY,
                 "Clear this channel's running summary (the next batches start a new one)",
             ),
+            _timezone_subcommand(),
             _persona_group(),
             _notes_group(),
             _channel_group(),
@@ -380,6 +387,22 @@ def _channel_group() -> dict[str, Any]:
             ),
         ],
     }
+
+
+def _timezone_subcommand() -> dict[str, Any]:
+    """`/memory-staff timezone [zone]`: the server's time zone, shown or set."""
+    return _subcommand(
+        TIMEZONE,
+        "Show or set this server's time zone, for every date the bot reads and writes here",
+        [
+            _string(
+                OPTION_ZONE,
+                "An IANA time zone name, such as Europe/Paris or America/New_York (UTC resets)",
+                max_length=MAX_ZONE_NAME_CHARS,
+                required=False,
+            )
+        ],
+    )
 
 
 def _notes_group() -> dict[str, Any]:

@@ -36,6 +36,8 @@ from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.commit import ConsolidationCommit, Lock
 from botmemory.storage.repository import MemoryRepository
+from botmemory.when.window import said_at
+from botmemory.when.zones import DEFAULT_ZONE
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +52,8 @@ ROOM_FOR_ANSWER = 26
 # A round over a backlog (botmemory.consolidation.backlog) reads at most this many observations:
 # about one Query page of them; MEMORY_BATCH_MAX_TOKENS cuts them shorter.
 BACKLOG_MAX_OBSERVATIONS = 1_000
-# What an observation's line costs beside its words: its number, kind, quotes and user id.
-LINE_FRAME_TOKENS = 16
+# What an observation's line costs beside its words: its number, kind, time, quotes and user id.
+LINE_FRAME_TOKENS = 22
 
 # People named by others a round guards in its transaction (two checks each); pointers to
 # anyone beyond are written after the commit, for those not barred by then. A message naming
@@ -85,6 +87,10 @@ class Batch:
     # A backlog's batch: more than one transaction holds, committed in runs that each do
     # (botmemory.consolidation.backlog); its model call has a larger answer and time allowance.
     grown: bool = False
+    # The zone every date the model reads is written in: the server's (`/memory-staff
+    # timezone`), UTC otherwise (botmemory.when.zones).
+    zone: str = DEFAULT_ZONE
+    now_ms: int | None = None  # when the batch was read
 
 
 def estimated_tokens(text: str) -> int:
@@ -353,6 +359,7 @@ class BatchReader:
             deleted |= self._repository.deleted_messages(
                 observations[0].channel_id, words - deleted
             )
+        now = self._clock.now_ms()
         number_of_message: dict[str, int] = {}
         numbered: list[NumberedObservation] = []
         by_number: dict[int, Observation] = {}
@@ -371,6 +378,7 @@ class BatchReader:
                     if obs.author_is_bot or obs.kind == ObservationKind.ANSWER
                     else obs.kind.value,
                     text=text,
+                    at_ms=self._said_at(obs, now),
                 )
             )
             by_number[number] = obs
@@ -381,8 +389,27 @@ class BatchReader:
         batch = Batch(
             observations, opted_out, numbered, by_number, authors, scope, more=more, waiting=waiting
         )
+        batch.zone, batch.now_ms = self.zone_of(scope), now
         batch.aliases = {a: n for a, n in _aliases(by_number.values()).items() if a in authors}
         return batch
+
+    def zone_of(self, scope: str) -> str:
+        """The zone a server's staff chose (botmemory.when.zones); UTC in direct messages."""
+        if scope == scope_of(None):
+            return DEFAULT_ZONE
+        return self._repository.server_zone(scope) or DEFAULT_ZONE
+
+    @staticmethod
+    def _said_at(obs: Observation, now_ms: int) -> int:
+        """When an observation was said, as the model is shown it: a time before Discord or
+        after now (a forged id that got past ingest, a stored value edited) is clamped."""
+        at = said_at(obs.at_ms, now_ms)
+        if at != obs.at_ms:
+            log.warning(
+                "observation time out of range: clamped",
+                extra={"sk": obs.sk[:80], "at_ms": obs.at_ms, "shown_ms": at},
+            )
+        return at
 
     def retire_deleted(self, batch: Batch) -> int:
         """Facts drawn from messages deleted since lose that evidence; a fact left with

@@ -447,6 +447,8 @@ class Consolidator:
                 for f in known.values()
             ],
             pins=self._reader.pin_texts(batch.scope, outcome.channel_id),
+            now_ms=batch.now_ms,
+            zone=batch.zone,
         )
         if batch.grown:  # a backlog's call: more to read, so more room and time to answer
             scale = backlog.GROWN_CALL_SCALE

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
+from botmemory.consolidation import dating
 from botmemory.consolidation import summary as channel_summary
 from botmemory.consolidation.batch import WORDS, Batch
 from botmemory.consolidation.candidates import (
@@ -398,7 +399,10 @@ class Judge:
         where = self._learned_where(batch)
         for candidate in proposed:
             text = clean(candidate.text, self._settings.fact_chars)
-            reason = _rejection(candidate, text, batch)
+            cited_here = [batch.by_number[n] for n in candidate.evidence if n in batch.by_number]
+            reason = _rejection(candidate, text, batch) or dating.unsound_dates(
+                text, cited_here, batch, now
+            )
             if reason:
                 discard(outcome, candidate.user_id, candidate.text, reason)
                 continue
@@ -417,7 +421,7 @@ class Judge:
                 every_author_first=candidate.scope == MemoryScope.PERSONA,
             )
             cited[fact_id] = evidence
-            accepted[fact_id] = Fact(
+            fact = Fact(
                 fact_id=fact_id,
                 scope=scope,
                 user_id=subject,
@@ -438,6 +442,8 @@ class Judge:
                 learned_in=where.learned_in,
                 learned_in_public=where.learned_in_public,
             )
+            accepted[fact_id] = dating.with_times(fact, evidence, candidate.valid_until, batch, now)
+            replaced: list[Fact] = []
             for old_id in candidate.supersedes:
                 old = known.get(old_id)
                 if old is None or old.user_id != subject or old.scope != scope:
@@ -446,8 +452,25 @@ class Judge:
                         extra={"fact_id": old_id},
                     )
                     continue
-                superseded[old_id] = old
-                superseded_by[old_id] = accepted[fact_id]
+                replaced.append(old)
+            # Only a later statement replaces: words said before what they would replace (a
+            # late batch, a backfill) are out of date, and dropped (botmemory.when).
+            if any(
+                old.fact_id != fact_id and not dating.said_after(accepted[fact_id], old)
+                for old in replaced
+            ):
+                del accepted[fact_id], cited[fact_id]
+                discard(
+                    outcome,
+                    candidate.user_id,
+                    candidate.text,
+                    "said before the fact it would replace was last said",
+                    fact_id,
+                )
+                continue
+            for old in replaced:
+                superseded[old.fact_id] = old
+                superseded_by[old.fact_id] = accepted[fact_id]
         for fact_id in accepted:  # restating a fact keeps it active
             superseded.pop(fact_id, None)
         return list(accepted.values()), list(superseded.values()), superseded_by

@@ -32,6 +32,7 @@ from botmemory.storage.commit import ConsolidationCommit, Lock, NameSeen, Person
 from botmemory.storage.repository import MemoryRepository
 from botmemory.storage.round_people import RoundPeople
 from botmemory.text import normalized
+from botmemory.when.facts import merged
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,11 @@ class CommitPlanner:
             judgement.facts, judgement.superseded, commit.room_left(), outcome
         )
         stored = self._repository.facts_at((f.scope, f.user_id, f.fact_id) for f in facts)
-        facts = [_places_within_cap(f, stored.get((f.scope, f.user_id, f.fact_id))) for f in facts]
+        facts = [
+            merged(_places_within_cap(f, known), known)
+            for f in facts
+            for known in [stored.get((f.scope, f.user_id, f.fact_id))]
+        ]
         commit.facts, commit.superseded = facts, superseded
         self._settle_candidates(commit, batch, judgement, outcome)
         commit.members = list(dict.fromkeys(m for f in facts if (m := PersonaMember.of(f))))

@@ -31,14 +31,12 @@ from botmemory.snowflake import Snowflake, snowflake_ms
 from botmemory.storage.keys import observation_sk
 from botmemory.storage.repository import MemoryRepository
 from botmemory.text import clean, content_hash
+from botmemory.when.window import FUTURE_TOLERANCE_MS
 
 log = logging.getLogger(__name__)
 
 # Discord caps content at 4,000 characters; anything far beyond is not a real message.
 MAX_CONTENT_CHARS = 16_000
-# How far ahead of the clock an event's time may be: Discord's clock and ours may differ a
-# little; a snowflake further ahead is forged or broken, and would sort after everything.
-FUTURE_TOLERANCE_MS = 5 * 60_000
 # Discord allows 250 roles per guild: a member cannot hold more.
 MAX_MEMBER_ROLES = 250
 # Discord allows 10 attachments per message.

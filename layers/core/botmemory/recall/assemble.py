@@ -12,8 +12,8 @@ angle bracket. Only the block's own lines start a line: the markers, the heading
 from __future__ import annotations
 
 import re
+from datetime import tzinfo
 
-from botmemory.clock import day, moment
 from botmemory.memory.notes import Note
 from botmemory.memory.short_term import LINE_CHARS, RecentElsewhere
 from botmemory.recall.block import (
@@ -56,6 +56,8 @@ from botmemory.search.keywords import tokens
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.text import clip, quote_for_prompt, scrub
+from botmemory.when.facts import said_label
+from botmemory.when.zones import DEFAULT_ZONE, label, local_day, local_minute, zone_of
 
 # Where a summary too long for its budget is cut: between sentences, its oldest first.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -73,8 +75,11 @@ def assemble(
     names: dict[str, str],
     persona: Persona | None = None,
     notes: list[Note] | None = None,
+    zone: str = DEFAULT_ZONE,
 ) -> RecallResult:
-    """The block and what it shows, each section within its budget."""
+    """The block and what it shows, each section within its budget; every date in `zone`
+    (the server's, botmemory.when), which the result names and the answer prompt states."""
+    tz = zone_of(zone)
     pin_section = Section(PIN_HEADING, settings.recall_pin_chars)
     shown_pins = [
         RecalledPin(id=p.pin_id, target=p.target, text=_line(p.text))
@@ -87,18 +92,20 @@ def assemble(
     shown_summary = _summary_line(summary_section, summary) if summary else None
     fact_section = Section(FACT_HEADING, settings.recall_fact_chars)
     first = [tier.first for tier in tiers]
-    shown_facts = _fact_lines(fact_section, first, names, persona)
+    shown_facts = _fact_lines(fact_section, first, names, persona, tz)
     elsewhere_section = Section(ELSEWHERE_HEADING, settings.recall_short_term_chars)
-    shown_elsewhere = _elsewhere_lines(elsewhere_section, elsewhere, names)
+    shown_elsewhere = _elsewhere_lines(elsewhere_section, elsewhere, names, tz)
     episode_section = Section(EPISODE_HEADING, settings.recall_episode_chars)
-    shown_episodes = _episode_lines(episode_section, episodes.first)
+    shown_episodes = _episode_lines(episode_section, episodes.first, tz)
     # Passages are what a query needs most: they also get the room facts and episodes
     # left unused, so the block is never larger than the sum of the budgets.
     spare = fact_section.unused() + episode_section.unused()
     if not rules.current().passages_take_spare:
         spare = 0
     passage_section = Section(PASSAGE_HEADING, settings.recall_search_chars + spare)
-    shown_passages = _passage_lines(passage_section, messages, request.query) if messages else []
+    shown_passages = (
+        _passage_lines(passage_section, messages, request.query, tz) if messages else []
+    )
     # What the query is not about (a person's most used facts, the latest episode) gets the
     # room the passages left, each section within its own budget: the sum still holds.
     left = passage_section.unused()
@@ -106,14 +113,14 @@ def assemble(
     if if_room:
         before = fact_section.size()
         fact_section = Section(FACT_HEADING, min(settings.recall_fact_chars, before + left))
-        shown_facts = _fact_lines(fact_section, first + if_room, names, persona)
+        shown_facts = _fact_lines(fact_section, first + if_room, names, persona, tz)
         left -= fact_section.size() - before
     if episodes.if_room:
         before = episode_section.size()
         episode_section = Section(
             EPISODE_HEADING, min(settings.recall_episode_chars, before + left)
         )
-        shown_episodes = _episode_lines(episode_section, episodes.all())
+        shown_episodes = _episode_lines(episode_section, episodes.all(), tz)
     # What search found for this very message opens the block: models attend most to the
     # start (and the end) of a long prompt, least to its middle.
     sections = [
@@ -146,6 +153,7 @@ def assemble(
         episodes=shown_episodes,
         notes=shown_notes,
         enabled=True,
+        zone=label(zone),
     )
 
 
@@ -188,7 +196,9 @@ def _note_lines(section: Section, notes: list[Note]) -> list[RecalledNote]:
     return shown
 
 
-def _episode_lines(section: Section, episodes: list[Episode]) -> list[RecalledEpisode]:
+def _episode_lines(
+    section: Section, episodes: list[Episode], zone: tzinfo
+) -> list[RecalledEpisode]:
     """`- 2023-05-08: "..."`, in order, while they fit."""
     return [
         RecalledEpisode(
@@ -199,7 +209,7 @@ def _episode_lines(section: Section, episodes: list[Episode]) -> list[RecalledEp
             end_ms=e.end_ms,
         )
         for e in episodes
-        if section.add(f"- {day(e.end_ms)}: {quote_for_prompt(e.summary)}")
+        if section.add(f"- {local_day(e.end_ms, zone)}: {quote_for_prompt(e.summary)}")
     ]
 
 
@@ -208,6 +218,7 @@ def _fact_lines(
     tiers: list[dict[str, list[Fact]]],
     names: dict[str, str],
     persona: Persona | None = None,
+    zone: tzinfo | None = None,
 ) -> dict[str, list[RecalledFact]]:
     """The facts section: tiers fill the budget in priority order (with a persona: what it
     knows of each person, then its own knowledge, then the people's own facts; without one,
@@ -219,7 +230,7 @@ def _fact_lines(
     for tier in tiers:
         for subject, facts in tier.items():
             for fact in facts:
-                cost = len(_fact_line(fact)) + 1
+                cost = len(_fact_line(fact, zone)) + 1
                 if subject not in chosen:
                     cost += len(_subject_line(subject, names, persona)) + 1
                 if cost <= room:
@@ -229,7 +240,7 @@ def _fact_lines(
     for subject, facts in chosen.items():
         section.add(_subject_line(subject, names, persona))
         for fact in facts:
-            section.add(_fact_line(fact))
+            section.add(_fact_line(fact, zone))
         shown[subject] = [
             RecalledFact(
                 id=f.fact_id,
@@ -250,8 +261,10 @@ def _subject_line(subject: str, names: dict[str, str], persona: Persona | None) 
     return f"- {_who(names.get(subject, ''))} (user {subject}):"
 
 
-def _fact_line(fact: Fact) -> str:
-    return f"  - {quote_for_prompt(fact.text)}"
+def _fact_line(fact: Fact, zone: tzinfo | None) -> str:
+    """`  - "Alice lives in Lyon" (said 2026-05-09)`: when it was said, beside it."""
+    said = f" ({said_label(fact, zone)})" if zone is not None else ""
+    return f"  - {quote_for_prompt(fact.text)}{said}"
 
 
 def _summary_line(section: Section, summary: ChannelSummary) -> RecalledSummary | None:
@@ -271,7 +284,7 @@ def _summary_line(section: Section, summary: ChannelSummary) -> RecalledSummary 
 
 
 def _elsewhere_lines(
-    section: Section, elsewhere: list[RecentElsewhere], names: dict[str, str]
+    section: Section, elsewhere: list[RecentElsewhere], names: dict[str, str], zone: tzinfo
 ) -> list[RecalledElsewhere]:
     """`- 2023-05-08 14:05, "Alice" in <#123>: "asked the bot ..."`, newest first while they
     fit; the line is stored text (a model's, or a member's question): quoted like any."""
@@ -280,7 +293,8 @@ def _elsewhere_lines(
         entry = recent.entry
         name = recent.name or names.get(entry.user_id, "")
         said = quote_for_prompt(entry.summary, limit=LINE_CHARS + 2)  # quotes aside
-        line = f"- {moment(entry.at_ms)}, {_who(name)} in <#{entry.channel_id}>: {said}"
+        at = local_minute(entry.at_ms, zone)
+        line = f"- {at}, {_who(name)} in <#{entry.channel_id}>: {said}"
         if section.add(line):
             shown.append(
                 RecalledElsewhere(
@@ -301,7 +315,7 @@ def _who(name: str) -> str:
 
 
 def _passage_lines(
-    section: Section, messages: list[FoundMessage], query: str | None
+    section: Section, messages: list[FoundMessage], query: str | None, zone: tzinfo
 ) -> list[FoundMessage]:
     """Best first while they fit, each message once. A long message is shown as its
     snippet for the query (search_leg.query_snippet)."""
@@ -311,16 +325,16 @@ def _passage_lines(
     for found in messages:
         if found.message.sk in seen:
             continue
-        if section.add(_passage_line(found, query_tokens)):
+        if section.add(_passage_line(found, query_tokens, zone)):
             shown.append(found)
             seen.add(found.message.sk)
     return shown
 
 
-def _passage_line(found: FoundMessage, query_tokens: set[str]) -> str:
+def _passage_line(found: FoundMessage, query_tokens: set[str], zone: tzinfo) -> str:
     """`- 2023-05-08, "Caroline": "..."`."""
     message = found.message
-    line = f"- {day(message.at_ms)}, {_who(message.author_name or '')}: "
+    line = f"- {local_day(message.at_ms, zone)}, {_who(message.author_name or '')}: "
     return line + quote_for_prompt(query_snippet(message.content, query_tokens))
 
 

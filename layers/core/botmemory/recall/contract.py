@@ -139,6 +139,7 @@ class RecallResult(BaseModel):
     passages: list[RecalledPassage] = []
     episodes: list[RecalledEpisode] = []
     notes: list[RecalledNote] = []  # direct messages only
+    zone: str = "UTC"  # the time zone the block's dates are in (botmemory.when)
     enabled: bool
     search: SearchStatus = SearchStatus.OFF
     query_note: str | None = None  # why the query was clipped or ignored

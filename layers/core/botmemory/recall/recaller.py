@@ -56,6 +56,8 @@ from botmemory.search.keywords import clip_query
 from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.repository import MemoryRepository
+from botmemory.when.facts import current
+from botmemory.when.zones import DEFAULT_ZONE
 
 # How many recent observations are read to find the conversation's participants.
 PARTICIPANT_TAIL = 30
@@ -179,6 +181,8 @@ class Recaller:
         server_notes = pool.submit(dm_notes.of_servers, servers) if dm_notes and servers else None
         # The names people go by here, whatever the caller passed: their profiles.
         names_future = pool.submit(repository.display_names, scope, participants + named)
+        # The zone the block's dates are in: the server's (botmemory.when), UTC in a DM.
+        zone_future = pool.submit(repository.server_zone, scope) if request.guild_id else None
         persona, persona_note = self._finish_persona(request, persona_future)
         persona_futures = self._start_persona_facts(persona, scope, participants + named, window)
         short_term_future = self._start_short_term(request, scope, participants)
@@ -208,8 +212,11 @@ class Recaller:
         for message in found.messages:
             if message.message.author_id and message.message.author_name:
                 names.setdefault(message.message.author_id, message.message.author_name)
-        read = {user_id: future.result() for user_id, future in fact_futures.items()}
-        read[request.user_id] += [fact for future in server_futures for fact in future.result()]
+        # A fact past its valid_until stays kept (listed, in its history), out of the block.
+        read = {user_id: current(future.result(), now) for user_id, future in fact_futures.items()}
+        read[request.user_id] += current(
+            [fact for future in server_futures for fact in future.result()], now
+        )
         facts = rank_facts(
             {user_id: visibility.facts(user_facts) for user_id, user_facts in read.items()},
             query,
@@ -233,6 +240,7 @@ class Recaller:
             names,
             persona,
             notes=_notes_read(ops_notes, server_notes),
+            zone=(zone_future.result() if zone_future else None) or DEFAULT_ZONE,
         )
         result.search, result.query_note = status, query_note
         result.persona_note = persona_note
@@ -293,7 +301,10 @@ class Recaller:
         those that may be shown here."""
         if not futures:
             return []
-        read = {subject: visibility.facts(future.result()) for subject, future in futures.items()}
+        read = {
+            subject: visibility.facts(current(future.result(), now_ms))
+            for subject, future in futures.items()
+        }
         knowledge = read.pop(keys.PERSONA_SUBJECT, [])
         per_person = self._settings.recall_facts_per_person
         of_people = rank_facts(read, query, [], now_ms, per_person, named, names)

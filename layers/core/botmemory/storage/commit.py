@@ -496,6 +496,14 @@ def _fact_upsert(fact: Fact) -> dict[str, Any]:
             values[f":{name}"] = channels
             added.append(f"{name} :{name}")
     channels_added = " ADD " + ", ".join(added) if added else ""
+    # When it was said (botmemory.when.facts): the plan merged them with the stored fact's.
+    said = ""
+    for name in ("first_said_ms", "last_said_ms", "valid_until_ms"):
+        if (value := getattr(fact, name)) is not None:
+            values[f":{name}"] = value
+            said += f", {name} = :{name}"
+    # A restatement without an end leaves none (its plan kept the stored one if newer).
+    no_end = " REMOVE valid_until_ms" if fact.valid_until_ms is None else ""
     return {
         "Key": fact_key(fact),
         "UpdateExpression": (
@@ -503,7 +511,7 @@ def _fact_upsert(fact: Fact) -> dict[str, Any]:
             "#kind = :kind, #source = if_not_exists(#source, :source), #status = :active, "
             "provenance = :provenance, created_ms = if_not_exists(created_ms, :created), "
             "updated_ms = :updated, hits = if_not_exists(hits, :zero) + :one, "
-            "fact_rank = :rank, expires_at = :expires" + persona + channels_added
+            "fact_rank = :rank, expires_at = :expires" + persona + said + channels_added + no_end
         ),
         "ExpressionAttributeNames": {
             "#scope": "scope",

@@ -68,6 +68,8 @@ CHANNEL_VISIBILITY_PREFIX = "CHAN#"
 # Under a server's scope partition: the notes its staff keep for direct messages
 # (botmemory.memory.notes), one item, about no member.
 NOTES_SK = "NOTES"
+# Under a server's scope partition: the time zone its staff chose (botmemory.when), one item.
+ZONE_SK = "TIMEZONE"
 # Under a server's scope partition: its search index was purged (botmemory.search.shards), so
 # a write racing the purge does not create it again.
 INDEX_PURGED_SK = "INDEX_PURGED"
@@ -122,6 +124,7 @@ class ItemKind(StrEnum):
     PERSONA = "persona"
     CANDIDATE = "candidate"
     NOTES = "notes"
+    ZONE = "zone"
     OTHER = "other"
 
 
@@ -164,6 +167,8 @@ def kind_of(sk: str) -> ItemKind:
         return ItemKind.SHORT_TERM
     if sk == NOTES_SK:
         return ItemKind.NOTES
+    if sk == ZONE_SK:
+        return ItemKind.ZONE
     for prefix, kind in (
         (OBS_PREFIX, ItemKind.OBSERVATION),
         (EPISODE_PREFIX, ItemKind.EPISODE),

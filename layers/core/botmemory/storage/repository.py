@@ -8,7 +8,7 @@ commit.py; people (opt-outs, erasure, names) in people.py; what a round writes o
 outside its transaction in round_people.py; channel visibility in
 channels.py; personas, short-term memory, summary archives and deferred candidates in
 personas.py, short_term.py, summaries.py and candidates.py; the servers' notes for direct
-messages in notes.py; the marker a server's search index purge leaves in index_purges.py;
+messages in notes.py; a server's time zone in zones.py; the marker a server's search index purge leaves in index_purges.py;
 when the memory model last answered, deployment-wide, in model_health.py; every item of a
 server, found and deleted, in server_purge.py; the answer rate counters in rate_counters.py;
 what the migration of facts without channels reads and writes in fact_channels.py; members'
@@ -42,6 +42,7 @@ from botmemory.storage.round_people import RoundPeopleStore
 from botmemory.storage.server_purge import ServerPurgeStore
 from botmemory.storage.short_term import ShortTermRepository
 from botmemory.storage.summaries import SummaryRepository
+from botmemory.storage.zones import ZoneStore
 
 
 class MemoryRepository(
@@ -64,6 +65,7 @@ class MemoryRepository(
     FactChannelStore,
     ControlsStore,
     ServerLifecycleStore,
+    ZoneStore,
 ):
     """The table, as every flow reaches it: the stores above, over one client and name."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
@@ -70,6 +70,9 @@ from botmemory.consolidation.model.rules_patterns import (
 )
 from botmemory.memory.behaviour import behaviour_request
 from botmemory.records import FactKind, FactPriority, MemoryScope
+from botmemory.when.relative import with_dates
+from botmemory.when.window import said_day
+from botmemory.when.zones import zone_of
 
 # However many statements a message strings together, the extractor proposes at most this many
 # facts per observation and per answer: one member's wall of clauses cannot crowd out everyone
@@ -101,10 +104,14 @@ class RulesModel:
     def consolidate(self, batch: ModelInput) -> ConsolidationAnswer:
         known_slots = _known_slots(batch)
         facts: dict[tuple[str, str], ProposedFact] = {}
+        zone = zone_of(batch.zone)
         for obs in batch.observations:
             if obs.kind not in ("msg", "edit") or len(facts) >= FACTS_PER_ANSWER:
                 continue
+            said = said_day(obs.at_ms, zone) if obs.at_ms is not None else None
             for statement in _statements(obs.text, _name_of(obs)):
+                if said is not None:  # "next Friday" kept, its date beside it (the contract's rule)
+                    statement = replace(statement, text=with_dates(statement.text, said))
                 _propose(facts, obs, statement, known_slots)
         episode = _episode(batch)
         return ConsolidationAnswer(
