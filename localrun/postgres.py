@@ -39,7 +39,7 @@ class Cluster:
     directory: str
 
     def dsn(self, database: str = "postgres") -> str:
-        return f"host=127.0.0.1 port={self.port} user=postgres dbname={database}"
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
 
 def binaries() -> str:
