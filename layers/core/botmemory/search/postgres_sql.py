@@ -158,7 +158,9 @@ def schema_version() -> Statement:
 
 # From `delta (server, bucket, term, n)` and `sized (server, bucket, documents, tokens)` CTEs:
 # the counts moved by n, rows that reach 0 deleted. Keys are locked in one order (the sort),
-# so two statements moving the same rows never deadlock.
+# so two statements moving the same rows never deadlock. A row a statement has already changed
+# is skipped by its own FOR UPDATE, so each writer first reads the locked rows whole (the
+# `(SELECT count(*) ...) >= 0` conditions run before anything is written).
 _COUNTS = """
 , moved AS (
     SELECT server, bucket, term, sum(n)::integer AS n FROM delta GROUP BY server, bucket, term
@@ -171,7 +173,8 @@ current_terms AS (
 ),
 terms_gone AS (
     DELETE FROM kw_terms t USING moved m, current_terms c
-    WHERE t.server = m.server AND t.term = m.term AND t.bucket = m.bucket
+    WHERE (SELECT count(*) FROM current_terms) >= 0
+      AND t.server = m.server AND t.term = m.term AND t.bucket = m.bucket
       AND c.server = m.server AND c.term = m.term AND c.bucket = m.bucket
       AND c.docs + m.n <= 0
     RETURNING 1
@@ -180,7 +183,8 @@ terms_kept AS (
     INSERT INTO kw_terms (server, term, bucket, docs)
     SELECT m.server, m.term, m.bucket, m.n FROM moved m
     LEFT JOIN current_terms c ON c.server = m.server AND c.term = m.term AND c.bucket = m.bucket
-    WHERE coalesce(c.docs, 0) + m.n > 0 AND m.n <> 0
+    WHERE (SELECT count(*) FROM current_terms) >= 0
+      AND coalesce(c.docs, 0) + m.n > 0 AND m.n <> 0
     ORDER BY m.server, m.term, m.bucket
     ON CONFLICT (server, term, bucket) DO UPDATE SET docs = kw_terms.docs + excluded.docs
     RETURNING 1
@@ -234,7 +238,8 @@ written AS (
          keys, length)
     SELECT id, server, bucket, scope, kind, channel_id, time_ms, expires_at, passage, terms, tf,
            keys, length
-    FROM input ORDER BY id
+    FROM input WHERE (SELECT count(*) FROM old) >= 0
+    ORDER BY id
     ON CONFLICT (id) DO UPDATE SET
         server = excluded.server, bucket = excluded.bucket, scope = excluded.scope,
         kind = excluded.kind, channel_id = excluded.channel_id, time_ms = excluded.time_ms,
