@@ -15,7 +15,7 @@ import glob
 import os
 import shutil
 import socket
-import subprocess
+import subprocess  # nosec B404 # initdb and pg_ctl, with fixed arguments
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -113,5 +113,5 @@ def create_database(cluster: Cluster, name: str) -> str:
 
     with psycopg.connect(cluster.dsn(), autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}"')  # nosec B608 # our own names
-        connection.execute(f"CREATE DATABASE \"{name}\" TEMPLATE template0 ENCODING 'UTF8'")  # nosec B608
+        connection.execute(f"CREATE DATABASE \"{name}\" TEMPLATE template0 ENCODING 'UTF8'")  # nosec B608 # our own names
     return cluster.dsn(name)

@@ -137,7 +137,7 @@ def migrate() -> Statement:
         f"""IF NOT EXISTS (SELECT 1 FROM kw_schema WHERE version = {int(version)}) THEN
 {body}
 INSERT INTO kw_schema (version) VALUES ({int(version)});
-END IF;"""
+END IF;"""  # nosec B608 # fixed fragments and placeholders: values travel as parameters
         for version, body in MIGRATIONS
     )
     sql = f"""DO $migrate$
@@ -268,7 +268,7 @@ SELECT 'pending', p.passage FROM (
     WHERE server = :pending_server AND vectors_pending AND id NOT IN (SELECT id FROM input)
     ORDER BY time_ms DESC, id LIMIT :pending_limit
 ) AS p
-"""
+"""  # nosec B608 # fixed fragments and placeholders: values travel as parameters
     params: dict[str, Param] = {
         "rows": rows_json,
         "now_ms": now_ms,
@@ -293,7 +293,7 @@ sized AS (
     SELECT server, bucket, -1::bigint AS documents, -length::bigint AS tokens FROM gone
 ){_COUNTS}
 SELECT count(*) FROM gone
-"""
+"""  # nosec B608 # fixed fragments and placeholders: values travel as parameters
 
 
 def remove(ids_json: str) -> Statement:
@@ -306,14 +306,14 @@ def expire(now_s: int) -> Statement:
     """Delete up to DELETE_PAGE passages whose own expiry has passed (the expiry index)."""
     where = (
         "SELECT id FROM kw_passages WHERE expires_at IS NOT NULL AND expires_at < :now "
-        f"ORDER BY expires_at LIMIT {DELETE_PAGE}"
+        f"ORDER BY expires_at LIMIT {DELETE_PAGE}"  # nosec B608 # fixed fragments and placeholders: values travel as parameters
     )
     return Statement(_deleting(where), {"now": now_s})
 
 
 def purge_server(server: str) -> Statement:
     """Delete up to DELETE_PAGE passages of a server (run until it answers 0)."""
-    where = f"SELECT id FROM kw_passages WHERE server = :server LIMIT {DELETE_PAGE}"
+    where = f"SELECT id FROM kw_passages WHERE server = :server LIMIT {DELETE_PAGE}"  # nosec B608 # fixed fragments and placeholders: values travel as parameters
     return Statement(_deleting(where), {"server": server})
 
 
@@ -413,7 +413,7 @@ def _ranked(name: str, weights: str, where: str) -> str:
         ORDER BY score DESC, p.time_ms DESC, p.id
         LIMIT :depth
     ) AS x
-)"""
+)"""  # nosec B608 # fixed fragments and placeholders: values travel as parameters
 
 
 def _weights(name: str, terms: str) -> str:
@@ -425,7 +425,7 @@ def _weights(name: str, terms: str) -> str:
         SELECT coalesce(sum(t.docs), 0)::float8 AS docs FROM kw_terms t
         WHERE t.server = :server AND t.term = q.term
     ) AS d
-)"""
+)"""  # nosec B608 # fixed fragments and placeholders: values travel as parameters
 
 
 def search(query: SearchQuery, spec: SearchSpec) -> Statement:
@@ -475,7 +475,7 @@ extra AS (
         """
 wider AS (SELECT term FROM asked UNION ALL SELECT term FROM extra)""",
         _weights("wider_idf", "wider"),
-        _ranked("wide_pass", "wider_idf", f"EXISTS (SELECT 1 FROM extra) AND {where}"),
+        _ranked("wide_pass", "wider_idf", f"EXISTS (SELECT 1 FROM extra) AND {where}"),  # nosec B608 # fixed fragments and placeholders: values travel as parameters
     ]
     passes = [
         "SELECT 1 AS pass, rank, id, passage FROM first_pass",
@@ -497,7 +497,7 @@ listed AS (
         WHERE {_spans("l", short, params)} AND {where}
         ORDER BY p.time_ms DESC, p.id LIMIT :depth
     ) AS p
-)"""
+)"""  # nosec B608 # fixed fragments and placeholders: values travel as parameters
             )
             passes.append("SELECT 4, rank, id, passage FROM listed")
     # Each passage's JSON once, however many passes hold it (the Data API answers at most 1 MiB).
@@ -509,6 +509,6 @@ listed AS (
 SELECT pass, rank, id, NULL AS passage FROM ranked
 UNION ALL
 SELECT 0, 0, id, min(passage) FROM ranked GROUP BY id
-"""
+"""  # nosec B608 # fixed fragments and placeholders: values travel as parameters
     )
     return Statement(sql, params)
