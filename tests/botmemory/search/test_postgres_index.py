@@ -278,3 +278,15 @@ def test_the_counts_always_equal_a_recount_of_the_rows(pg_index: PostgresKeyword
     assert rows(
         pg_index, "SELECT server, bucket, documents, tokens FROM kw_sizes ORDER BY 1, 2"
     ) == [(s, b, int(str(d)), int(str(t))) for s, b, d, t in sizes]
+
+
+def test_a_stored_row_that_is_not_a_passage_is_a_counted_skip(
+    pg_index: PostgresKeywordIndex,
+) -> None:
+    pg_index.add([message_passage(n, "Thaddeus on the ferry", CHANNEL, GUILD) for n in ("1", "2")])
+    rows(pg_index, f"UPDATE kw_passages SET passage = '{{\"not\": 1}}' WHERE id = 'M#{CHANNEL}#1'")
+
+    found = pg_index.search(ask("Thaddeus"))
+
+    assert [h.passage.id for h in found] == [f"M#{CHANNEL}#2"]
+    assert pg_index.bad_rows == 1

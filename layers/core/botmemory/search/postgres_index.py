@@ -99,6 +99,7 @@ class PostgresKeywordIndex:
         self._clock = clock or SystemClock()
         self.purged_skips = 0  # passages not written: their server was being purged
         self.bad_skips = 0  # passages not written: an id, scope or channel with a NUL
+        self.bad_rows = 0  # stored rows search could not read (skipped)
 
     # -- statements ------------------------------------------------------------------------------
 
@@ -250,12 +251,21 @@ class PostgresKeywordIndex:
         else:
             fused = reciprocal_rank_fusion(rankings, k=rules.current().legs_k)
             ranked = [pid for pid, _ in fused]
-        found = [Passage.model_validate_json(bodies[pid]) for pid in ranked[:depth]]
+        found = [p for p in (self._passage(bodies.get(pid)) for pid in ranked[:depth]) if p]
         return [
             SearchHit(passage=passage, score=1.0 / rank, keyword_rank=rank)
             # Defence in depth: a passage never leaves its scope, whatever a row holds.
             for rank, passage in enumerate((p for p in found if p.scope == query.scope), start=1)
         ]
+
+    def _passage(self, body: str | None) -> Passage | None:
+        """A stored passage, or None (logged, counted) for a row that is not one."""
+        try:
+            return Passage.model_validate_json(body or "")
+        except ValueError as error:
+            self.bad_rows += 1
+            log.warning("unreadable keyword row skipped", extra={"error": repr(error)[:200]})
+            return None
 
     def vectors_pending(self, passages: Sequence[Passage], limit: int) -> list[Passage]:
         """Unused here: write() answers the page with the same call."""
