@@ -290,3 +290,26 @@ def test_a_stored_row_that_is_not_a_passage_is_a_counted_skip(
 
     assert [h.passage.id for h in found] == [f"M#{CHANNEL}#2"]
     assert pg_index.bad_rows == 1
+
+
+def test_a_round_deletes_rows_past_their_own_expiry_with_no_call_more(
+    pg_index: PostgresKeywordIndex,
+) -> None:
+    """Expiry rides on the rounds (the database is awake then): the round's one statement
+    deletes what has expired, whatever server it was, by the expiry index."""
+    now_s = 1_767_225_600  # the fixture's clock
+    gone = message_passage("1", "secret plan", CHANNEL, "999").model_copy(
+        update={"expires_at": now_s - 1}
+    )
+    kept = message_passage("2", "lasting plan", CHANNEL, GUILD).model_copy(
+        update={"expires_at": now_s + 60}
+    )
+    pg_index.add([gone, kept])  # the first write: `gone` was written expired
+    before = pg_index.transport.calls  # type: ignore[attr-defined]
+
+    pg_index.add([message_passage("3", "a new round", CHANNEL, GUILD)])
+
+    assert pg_index.transport.calls - before == 1  # type: ignore[attr-defined]
+    assert pg_index.expired == 1
+    assert "secret" not in every_row(pg_index)
+    assert {p.id for p in pg_index.passages()} == {kept.id, f"M#{CHANNEL}#3"}

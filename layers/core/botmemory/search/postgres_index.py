@@ -10,10 +10,11 @@ force (botmemory.search.rules). All passes are one statement (botmemory.search.p
 recall makes one call, beside the embedding call. A round's write is one statement too: the
 passages, the counts they move, and the page of passages still waiting for vectors.
 
-Deleting deletes: removal by id, expiry by each row's own expiry (a bounded, indexed DELETE
-run by the sweep), a server's purge; the counts move with the rows and a term's count row
-goes when it reaches 0, so no erased word stays in a live row (dead rows wait for vacuum, and
-Aurora's backups for their retention: docs/privacy.md).
+Deleting deletes: removal by id; expiry by each row's own expiry (a bounded, indexed DELETE
+inside every write statement, so it runs while the database is awake, and `expire`); a
+server's purge. The counts move with the rows and a term's count row goes when it reaches 0,
+so no erased word stays in a live row (dead rows wait for vacuum, and Aurora's backups for
+their retention: docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class PostgresKeywordIndex:
         self.purged_skips = 0  # passages not written: their server was being purged
         self.bad_skips = 0  # passages not written: an id, scope or channel with a NUL
         self.bad_rows = 0  # stored rows search could not read (skipped)
+        self.expired = 0  # rows past their expiry that writes deleted beside their own
 
     # -- statements ------------------------------------------------------------------------------
 
@@ -163,6 +165,8 @@ class PostgresKeywordIndex:
             for what, value in self._run(statement):
                 if what == "pending" and isinstance(value, str):
                     pending.append(Passage.model_validate_json(value))
+                elif what == "expired":
+                    self.expired += int(value or 0)
                 elif what == "skipped" and int(value or 0):
                     self.purged_skips += int(value or 0)
                     log.warning(

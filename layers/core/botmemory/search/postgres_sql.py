@@ -211,13 +211,19 @@ _ROW_COLUMNS = (
 )
 
 
+# Expired rows a write statement deletes beside its own (any server's): expiry rides on the
+# rounds, which find the database awake, rather than waking a paused one on a schedule.
+EXPIRE_WITH_WRITE = 200
+
+
 def upsert(
     rows_json: str, now_ms: int, pending_server: str | None, pending_limit: int
 ) -> Statement:
     """Insert or replace passages (`rows_json`: a JSON array of rows, PostgresKeywordIndex's
     `_row`), moving the counts by the difference, and answer with up to `pending_limit`
     passages of `pending_server` whose vectors are still missing (the deployed hybrid embeds
-    them again): one statement, so a round costs one call. Rows whose passage is being
+    them again); and up to EXPIRE_WITH_WRITE rows past their own expiry deleted, by the
+    expiry index: one statement, so a round costs one call. Rows whose passage is being
     replaced keep no vectors mark."""
     sql = f"""
 WITH input AS (
@@ -248,17 +254,32 @@ written AS (
         vectors_pending = false
     RETURNING id
 ),
+expired AS (
+    DELETE FROM kw_passages p WHERE p.id IN (
+        SELECT e.id FROM kw_passages e
+        WHERE e.expires_at IS NOT NULL AND e.expires_at < :now_s
+          AND e.id NOT IN (SELECT id FROM input)
+        ORDER BY e.expires_at LIMIT {EXPIRE_WITH_WRITE}
+    )
+    RETURNING p.server, p.bucket, p.keys, p.length
+),
 delta AS (
     SELECT i.server, i.bucket, k.term, 1 AS n FROM input i CROSS JOIN unnest(i.keys) AS k(term)
     UNION ALL
     SELECT o.server, o.bucket, k.term, -1 FROM old o CROSS JOIN unnest(o.keys) AS k(term)
+    UNION ALL
+    SELECT e.server, e.bucket, k.term, -1 FROM expired e CROSS JOIN unnest(e.keys) AS k(term)
 ),
 sized AS (
     SELECT server, bucket, 1::bigint AS documents, length::bigint AS tokens FROM input
     UNION ALL
     SELECT server, bucket, -1, -length FROM old
+    UNION ALL
+    SELECT server, bucket, -1, -length FROM expired
 ){_COUNTS}
 SELECT 'written', count(*)::text FROM written
+UNION ALL
+SELECT 'expired', count(*)::text FROM expired
 UNION ALL
 SELECT 'skipped', count(*)::text FROM json_to_recordset(CAST(:rows AS json)) AS r(server text)
 WHERE EXISTS (SELECT 1 FROM kw_purged g WHERE g.server = r.server AND g.until_ms > :now_ms)
@@ -266,12 +287,14 @@ UNION ALL
 SELECT 'pending', p.passage FROM (
     SELECT passage FROM kw_passages
     WHERE server = :pending_server AND vectors_pending AND id NOT IN (SELECT id FROM input)
+      AND (expires_at IS NULL OR expires_at >= :now_s)
     ORDER BY time_ms DESC, id LIMIT :pending_limit
 ) AS p
 """  # nosec B608 # fixed fragments and placeholders: values travel as parameters
     params: dict[str, Param] = {
         "rows": rows_json,
         "now_ms": now_ms,
+        "now_s": now_ms // 1000,
         "pending_server": pending_server,
         "pending_limit": pending_limit,
     }
