@@ -313,3 +313,22 @@ def test_a_round_deletes_rows_past_their_own_expiry_with_no_call_more(
     assert pg_index.expired == 1
     assert "secret" not in every_row(pg_index)
     assert {p.id for p in pg_index.passages()} == {kept.id, f"M#{CHANNEL}#3"}
+
+
+def test_a_common_word_alone_scores_only_the_newest_rows_holding_it(
+    pg_index: PostgresKeywordIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound on a query's work: rows are picked by the terms few documents hold; a query
+    of common words alone scores the newest rows holding one (the time index)."""
+    monkeypatch.setattr(postgres_sql, "MAX_TERM_DOCS", 2)
+    monkeypatch.setattr(postgres_sql, "COMMON_SCAN_ROWS", 3)
+    pg_index.add(
+        [message_passage(str(n), f"weather report {n}", CHANNEL, GUILD) for n in range(1, 9)]
+    )
+    pg_index.add([message_passage("20", "weather and a zeppelin", CHANNEL, GUILD)])
+
+    rare = [h.passage.id for h in pg_index.search(ask("weather zeppelin"))]
+    common = [h.passage.id for h in pg_index.search(ask("weather"))]
+
+    assert rare == [f"M#{CHANNEL}#20"]  # "weather" alone no longer picks rows
+    assert sorted(common) == sorted(f"M#{CHANNEL}#{n}" for n in (20, 8, 7))  # the newest 3

@@ -40,6 +40,12 @@ FACT_BUCKETS = 8
 K1 = 1.2
 B = 0.75
 MIN_IDF = 1e-6
+# A term more documents of a server hold than this does not pick the rows a pass scores (it
+# still counts in their scores); when all of a query's terms are that common, the newest
+# COMMON_SCAN_ROWS rows holding one are scored. Bounds a query's work at any history size
+# (`make bench` 3f); no conversation `make eval` replays comes near it.
+MAX_TERM_DOCS = 20_000
+COMMON_SCAN_ROWS = 2_000
 # Rows deleted per expiry or purge statement: each is a bounded, indexed DELETE.
 DELETE_PAGE = 2000
 
@@ -419,21 +425,36 @@ def _spans(name: str, spans: list[tuple[int, int]], params: dict[str, Param]) ->
 
 
 def _ranked(name: str, weights: str, where: str) -> str:
-    """A pass: the rows holding any term of `weights` (term, idf) that pass `where`, scored
-    by BM25, best first (ties: the newer passage, then the id), ranked 1..depth."""
+    """A pass: rows holding any term of `weights` (term, docs, idf) that pass `where`, scored
+    by BM25, best first (ties: the newer passage, then the id), ranked 1..depth.
+
+    Which rows are scored: those holding a term that at most :term_docs documents of the
+    server hold (the GIN index), the common terms still counted in their score; when every
+    term is that common, the newest :scan rows holding one (the time index, read backwards).
+    Below :term_docs documents a term (every conversation `make eval` replays) this is exactly
+    BM25 over every matching row, as the embedded index ranks."""
+    score = (
+        f"SELECT sum(w.idf * f.tf * {K1 + 1} / (f.tf + {K1} * ({1 - B} + {B} * c.length / s.avgdl)))"
+        f" FROM {weights} w CROSS JOIN LATERAL (SELECT (c.tf ->> w.term)::float8 AS tf) f"
+        " WHERE f.tf IS NOT NULL"
+    )
     return f"""
 {name} AS (
     SELECT x.id, x.passage, x.terms, row_number() OVER (
         ORDER BY x.score DESC, x.time_ms DESC, x.id) AS rank
     FROM (
-        SELECT p.id, p.passage, p.terms, p.time_ms, (
-            SELECT sum(w.idf * f.tf * {K1 + 1} / (f.tf + {K1} * ({1 - B} + {B} * p.length / s.avgdl)))
-            FROM {weights} w CROSS JOIN LATERAL (SELECT (p.tf ->> w.term)::float8 AS tf) f
-            WHERE f.tf IS NOT NULL
-        ) AS score
-        FROM kw_passages p CROSS JOIN sizes s
-        WHERE p.keys && ARRAY(SELECT term FROM {weights}) AND {where}
-        ORDER BY score DESC, p.time_ms DESC, p.id
+        SELECT c.id, c.passage, c.terms, c.time_ms, ({score}) AS score
+        FROM (
+            SELECT p.id, p.passage, p.terms, p.time_ms, p.tf, p.length FROM kw_passages p
+            WHERE p.keys && ARRAY(SELECT term FROM {weights} WHERE docs <= :term_docs)
+              AND {where}
+            UNION ALL
+            (SELECT p.id, p.passage, p.terms, p.time_ms, p.tf, p.length FROM kw_passages p
+             WHERE NOT EXISTS (SELECT 1 FROM {weights} WHERE docs <= :term_docs)
+               AND (p.keys && ARRAY(SELECT term FROM {weights})) IS TRUE AND {where}
+             ORDER BY p.time_ms DESC LIMIT :scan)
+        ) AS c CROSS JOIN sizes s
+        ORDER BY score DESC, c.time_ms DESC, c.id
         LIMIT :depth
     ) AS x
 )"""  # nosec B608 # fixed fragments and placeholders: values travel as parameters
@@ -443,7 +464,8 @@ def _weights(name: str, terms: str) -> str:
     """(term, idf) of the terms a CTE lists, from the server's counts."""
     return f"""
 {name} AS (
-    SELECT q.term, greatest(ln(greatest((s.n - d.docs + 0.5) / (d.docs + 0.5), 1e-300)), {MIN_IDF}) AS idf
+    SELECT q.term, d.docs,
+           greatest(ln(greatest((s.n - d.docs + 0.5) / (d.docs + 0.5), 1e-300)), {MIN_IDF}) AS idf
     FROM {terms} q CROSS JOIN sizes s CROSS JOIN LATERAL (
         SELECT coalesce(sum(t.docs), 0)::float8 AS docs FROM kw_terms t
         WHERE t.server = :server AND t.term = q.term
@@ -465,6 +487,8 @@ def search(query: SearchQuery, spec: SearchSpec) -> Statement:
         "feedback": spec.feedback_terms,
         "best": spec.feedback_passages,
         "min_chars": spec.feedback_min_chars,
+        "term_docs": MAX_TERM_DOCS,
+        "scan": COMMON_SCAN_ROWS,
     }
     where = _filters(query, params)
     ctes = [
