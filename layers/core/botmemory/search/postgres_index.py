@@ -271,10 +271,6 @@ class PostgresKeywordIndex:
             log.warning("unreadable keyword row skipped", extra={"error": repr(error)[:200]})
             return None
 
-    def vectors_pending(self, passages: Sequence[Passage], limit: int) -> list[Passage]:
-        """Unused here: write() answers the page with the same call."""
-        return []
-
     def passages(self) -> Iterator[Passage]:
         """Every stored passage, expired or not, a page at a time."""
         after = ""

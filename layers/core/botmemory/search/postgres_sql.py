@@ -44,7 +44,7 @@ MIN_IDF = 1e-6
 # still counts in their scores); when all of a query's terms are that common, the newest
 # COMMON_SCAN_ROWS rows holding one are scored. Bounds a query's work at any history size
 # (`make bench` 3f); no conversation `make eval` replays comes near it.
-MAX_TERM_DOCS = 20_000
+MAX_TERM_DOCS = 5_000
 COMMON_SCAN_ROWS = 2_000
 # Rows deleted per expiry or purge statement: each is a bounded, indexed DELETE.
 DELETE_PAGE = 2000
