@@ -244,7 +244,7 @@ def measure_deployed(lab: Lab) -> dict[str, DeployedRecall]:
     history = seed_history(world, HISTORY, 20, varied_lines(seed=HISTORY))
     embedder = MeteredEmbedder(lab.meter)
     with temporary_cluster() as cluster:
-        paths = search_paths(embedder, create_database(cluster, "bench_deployed"))
+        paths = search_paths(embedder, create_database(cluster, "bench_deployed"), world.clock)
         try:
             metered_queries(paths.service, lab.meter)
             deployed = paths.indexes[DEPLOYED]

@@ -566,10 +566,10 @@ def run_conversation(
     before = server.stats if server is not None else EmbeddingStats()
     with local_dynamodb() as client, keyword_database(embedder is not None) as keyword_dsn:
         # The deployed path's keyword leg runs on a temporary local PostgreSQL.
-        paths = search_paths(embedder, keyword_dsn)
-        counter = RequestCounter(client)
         events = conversation.replay.events
         clock = ManualClock(_event_ms(events[0]))
+        paths = search_paths(embedder, keyword_dsn, clock)
+        counter = RequestCounter(client)
         # Search gets 5 s, not the deployed 800 ms: here it waits on moto in this process, on
         # two busy cores, which says nothing of DynamoDB (latency is printed apart).
         settings = Settings(table_name=TABLE, memory_model="rules", search_timeout_ms=5_000)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from botmemory.clock import Clock
 from botmemory.search.deployed import DeployedSearchIndex
 from botmemory.search.embeddings import Embedder
 from botmemory.search.port import Passage, SearchHit, SearchIndex, SearchQuery
@@ -98,10 +99,13 @@ class SearchPaths:
             self.transport.close()
 
 
-def search_paths(embedder: Embedder | None, keyword_dsn: str | None = None) -> SearchPaths:
+def search_paths(
+    embedder: Embedder | None, keyword_dsn: str | None = None, clock: Clock | None = None
+) -> SearchPaths:
     """Keyword-only always; with an embedder, the embedded hybrid, the deployed path and S3
     Vectors alone too. `keyword_dsn`: an empty PostgreSQL database for the deployed path's
-    keyword leg (without one, no deployed path)."""
+    keyword leg (without one, no deployed path); `clock`: the replay's, which the keyword
+    leg's writes expire rows by (as a deployment's functions use the time of day)."""
     indexes: dict[str, SearchIndex] = {KEYWORDS: SqliteSearchIndex(":memory:")}
     service = None
     transport = None
@@ -111,7 +115,7 @@ def search_paths(embedder: Embedder | None, keyword_dsn: str | None = None) -> S
         vectors = S3VectorsSearchIndex("eval-vectors", "passages", embedder, client=service)
         if keyword_dsn is not None:
             transport = LocalTransport(keyword_dsn)
-            keywords = PostgresKeywordIndex(transport)
+            keywords = PostgresKeywordIndex(transport, clock=clock)
             keywords.migrate()
             indexes[DEPLOYED] = DeployedSearchIndex(vectors, keywords)
         indexes[VECTORS] = vectors
