@@ -186,7 +186,8 @@ def test_the_settings_choose_the_deployed_hybrid_only_beside_s3_vectors() -> Non
         **common,
         search_index="s3vectors:vectors/passages",
         keyword_index="postgres:arn:aws:rds:eu-west-1:123456789012:cluster:memory-keywords",
-        keyword_db_secret="arn:aws:secretsmanager:eu-west-1:123456789012:secret:kw-AbCdEf",
+        # RDS names the cluster's managed secret "rds!cluster-<id>".
+        keyword_db_secret="arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds!cluster-1a2b-AbCdEf",
     )
     assert isinstance(build_search_index(both), DeployedSearchIndex)
     alone = Settings(**common, search_index="s3vectors:vectors/passages")

@@ -34,6 +34,10 @@ _KEYWORD_INDEX = re.compile(
     r"|postgresql://\S{1,500})$"
 )
 _DATABASE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# A secret's ARN; an RDS-managed one is named "rds!cluster-<id>".
+_SECRET_ARN = re.compile(
+    r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]{1,32}:[0-9]{12}:secret:[A-Za-z0-9/_+=.@!-]{1,512}$"
+)
 # A Secrets Manager secret's name, or its (partial) ARN.
 _SECRET_ID = re.compile(r"^[A-Za-z0-9/_+=.@:-]{1,2048}$")
 _HTTP_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
@@ -215,7 +219,7 @@ class Settings(BaseModel):
     @field_validator("keyword_db_secret")
     @classmethod
     def _keyword_db_secret(cls, value: str | None) -> str | None:
-        if value is not None and not _SECRET_ID.match(value):
+        if value is not None and not _SECRET_ARN.match(value):
             raise ValueError("must be a Secrets Manager secret's ARN")
         return value
 
