@@ -24,6 +24,7 @@ a term whose count falls to 0 has its row deleted (an erased word leaves no coun
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -403,13 +404,9 @@ def _filters(query: SearchQuery, params: dict[str, Param]) -> str:
     params["scope"] = query.scope
     params["now"] = query.now_s
     if query.channel_ids is not None:
-        import json
-
         clauses.append("p.channel_id IN (SELECT json_array_elements_text(CAST(:channels AS json)))")
         params["channels"] = json.dumps(list(query.channel_ids))
     if query.kinds is not None:
-        import json
-
         clauses.append("p.kind IN (SELECT json_array_elements_text(CAST(:kinds AS json)))")
         params["kinds"] = json.dumps([kind.value for kind in query.kinds])
     return " AND ".join(clauses)
