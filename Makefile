@@ -35,7 +35,7 @@ LOCK_PYTHONS := $(or $(shell scripts/find_python.sh 3.11),python3.11) $(or $(PYT
 # makes: the built handlers run on this machine's (tests/stack/test_built_artifact.py).
 LAYER_TWIN := .aws-sam/layer-x86_64
 
-.PHONY: venv python313 lock sam-venv scan-venv scan audit bump-base-image test lint format typecheck unit build validate bench eval demo dev register clean FORCE
+.PHONY: postgres venv python313 lock sam-venv scan-venv scan audit bump-base-image test lint format typecheck unit build validate bench eval demo dev register clean FORCE
 
 venv: $(VENV)/.installed
 
@@ -111,7 +111,7 @@ typecheck: venv
 # long tests at the end of one half does not leave the other core idle.
 # The suite runs the handlers as `sam build` built them: it builds first (cached: seconds).
 unit: export PYTHONDONTWRITEBYTECODE =
-unit: venv sam-venv build
+unit: venv sam-venv build postgres
 	$(VENV)/bin/pytest --numprocesses auto --dist worksteal
 
 # The application as `sam deploy` ships it, in .aws-sam/ (options: samconfig.toml), and the
@@ -126,6 +126,15 @@ $(LAYER_TWIN)/.built: layers/core/requirements.txt layers/core/layer_build.py $(
 	$(PYTHON313) layers/core/layer_build.py --architecture x86_64 $(LAYER_TWIN)
 	@touch $@
 
+# PostgreSQL for the keyword leg's tests, the eval and the bench (localrun/postgres.py starts a
+# temporary cluster of it and stops it): the machine's Debian package when no initdb is found.
+# Only root installs; anyone else is told what to install.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else echo "make: PostgreSQL is missing: install your system's postgresql package" >&2; exit 1; fi; }
+
 # The templates: the SAM translator (offline, samconfig.toml's region) and cfn-lint.
 validate: venv sam-venv
 	$(SAM) validate
@@ -136,12 +145,12 @@ format: venv
 	$(VENV)/bin/ruff format .
 
 # Cost and speed figures, side by side (DynamoDB requests, model calls, sizes).
-bench: venv
+bench: venv postgres
 	$(PY) bench/bench.py
 
 # Memory quality: the LoCoMo evidence benchmark (`make eval ARGS=--quick` for 2 conversations),
 # on every search path, with the offline embedding model of $(EVAL_LOCK).
-eval: venv $(VENV)/.eval-installed
+eval: venv postgres $(VENV)/.eval-installed
 	$(PY) -m eval.locomo $(ARGS)
 
 $(VENV)/.eval-installed: $(VENV)/.installed $(EVAL_LOCK)

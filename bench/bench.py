@@ -48,7 +48,7 @@ from cold_start import bench_cold_start  # noqa: E402  (beside this script)
 from cost import bench_cost  # noqa: E402
 from dates import bench_dates  # noqa: E402
 from deployed_recall import bench_deployed_recall  # noqa: E402
-from keyword_index import bench_keyword_index  # noqa: E402
+from keyword_postgres import bench_keyword_postgres  # noqa: E402
 from layer_size import bench_layer  # noqa: E402
 from model_calls import bench_model_calls  # noqa: E402
 from moto import mock_aws  # noqa: E402
@@ -81,7 +81,7 @@ def main() -> int:
         bench_dates(lab)  # table 3t: what the dates cost in characters
         bench_erasure(lab)
         lab.close()
-    bench_keyword_index()  # tables 3f and 3h
+    bench_keyword_postgres()  # tables 3f and 3h: the keyword leg on PostgreSQL
     bench_cold_start()
     bench_layer()
     with mock_aws(), fast_dynamodb():
@@ -91,7 +91,7 @@ def main() -> int:
     with mock_aws(), fast_dynamodb():
         lab = Lab(boto3.client("dynamodb", region_name=REGION))
         fleet_rate = bench_scale(lab)  # table 9 first: 8 prices its fleet's model calls
-        bench_cost(lab, fleet_rate)  # table 8 (8d, 8e: the keyword shards), prices.toml's prices
+        bench_cost(lab, fleet_rate)  # table 8, prices.toml's prices
         bench_raid(lab)  # table 9d: the raid of 10,000 (the tests run 1,000)
         lab.close()
     print(f"(bench finished in {time.perf_counter() - started:.1f} s)")

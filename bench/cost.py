@@ -18,13 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from keyword_cost import (
-    KeywordUsage,
-    answer_line,
-    keyword_rows,
-    measure_keyword_writes,
-    print_keyword_tables,
-)
+from keyword_db_cost import print_keyword_db_costs
 from meter import Request, item_size, item_writes, read_units
 from tables import GB, MILLION, print_table
 
@@ -138,11 +132,9 @@ def vector_gb(usage: Usage) -> float:
     return MILLION / usage.messages * usage.vector_bytes / GB
 
 
-def cost_rows(
-    usage: Usage, setup: Deployment, table: Prices, keywords: KeywordUsage | None = None
-) -> Costs:
-    """Every cost line per million messages, and the answer path per 1,000 mentions; with
-    `keywords`, the keyword shards' lines beside S3 Vectors' (MEMORY_KEYWORD_INDEX set)."""
+def cost_rows(usage: Usage, setup: Deployment, table: Prices) -> Costs:
+    """Every cost line per million messages, and the answer path per 1,000 mentions (the
+    keyword database's are table 8d's: bench/keyword_postgres.py)."""
     p, a = table.prices, table.assumptions
     scale = MILLION / usage.messages
     spread = MILLION / a["messages_per_month"]  # a month's fixed costs, per million messages
@@ -243,8 +235,6 @@ def cost_rows(
             put_gb * months * p["s3vectors_storage_gb_month"],
         )
     )
-    if keywords is not None:
-        rows += [Row(*line) for line in keyword_rows(keywords, p)]
     embedded = scale * usage.passage_tokens
     rows.append(
         Row(
@@ -297,8 +287,6 @@ def cost_rows(
 
     if usage.answers:
         costs.per_thousand_mentions = _answer_rows(usage, setup, table, put_gb)
-        if keywords is not None:  # beside QueryVectors
-            costs.per_thousand_mentions.insert(4, Row(*answer_line(keywords, p)))
     return costs
 
 
@@ -463,10 +451,8 @@ def stored_bytes(lab: Any, table_name: str) -> tuple[int, int]:
             return size, count
 
 
-def print_costs(
-    usage: Usage, setup: Deployment, table: Prices, keywords: KeywordUsage | None = None
-) -> None:
-    costs = cost_rows(usage, setup, table, keywords)
+def print_costs(usage: Usage, setup: Deployment, table: Prices) -> None:
+    costs = cost_rows(usage, setup, table)
     rows: list[tuple[object, ...]] = [
         (r.item, r.quantity, f"{r.dollars:,.4f}", r.note) for r in costs.per_million
     ]
@@ -490,8 +476,7 @@ def print_costs(
             f"Assumed (bench/prices.toml): {a['events_per_invoke']:.0f} event per invoke,"
             f" {a['messages_per_month']:,.0f} messages a month, model latencies and output",
             "tokens as shown; CloudWatch logs, metrics and alarms, and data transfer are not in.",
-            "S3 keyword shards: MEMORY_KEYWORD_INDEX's leg, measured apart (table 8d); its",
-            "storage is one month of what a million messages leave (S3 Vectors': x retention).",
+            "The keyword database (KeywordIndex=postgres): table 8d, at three loads.",
             "Prices: bench/prices.toml, one table with its sources; edit it and run again.",
         ],
     )
@@ -517,8 +502,6 @@ def print_costs(
             "context sizes are bench/prices.toml's assumptions, their storage is left out.",
         ],
     )
-    if keywords is not None:
-        print_keyword_tables(keywords, vector_gb(usage), table.prices, table.date)
 
 
 def measure(lab: Any, messages: int = 100, answers: int = 3) -> Usage:
@@ -607,8 +590,10 @@ def bench_cost(lab: Any, fleet_calls_per_thousand: float | None = None) -> None:
     """Table 8. With `fleet_calls_per_thousand` (table 9c: a server's quiet, tiny, busy and hot
     channels together), the model calls are priced at that rate instead of the one busy
     channel's that `measure` runs."""
-    usage, keywords = measure(lab), measure_keyword_writes(lab)
+    usage = measure(lab)
     if fleet_calls_per_thousand is not None:
         usage.rounds = fleet_calls_per_thousand * usage.messages / 1000
         usage.fleet_rate = fleet_calls_per_thousand
-    print_costs(usage, deployment(), load_prices(), keywords)
+    prices = load_prices()
+    print_costs(usage, deployment(), prices)
+    print_keyword_db_costs(prices.prices, prices.date)

@@ -1,31 +1,27 @@
 """Table 3g (issue 29): recall with a query on the deployed search path, the embedding call
 included in the chain of round trips: S3 Vectors alone beside the deployed hybrid (S3
-Vectors and the keyword shards in S3, botmemory.search.deployed).
+Vectors and the keyword leg on PostgreSQL, botmemory.search.deployed).
 
 RecallFunction's recall runs as in 3c, but its search leg is what template.yaml deploys,
 built as `make eval` builds it (eval/paths.py): the S3 Vectors adapter on
-eval/vector_service.py's in-memory service, and the keyword shards (S3KeywordIndex) on
-moto's S3 in this process. Every request joins DynamoDB's timeline (DynamoMeter): the
-embedding call and QueryVectors by wrappers (DynamoMeter.timed), S3's by botocore's events
-on its client (DynamoMeter.watch), each held for the simulated network latency, so the
-longest chain counts what runs side by side once: the shard GETs beside the embedding call.
+eval/vector_service.py's in-memory service, and the keyword leg (PostgresKeywordIndex) on a
+temporary local PostgreSQL. Every request joins DynamoDB's timeline (DynamoMeter): the
+embedding call, QueryVectors and each keyword statement (one Data API ExecuteStatement when
+deployed) by wrappers (DynamoMeter.timed), each held for the simulated network latency, so
+the longest chain counts what runs side by side once: the keyword statement beside the
+embedding call.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 from embedder import CountingEmbedder
 from meter import (
-    S3_OPERATIONS,
     DynamoMeter,
     Request,
-    S3Counts,
     describe,
     longest_chain,
     operations,
@@ -40,26 +36,27 @@ from botmemory.recall.search_leg import SearchStatus
 from botmemory.records import scope_of
 from botmemory.runtime import build_services
 from botmemory.search.deployed import DeployedSearchIndex
-from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.passages import message_passages
 from botmemory.search.port import Passage, SearchHit, SearchIndex, SearchQuery
+from botmemory.search.postgres_index import PostgresKeywordIndex
 from botmemory.search.s3vectors_index import S3VectorsSearchIndex
 from botmemory.settings.config import Settings
-from eval.paths import DEPLOYED, KEYWORD_BUCKET, KEYWORD_PREFIX, VECTORS, search_paths
+from eval.paths import DEPLOYED, VECTORS, search_paths
 from localrun import gateway as gw
-from localrun.fakeaws import REGION
+from localrun.postgres import create_database, temporary_cluster
 
 HISTORY = 1_000  # observations indexed, as 3c's saturated history
 ROUND_TRIP_TARGET = 3  # issue 29: at most 3 sequential round trips, the embedding included
 EMBED = "Embed"
 QUERY_VECTORS = "QueryVectors"
 VECTOR_OPERATIONS = (EMBED, QUERY_VECTORS)
-# The columns: S3 Vectors alone, then the deployed hybrid three ways.
+EXECUTE = "ExecuteStatement"  # one keyword statement (a Data API call when deployed)
+KEYWORD_OPERATIONS = (EXECUTE,)
+# The columns: S3 Vectors alone, then the deployed hybrid in a channel and server-wide.
 ALONE = "S3 Vectors alone"
-WARM = "deployed, warm"
-COLD = "deployed, cold"
+CHANNEL = "deployed, channel"
 SERVER = "deployed, server"
-COLUMNS = (ALONE, WARM, COLD, SERVER)
+COLUMNS = (ALONE, CHANNEL, SERVER)
 
 
 class MeteredEmbedder(CountingEmbedder):
@@ -85,6 +82,17 @@ def metered_queries(service: Any, meter: DynamoMeter) -> None:
     service.query_vectors = timed
 
 
+def metered_statements(keywords: PostgresKeywordIndex, meter: DynamoMeter) -> None:
+    """Each keyword statement one request in the timeline."""
+    execute = keywords.transport.execute
+
+    def timed(statement: Any) -> Any:
+        with meter.timed(EXECUTE):
+            return execute(statement)
+
+    keywords.transport.execute = timed  # type: ignore[method-assign]
+
+
 @dataclass
 class DeployedRecall:
     requests: list[Request]
@@ -104,15 +112,15 @@ class DeployedRecall:
 
     @property
     def keyword_leg(self) -> int:
-        """Sequential round trips of the keyword leg alone (its S3 requests)."""
-        return len(longest_chain([r for r in self.requests if r.operation in S3_OPERATIONS]))
+        """Sequential round trips of the keyword leg alone (its statements)."""
+        return len(longest_chain([r for r in self.requests if r.operation in KEYWORD_OPERATIONS]))
 
     @property
     def counted(self) -> int:
         """Round trips with the keyword leg counted beside the vector leg, as
-        DeployedSearchIndex runs them: the chain without S3's requests, plus whatever the
-        keyword leg's own chain is longer than the vector leg's (none while it is not)."""
-        rest = [r for r in self.requests if r.operation not in S3_OPERATIONS]
+        DeployedSearchIndex runs them: the chain without the keyword statements, plus whatever
+        the keyword leg's own chain is longer than the vector leg's (none while it is not)."""
+        rest = [r for r in self.requests if r.operation not in KEYWORD_OPERATIONS]
         return len(longest_chain(rest)) + max(0, self.keyword_leg - self.vector_leg)
 
 
@@ -121,7 +129,9 @@ def chain_text(chain: Sequence[Request]) -> str:
 
 
 def outside_dynamodb(requests: Sequence[Request]) -> int:
-    return sum(r.operation in VECTOR_OPERATIONS or r.operation in S3_OPERATIONS for r in requests)
+    return sum(
+        r.operation in VECTOR_OPERATIONS or r.operation in KEYWORD_OPERATIONS for r in requests
+    )
 
 
 def verdict(trips: int) -> str:
@@ -130,19 +140,16 @@ def verdict(trips: int) -> str:
 
 def by_service(requests: Sequence[Request]) -> dict[str, int]:
     """Requests by service and kind, as the table prints them."""
-    s3 = S3Counts.of(requests)
     embeds = sum(r.operation == EMBED for r in requests)
     queries = sum(r.operation == QUERY_VECTORS for r in requests)
     return {
-        "S3 GetObject": s3.gets,
-        "  of which 304 Not Modified": s3.not_modified,
-        "  of which 404 (no such shard)": s3.absent,
-        "S3 ListObjectsV2": s3.lists,
+        "keyword statements (Data API ExecuteStatement)": sum(
+            r.operation == EXECUTE for r in requests
+        ),
         "S3 Vectors QueryVectors": queries,
         "embedding calls": embeds,
         "DynamoDB requests": len(requests) - outside_dynamodb(requests),
         "all requests": len(requests),
-        "bytes downloaded from S3": s3.downloaded,
     }
 
 
@@ -231,63 +238,58 @@ def recall_once(
 
 
 def measure_deployed(lab: Lab) -> dict[str, DeployedRecall]:
-    """The four columns on one history of HISTORY messages, indexed once (the deployed path
+    """The three columns on one history of HISTORY messages, indexed once (the deployed path
     writes the vectors S3 Vectors alone reads)."""
     world = lab.world()
     history = seed_history(world, HISTORY, 20, varied_lines(seed=HISTORY))
     embedder = MeteredEmbedder(lab.meter)
-    s3 = boto3.client("s3", region_name=REGION)
-    lab.meter.watch(s3, "s3")
-    paths = search_paths(embedder, s3)
-    metered_queries(paths.service, lab.meter)
-    deployed = paths.indexes[DEPLOYED]
-    passages = message_passages(history, scope_of(gw.GUILD), gw.BOT)
-    for start in range(0, len(passages), INDEX_BATCH):
-        deployed.add(passages[start : start + INDEX_BATCH])
-    settings = world.services.settings
-    vectors = paths.indexes[VECTORS]
-    if not isinstance(vectors, S3VectorsSearchIndex):
-        raise TypeError(f"the {VECTORS} path is not the S3 Vectors adapter: {vectors!r}")
-    cold_dir = tempfile.mkdtemp(prefix="bench-cold-shards-")
-    # A new container: an empty /tmp, the same shards in S3.
-    cold = DeployedSearchIndex(
-        vectors, S3KeywordIndex(KEYWORD_BUCKET, KEYWORD_PREFIX, client=s3, cache_dir=cold_dir)
-    )
-    server = settings.model_copy(update={"search_scope": "guild"})
-    runs: dict[str, Callable[[], DeployedRecall]] = {
-        ALONE: lambda: recall_once(lab, world, settings, vectors, embedder),
-        WARM: lambda: recall_once(lab, world, settings, deployed, embedder),
-        COLD: lambda: recall_once(lab, world, settings, deployed, embedder, then=cold),
-        SERVER: lambda: recall_once(lab, world, server, deployed, embedder),
-    }
-    try:
-        return {column: run() for column, run in runs.items()}
-    finally:
-        paths.close()
-        shutil.rmtree(cold_dir, ignore_errors=True)
+    with temporary_cluster() as cluster:
+        paths = search_paths(embedder, create_database(cluster, "bench_deployed"), world.clock)
+        try:
+            metered_queries(paths.service, lab.meter)
+            deployed = paths.indexes[DEPLOYED]
+            if not isinstance(deployed, DeployedSearchIndex) or not isinstance(
+                deployed.keywords, PostgresKeywordIndex
+            ):
+                raise TypeError(f"the {DEPLOYED} path is not the deployed hybrid: {deployed!r}")
+            metered_statements(deployed.keywords, lab.meter)
+            passages = message_passages(history, scope_of(gw.GUILD), gw.BOT)
+            for start in range(0, len(passages), INDEX_BATCH):
+                deployed.add(passages[start : start + INDEX_BATCH])
+            settings = world.services.settings
+            vectors = paths.indexes[VECTORS]
+            if not isinstance(vectors, S3VectorsSearchIndex):
+                raise TypeError(f"the {VECTORS} path is not the S3 Vectors adapter: {vectors!r}")
+            server = settings.model_copy(update={"search_scope": "guild"})
+            runs: dict[str, Callable[[], DeployedRecall]] = {
+                ALONE: lambda: recall_once(lab, world, settings, vectors, embedder),
+                CHANNEL: lambda: recall_once(lab, world, settings, deployed, embedder),
+                SERVER: lambda: recall_once(lab, world, server, deployed, embedder),
+            }
+            return {column: run() for column, run in runs.items()}
+        finally:
+            paths.close()
 
 
 def bench_deployed_recall(lab: Lab) -> None:
     figures = measure_deployed(lab)
     print_table(
         "3g. Recall with a query on the deployed path (embedding included): S3 Vectors alone"
-        " and with the keyword shards",
+        " and with the keyword leg on PostgreSQL",
         ["figure", *COLUMNS],
         deployed_rows(figures),
         [
             round_trip_check(figures),
             *(f"{c}: {operations(f.requests)}." for c, f in figures.items()),
             *(f"{c}, longest chain: {chain_text(f.chain)}." for c, f in figures.items()),
-            "warm: the container's /tmp holds the shards (the LIST's ETags confirm them, no GET);",
-            "cold: a new container (then a GET of each listed shard, its bytes); server:",
-            "MEMORY_SEARCH_SCOPE=guild (ListObjectsV2 of the server's shards, then their GETs).",
-            "A channel search lists the channel's folder and asks for the facts shard at once",
-            "(absent here: no facts indexed, a 404, priced as a GET in 8b). The keyword leg runs",
-            "beside the vector leg (DeployedSearchIndex), so its requests add no round trip while",
-            "its chain is no longer than the vector leg's.",
+            "channel: the channel asked about; server: MEMORY_SEARCH_SCOPE=guild. Either way the",
+            "keyword leg is one statement (every pass of botmemory.search.postgres_sql in one),",
+            "run beside the embedding call (DeployedSearchIndex), so it adds no round trip while",
+            "it is no longer than the vector leg (Embed -> QueryVectors).",
             f"{HISTORY:,} messages indexed (3c's history), the in-memory S3 Vectors service of",
-            "make eval (eval/vector_service.py), moto's S3 and a counting embedder; every",
-            f"request, the embedding call and QueryVectors included, held"
-            f" {SIMULATED_LATENCY_S * 1000:.0f} ms, as in 3c (reads.SIMULATED_LATENCY_S says why).",
+            "make eval (eval/vector_service.py), a temporary local PostgreSQL and a counting",
+            "embedder; every request, the embedding call, QueryVectors and the statement",
+            f"included, held {SIMULATED_LATENCY_S * 1000:.0f} ms, as in 3c"
+            " (reads.SIMULATED_LATENCY_S says why).",
         ],
     )

@@ -549,6 +549,19 @@ def run_embedder(vectors: bool) -> tuple[Embedder | None, EmbeddingServer | None
     return embedder, server
 
 
+@contextmanager
+def keyword_database(wanted: bool) -> Iterator[str | None]:
+    """A fresh database on a temporary PostgreSQL cluster for the deployed path (None when
+    the run has no embedder, so no deployed path)."""
+    if not wanted:
+        yield None
+        return
+    from localrun.postgres import create_database, temporary_cluster
+
+    with temporary_cluster() as cluster:
+        yield create_database(cluster, "eval")
+
+
 def run_conversation(
     path: Path,
     limit: int | None = None,
@@ -563,16 +576,12 @@ def run_conversation(
     inner, server = run_embedder(vectors)
     embedder = TimedEmbedder(inner) if inner is not None else None
     before = server.stats if server is not None else EmbeddingStats()
-    with local_dynamodb() as client:
-        import boto3
-
-        from localrun.fakeaws import REGION
-
-        # The deployed path's keyword shards live in moto's S3, in this process.
-        paths = search_paths(embedder, boto3.client("s3", region_name=REGION))
-        counter = RequestCounter(client)
+    with local_dynamodb() as client, keyword_database(embedder is not None) as keyword_dsn:
+        # The deployed path's keyword leg runs on a temporary local PostgreSQL.
         events = conversation.replay.events
         clock = ManualClock(_event_ms(events[0]))
+        paths = search_paths(embedder, keyword_dsn, clock)
+        counter = RequestCounter(client)
         settings = Settings(
             table_name=TABLE, memory_model="rules", search_timeout_ms=EVAL_SEARCH_TIMEOUT_MS
         )

@@ -6,8 +6,9 @@
   vector leg, fused by reciprocal rank.
 - `deployed`: what template.yaml deploys: `DeployedSearchIndex`, the S3 Vectors adapter's
   nearest passages (as many as recall asks, 100 with the default
-  budgets, never fewer than its 50 `candidates`) fused with the keyword shards' FTS5 over the whole
-  history (`S3KeywordIndex`, on moto's S3 in this process), as the embedded hybrid fuses.
+  budgets, never fewer than its 50 `candidates`) fused with the keyword leg on PostgreSQL over the
+  whole history (`PostgresKeywordIndex`, on a temporary local cluster: localrun.postgres), as
+  the embedded hybrid fuses.
 - `vectors`: S3 Vectors alone (MEMORY_KEYWORD_INDEX unset): the 100 nearest passages by
   embedding, re-ranked by keywords, so a passage must be a vector candidate to be found.
   Only the S3 Vectors service is played (eval/vector_service.py): moto has no QueryVectors.
@@ -18,16 +19,15 @@ passages; recall asks each through its own SearchLeg.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from botmemory.clock import Clock
 from botmemory.search.deployed import DeployedSearchIndex
 from botmemory.search.embeddings import Embedder
-from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.port import Passage, SearchHit, SearchIndex, SearchQuery
+from botmemory.search.postgres_index import PostgresKeywordIndex
+from botmemory.search.postgres_transport import LocalTransport
 from botmemory.search.s3vectors_index import S3VectorsSearchIndex
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from eval.vector_service import InMemoryS3Vectors
@@ -37,12 +37,10 @@ HYBRID = "hybrid"
 DEPLOYED = "deployed"
 VECTORS = "vectors"
 PATHS = (KEYWORDS, HYBRID, DEPLOYED, VECTORS)  # the order every table prints them in
-KEYWORD_BUCKET = "eval-keywords"
-KEYWORD_PREFIX = "keywords"  # the shards' prefix in KEYWORD_BUCKET
 PATH_TITLES = {
     KEYWORDS: "keyword-only (embedded index, FTS5 over the whole history)",
     HYBRID: "embedded hybrid (FTS5 over the whole history + vectors, fused)",
-    DEPLOYED: "deployed (S3 Vectors' nearest + FTS5 keyword shards in S3, fused)",
+    DEPLOYED: "deployed (S3 Vectors' nearest + the keyword leg on PostgreSQL, fused)",
     VECTORS: "S3 Vectors alone (its vector candidates, keyword re-rank)",
 }
 
@@ -91,34 +89,36 @@ class SearchPaths:
     indexes: dict[str, SearchIndex]
     tee: TeeIndex
     service: InMemoryS3Vectors | None = None
-    keyword_dir: str | None = None
+    transport: LocalTransport | None = None
 
     def close(self) -> None:
         for index in self.indexes.values():
             if isinstance(index, SqliteSearchIndex):
                 index.close()
-        if self.keyword_dir is not None:
-            shutil.rmtree(self.keyword_dir, ignore_errors=True)
+        if self.transport is not None:
+            self.transport.close()
 
 
-def search_paths(embedder: Embedder | None, s3: Any | None = None) -> SearchPaths:
+def search_paths(
+    embedder: Embedder | None, keyword_dsn: str | None = None, clock: Clock | None = None
+) -> SearchPaths:
     """Keyword-only always; with an embedder, the embedded hybrid, the deployed path and S3
-    Vectors alone too. `s3` is an S3 client (moto's, in the eval) for the keyword shards."""
+    Vectors alone too. `keyword_dsn`: an empty PostgreSQL database for the deployed path's
+    keyword leg (without one, no deployed path); `clock`: the replay's, which the keyword
+    leg's writes expire rows by (as a deployment's functions use the time of day)."""
     indexes: dict[str, SearchIndex] = {KEYWORDS: SqliteSearchIndex(":memory:")}
     service = None
-    keyword_dir = None
+    transport = None
     if embedder is not None:
         service = InMemoryS3Vectors()
         indexes[HYBRID] = SqliteSearchIndex(":memory:", embedder)
         vectors = S3VectorsSearchIndex("eval-vectors", "passages", embedder, client=service)
-        if s3 is not None:
-            s3.create_bucket(Bucket=KEYWORD_BUCKET)
-            keyword_dir = tempfile.mkdtemp(prefix="eval-keywords-")
-            keywords = S3KeywordIndex(
-                KEYWORD_BUCKET, KEYWORD_PREFIX, client=s3, cache_dir=keyword_dir
-            )
+        if keyword_dsn is not None:
+            transport = LocalTransport(keyword_dsn)
+            keywords = PostgresKeywordIndex(transport, clock=clock)
+            keywords.migrate()
             indexes[DEPLOYED] = DeployedSearchIndex(vectors, keywords)
         indexes[VECTORS] = vectors
     # The deployed path writes the vectors S3 Vectors alone reads: they are written once.
     written = [i for name, i in indexes.items() if name != VECTORS or DEPLOYED not in indexes]
-    return SearchPaths(indexes, TeeIndex(written), service, keyword_dir)
+    return SearchPaths(indexes, TeeIndex(written), service, transport)

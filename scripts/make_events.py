@@ -189,7 +189,7 @@ def local_environment() -> dict[str, dict[str, str]]:
             "TABLE_NAME": LOCAL_TABLE,
             "MEMORY_MODEL": "rules",
             # The embedded index (the template's is S3 Vectors), keyword leg only: a local
-            # invoke calls no embedding model. It holds its own keywords: no S3 shards.
+            # invoke calls no embedding model. It holds its own keywords: no keyword database.
             "MEMORY_SEARCH_INDEX": LOCAL_SEARCH_INDEX,
             "MEMORY_KEYWORD_INDEX": "",
             "EMBEDDING_MODEL": "",

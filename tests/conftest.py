@@ -35,6 +35,9 @@ from tests.support.fake_embeddings import embedding_server_fixture  # noqa: F401
 # A scripted chat or memory model endpoint, for every test that asks for `chat_server`.
 from tests.support.fake_providers import chat_server  # noqa: F401
 
+# A temporary PostgreSQL cluster (the keyword leg), for tests that ask for `pg_index`.
+from tests.support.postgres import pg_cluster, pg_dsn, pg_index  # noqa: F401
+
 TABLE = "MemoryTable"
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 

@@ -46,6 +46,10 @@ def recall(payload: Any) -> tuple[int, dict[str, Any]]:
             # A setting to fix (EMBEDDING_DIMENSIONS): alarmed at the first count.
             metrics.add_metric(name="EmbeddingDimensionsWrong", unit=MetricUnit.Count, value=1)
         logger.warning("recalled without the vector leg", extra={"search": body["search"]})
+    elif body.get("search") == SearchStatus.VECTORS_ONLY.value:
+        # The keyword leg's database paused, throttled or down: the vectors answered alone.
+        metrics.add_metric(name="RecallKeywordLegFailed", unit=MetricUnit.Count, value=1)
+        logger.warning("recalled without the keyword leg", extra={"search": body["search"]})
     return status, body
 
 

@@ -23,8 +23,8 @@ from cost import (  # noqa: E402
     others_rows,
     write_units,
 )
-from keyword_cost import KeywordUsage, answer_line, count_rows, idle_rows, keyword_rows  # noqa: E402
-from meter import Request, S3Counts  # noqa: E402
+from keyword_db_cost import LOADS, monthly, per_million_messages, per_thousand_recalls  # noqa: E402
+from meter import Request  # noqa: E402
 
 PRICES = Prices(
     date="test",
@@ -111,19 +111,6 @@ USAGE = Usage(
     answer_read_units=8,
     chat_input_tokens=2000,
     query_tokens=20,
-)
-
-
-# A thousand messages of the keyword replay: 75 PUT, 80 GET, 5 LIST; what they leave in S3
-# is a millionth of a GB per message, so a million messages leave 1 GB.
-KEYWORDS = KeywordUsage(
-    messages=1000,
-    s3=S3Counts(gets=80, not_modified=70, absent=10, puts=75, lists=5, uploaded=50 * 1024),
-    last_messages=500,
-    last=S3Counts(gets=45, puts=45, uploaded=40 * 1024),
-    shard_bytes=1024**3 // 1000,
-    query_gets=1,
-    query_lists=1,
 )
 
 
@@ -222,50 +209,20 @@ def test_write_units_count_kilobytes_and_double_in_transactions() -> None:
     assert write_units(batch) == 2
 
 
-def test_the_keyword_shards_cost_their_requests_and_a_month_of_storage() -> None:
-    lines = keyword_rows(KEYWORDS, PRICES.prices)  # x 1,000 the thousand messages
-
-    # 75,000 PUT at $0.005, 80,000 GET at $0.0004, 5,000 LIST at $0.005, per 1,000 each.
-    assert dollars_of(lines, "S3 keyword shards requests") == pytest.approx(0.375 + 0.032 + 0.025)
-    assert dollars_of(lines, "S3 keyword shards storage") == pytest.approx(0.023, rel=1e-4)
-    (answer,) = [answer_line(KEYWORDS, PRICES.prices)]
-    # 1,000 LIST at $0.005 and 1,000 GET at $0.0004, per 1,000 each.
-    assert answer[1] == "1,000 LIST, 1,000 GET" and answer[2] == pytest.approx(0.0054)
-
-
-def test_the_keyword_lines_stand_beside_s3_vectors_and_count_in_the_totals() -> None:
-    without = cost_rows(USAGE, SETUP, PRICES)
-    costs = cost_rows(USAGE, SETUP, PRICES, KEYWORDS)
-
-    items = [r.item for r in costs.per_million]
-    at = items.index("S3 Vectors storage")
-    assert items[at + 1 : at + 3] == ["S3 keyword shards requests", "S3 keyword shards storage"]
-    assert Costs.total(costs.per_million) == pytest.approx(
-        Costs.total(without.per_million) + 0.432 + 0.023, rel=1e-4
-    )
-    answers = [r.item for r in costs.per_thousand_mentions]
-    assert answers[answers.index("S3 Vectors QueryVectors") + 1] == "S3 keyword shards LIST + GET"
-    assert Costs.total(costs.per_thousand_mentions) == pytest.approx(
-        Costs.total(without.per_thousand_mentions) + 0.0054
-    )
-
-
-def test_an_idle_month_is_storage_alone() -> None:
-    rows = {leg: dollars for leg, _, dollars in idle_rows(KEYWORDS, 2.0, PRICES.prices)}
-    assert rows == {
-        "S3 keyword shards": pytest.approx(0.023, rel=1e-4),  # 1 GB
-        "S3 Vectors": pytest.approx(2 * 0.06),
-        "provisioned capacity (either leg)": 0.0,
+def test_the_keyword_database_idles_at_nothing_and_costs_its_floor_when_steady() -> None:
+    p = PRICES.prices | {
+        "aurora_acu_hour": 0.12,
+        "aurora_storage_gb_month": 0.10,
+        "aurora_io_per_million": 0.20,
+        "data_api_per_million": 0.35,
     }
-
-
-def test_the_keyword_counts_are_per_thousand_messages_of_each_column() -> None:
-    rows = {row[0]: row[1:] for row in count_rows(KEYWORDS)}
-    assert rows["S3 PutObject"] == (75.0, 90.0)  # 75 of 1,000; 45 of the last 500
-    assert rows["  of which 304 Not Modified (the cached copy)"] == (70.0, 0.0)
-    assert rows["S3 ListObjectsV2"] == (5.0, 0.0)
-    assert rows["KB uploaded"] == (50.0, 80.0)
-    assert rows["KB of shards in S3 after the replay"][0] == pytest.approx(1024**2 / 1000, 0.01)
+    idle, light, busy = (monthly(load, p) for load in LOADS)
+    assert sum(idle.values()) == 0.0
+    assert light["capacity"] == pytest.approx(0.5 * 730 * 0.12)  # $43.80: the floor, all month
+    assert busy["capacity"] == pytest.approx(2.0 * 730 * 0.12)
+    # A million messages: 50,000 calls (0.0175 + 0.2 at 20 I/O) and 1.86 GB for a month.
+    assert per_million_messages(p) == pytest.approx(0.0175 + 0.2 + 1e6 * 2000 / 1024**3 * 0.10)
+    assert per_thousand_recalls(p) == pytest.approx(0.00035 + 0.004)
 
 
 def dollars_of(lines: list[tuple[str, str, float, str]], item: str) -> float:
@@ -278,10 +235,9 @@ def test_the_shipped_prices_hold_everything_the_table_reads_and_the_templates_gi
     setup = deployment()
 
     # A KeyError here: a price or assumption missing.
-    costs = cost_rows(USAGE, setup, shipped, KEYWORDS)
-    assert len(costs.per_million) == 17 and len(costs.per_thousand_mentions) == 8
-    assert len(cost_rows(USAGE, setup, shipped).per_million) == 15
-    assert idle_rows(KEYWORDS, 1.0, shipped.prices)
+    costs = cost_rows(USAGE, setup, shipped)
+    assert len(costs.per_million) == 15 and len(costs.per_thousand_mentions) == 7
+    assert monthly(LOADS[1], shipped.prices)
     assert {"mem0", "graphiti"} <= set(shipped.others)
     assert shipped.others["graphiti"]["calls_per_message"] >= 5
     assert shipped.others["mem0"]["calls_per_message"] == 2

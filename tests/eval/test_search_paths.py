@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from botmemory.clock import ManualClock
+from botmemory.search.deployed import DeployedSearchIndex
 from botmemory.search.embeddings import EmbeddingError, build_embedder
 from botmemory.search.port import Passage, PassageKind, SearchQuery
 from botmemory.search.s3vectors_index import S3VectorsSearchIndex
@@ -18,7 +20,7 @@ from eval import embedding_server
 from eval.embedding_server import EmbeddingServer, OfflineModel, serving
 from eval.harness import BLOCK_SIZES, label, run_conversation
 from eval.locomo import main
-from eval.paths import DEPLOYED, HYBRID, KEYWORDS, VECTORS, TeeIndex
+from eval.paths import DEPLOYED, HYBRID, KEYWORDS, VECTORS, TeeIndex, search_paths
 from eval.vector_service import InMemoryS3Vectors, matches
 from tests.eval.test_eval import TINY
 
@@ -147,6 +149,25 @@ def test_the_deployed_adapter_finds_only_its_vector_candidates_then_re_ranks() -
         assert sorted(p.id for p in index.passages()) == ["p1", "p2", "p3", "p4", "p5"]
         index.remove(["p1"])
         assert "p1" not in {p.id for p in index.passages()}
+
+
+def test_the_deployed_path_expires_keyword_rows_by_the_replay_s_clock(pg_dsn: str) -> None:
+    """A replay's passages expire in the replay's time (its session dates, years ago), not
+    the machine's: by the machine's, each write would delete the replay's passages."""
+    clock = ManualClock(1_688_000_000_000)  # mid-2023, a LoCoMo session's time
+    with serving(hashed_encode, DIMENSIONS) as server:
+        paths = search_paths(embedder_on(server), pg_dsn, clock)  # type: ignore[arg-type]
+        try:
+            said = passage("p1", "my grey cat").model_copy(
+                update={"expires_at": clock.now_ms() // 1000 + 86_400}
+            )
+            paths.tee.add([said])
+            paths.tee.add([passage("p2", "the harbour")])  # a write expires what is due
+            deployed = paths.indexes[DEPLOYED]
+            assert isinstance(deployed, DeployedSearchIndex)
+            assert "p1" in {p.id for p in deployed.keywords.passages()}
+        finally:
+            paths.close()
 
 
 def test_the_tee_writes_every_index_even_when_one_fails() -> None:

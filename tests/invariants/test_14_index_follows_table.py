@@ -2,10 +2,13 @@
 words are never indexed; /forgetme, opting out, a deleted message, a rewritten message and
 retention expiry take the passages with them (through the table's stream, as
 SearchIndexFunction receives it); a deletion racing the indexing write is caught. Each test
-scans the whole index, as the erasure tests scan the whole table."""
+scans the whole index, as the erasure tests scan the whole table: the embedded index, and the
+deployed keyword leg on a real PostgreSQL, where the scan reads every row of every table (the
+passages, and the per-server counts that name each term)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,6 +17,10 @@ from botmemory.clock import DAY_MS, epoch_seconds
 from botmemory.people.erasure import Eraser
 from botmemory.records import Observation
 from botmemory.search.index_sync import IndexFollower, passages_to_remove
+from botmemory.search.keywords import tokens
+from botmemory.search.port import SearchIndex
+from botmemory.search.postgres_index import PostgresKeywordIndex
+from botmemory.search.postgres_sql import Statement
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from botmemory.services import MemoryServices
 from botmemory.storage import keys
@@ -50,6 +57,17 @@ def said(author: str, content: str, at_ms: int, kind: str = "msg") -> Observatio
     )
 
 
+@pytest.fixture(params=["embedded", "postgres"])
+def index(request: pytest.FixtureRequest) -> Iterator[SearchIndex]:
+    """The embedded index, and the deployed keyword leg on PostgreSQL."""
+    if request.param == "postgres":
+        yield request.getfixturevalue("pg_index")
+        return
+    embedded = SqliteSearchIndex(":memory:")
+    yield embedded
+    embedded.close()
+
+
 @pytest.fixture
 def services(searching: MemoryServices) -> MemoryServices:
     """Here every service runs with the search index (conftest's `searching`)."""
@@ -82,13 +100,27 @@ def chat() -> list[Observation]:
 
 
 def holding(index: SqliteSearchIndex, *needles: str) -> list[str]:
-    """Every passage (any kind) whose text, authors or sources hold one of the needles."""
+    """Every passage (any kind) whose text, authors or sources hold one of the needles; on
+    PostgreSQL, also any row of any table holding one (or, for a one-word needle, its token)."""
     found = []
     for passage in index.passages():
         blob = " ".join([passage.text, *passage.authors, *passage.sources])
         if any(needle in blob for needle in needles):
             found.append(passage.id)
+    if isinstance(index, PostgresKeywordIndex):
+        found += [f"row:{needle}" for needle in needles if stored_in_a_row(index, needle)]
     return found
+
+
+def stored_in_a_row(index: PostgresKeywordIndex, needle: str) -> bool:
+    every_row = Statement(
+        "SELECT t::text FROM kw_passages t UNION ALL SELECT t::text FROM kw_terms t "
+        "UNION ALL SELECT t::text FROM kw_sizes t"
+    )
+    dump = "\n".join(str(row) for (row,) in index.transport.execute(every_row))
+    words = tokens(needle)
+    terms = {str(t) for (t,) in index.transport.execute(Statement("SELECT term FROM kw_terms"))}
+    return needle in dump or (len(words) == 1 and words[0] in terms)
 
 
 def test_consolidation_indexes_messages_facts_and_the_episode_at_once(

@@ -6,7 +6,8 @@ The round: IngestFunction stores a conversation and a mention of the bot (its an
 goes to a stand-in for Lambda's Invoke), the table's stream reaches ConsolidateFunction
 through the template's filter, the work queue (SQS FIFO, moto's) ConsolidateWorkerFunction,
 which consolidates with the offline `rules` model and indexes the round in S3 Vectors and
-the keyword shards in S3 (embeddings from a stand-in on 127.0.0.1); the stream's removals
+the keyword leg through the RDS Data API (moto's, which answers every statement with no rows)
+(embeddings from a stand-in on 127.0.0.1); the stream's removals
 reach SearchIndexFunction, the schedule SweepFunction; RecallFunction finds the facts and a
 passage, InteractionsFunction answers a signed /memory show, and AnswerFunction answers the
 mention through a stand-in for Discord. Secrets come from moto's Secrets Manager.
@@ -69,7 +70,9 @@ NATIVE_NAME = re.compile(r"\.cpython-313-(aarch64|x86_64)-linux-gnu\.so$")
 REGION = "us-east-1"
 TABLE = "memory-built"
 QUEUE = "consolidate-work.fifo"
-VECTORS, INDEX, KEYWORDS = "memory-vectors", "passages", "memory-keywords"
+VECTORS, INDEX = "memory-vectors", "passages"
+KEYWORD_CLUSTER = "arn:aws:rds:us-east-1:123456789012:cluster:memory-keywords"
+KEYWORD_SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!cluster-AbCdEf"
 SECRETS = {
     "memory-hash-key": "built-artifact-person-hash-key-" + "k" * 40,
     "bot-token": BOT_TOKEN,
@@ -377,10 +380,11 @@ def _environments(
     for logical_id in template.function_ids():
         declared = template.function(logical_id, parameters).environment
         # A local run takes the "off" side of the template's search conditions: given here
-        # as deployed, with the vector bucket and the keyword shards' bucket made on moto.
+        # as deployed, with the vector bucket made on moto and the keyword cluster's ARN.
         search = {
             "MEMORY_SEARCH_INDEX": f"s3vectors:{VECTORS}/{INDEX}",
-            "MEMORY_KEYWORD_INDEX": f"s3:{KEYWORDS}/keywords",
+            "MEMORY_KEYWORD_INDEX": f"postgres:{KEYWORD_CLUSTER}",
+            "MEMORY_KEYWORD_DB_SECRET": KEYWORD_SECRET,
             "EMBEDDING_MODEL": parameters["EmbeddingModel"],
         }
         environments[logical_id] = {
@@ -448,7 +452,6 @@ def flow(built: Path, tmp_path: Path) -> Iterator[Round]:
                     ]
                 },
             )
-            setup.client("s3", endpoint_url=moto.url).create_bucket(Bucket=KEYWORDS)
             urls = {
                 "embeddings": embeddings.base_url,
                 "lambda": recorder.url,
@@ -515,8 +518,8 @@ def test_every_built_handler_serves_one_round_of_the_flow(flow: Round) -> None:
     assert request["user_id"] == alice
     facts = [f["text"] for f in recalled["facts"][alice]]
     assert any("peanuts" in fact for fact in facts), facts
-    # moto has no QueryVectors: the vector leg fails there and the keyword shards in S3
-    # answer alone, as either leg does when the other fails (docs/search.md).
+    # moto has no QueryVectors: the vector leg fails there and the keyword leg (moto's Data
+    # API) answers alone, as either leg does when the other fails (docs/search.md).
     assert recalled["search"] == "keywords_only" and "peanuts" in recalled["system_prompt"]
     # The round's passages went into S3 Vectors: the server's own index, made on first use.
     vectors = flow.client("s3vectors")

@@ -379,80 +379,64 @@ def test_only_the_writers_create_server_indexes_and_none_deletes_one(
     assert creators == INDEX_CREATORS
 
 
-# --- the keyword shards (MEMORY_KEYWORD_INDEX, botmemory.search.keyword_shards) -------------
+# --- the keyword database (MEMORY_KEYWORD_INDEX, botmemory.search.postgres_index) ---------
 
-VECTOR_READS = {"s3vectors:QueryVectors", "s3vectors:GetVectors"}
-# Listing is a read: a server-wide search lists its shards, and S3 answers 404 (not 403) to a
-# GetObject of a shard not written yet only for a role that may list the bucket.
-SHARD_READS = {"s3:GetObject", "s3:ListBucket"}
-# A removal rewrites the shard without the passage; deleting one is the operator's purge.
-SHARD_WRITES = SHARD_READS | {"s3:PutObject"}
-KEYWORD_BUCKET = {"Fn::GetAtt": ["SearchKeywordBucket", "Arn"]}
+KEYWORD_ACTIONS = {"rds-data:ExecuteStatement", "secretsmanager:GetSecretValue"}
+CLUSTER = {"Fn::GetAtt": ["KeywordDbCluster", "DBClusterArn"]}
+CLUSTER_SECRET = {"Fn::GetAtt": ["KeywordDbCluster", "MasterUserSecret.SecretArn"]}
 
 
 def keyword_statements(translated: dict[str, Any], function: str) -> list[dict[str, Any]]:
     return [
         s
         for s in function_statements(translated, function)
-        if any(str(a).startswith("s3:") for a in listed(s["Action"]))
+        if any(str(a).startswith("rds-data:") for a in listed(s["Action"]))
+        or any(r == CLUSTER_SECRET for r in listed(s.get("Resource")))
     ]
 
 
-def shard_actions(translated: dict[str, Any], function: str) -> set[str]:
-    return {a for s in keyword_statements(translated, function) for a in listed(s["Action"])}
-
-
-def test_shards_are_read_where_vectors_are_and_written_where_vectors_change(
+def test_the_keyword_database_is_reached_where_vectors_are_and_nowhere_else(
     translated: dict[str, Any],
 ) -> None:
-    """Exactly the functions with vector rights reach the shards: a reader of vectors
-    (QueryVectors, GetVectors) reads shards and never writes one; a writer or remover of
-    vectors writes them too; no function deletes a shard."""
-    found: dict[str, set[str]] = {}
+    """Exactly the functions with vector rights run keyword statements, through the Data API
+    on the one cluster, as its managed secret: no transactions, no other database."""
+    found = set()
     for function in FUNCTIONS:
-        vectors = {
+        vectors = [
             a for s in s3vectors_statements(translated, function) for a in listed(s["Action"])
-        }
-        shards = shard_actions(translated, function)
+        ]
+        statements = keyword_statements(translated, function)
         if not vectors:
-            assert shards == set(), f"{function} has no search, yet {sorted(shards)}"
-        elif vectors <= VECTOR_READS:
-            assert shards == SHARD_READS, f"{function} only reads vectors: {sorted(shards)}"
-        else:
-            assert shards == SHARD_WRITES, f"{function}: {sorted(shards)}"
-        found[function] = shards
-    assert {f for f, shards in found.items() if shards == SHARD_READS} == {"RecallFunction"}
-    assert {f for f, shards in found.items() if shards == SHARD_WRITES} == {
-        "ConsolidateWorkerFunction",  # a round's passages, and the stale ones withdrawn
-        "AnswerFunction",  # a corrected fact indexed again
-        "SearchIndexFunction",  # passages the table stopped holding
+            assert statements == [], f"{function} has no search, yet reaches the keyword database"
+            continue
+        found.add(function)
+        actions = {a for s in statements for a in listed(s["Action"])}
+        assert actions == KEYWORD_ACTIONS, (function, actions)
+        for statement in statements:
+            assert statement["Effect"] == "Allow"
+            expected = (
+                CLUSTER
+                if "rds-data:ExecuteStatement" in listed(statement["Action"])
+                else CLUSTER_SECRET
+            )
+            assert listed(statement["Resource"]) == [expected], (function, statement)
+    assert found == {
+        "RecallFunction",
+        "ConsolidateWorkerFunction",
+        "AnswerFunction",
+        "SearchIndexFunction",
     }
+    assert translated["Resources"]["KeywordDbPolicy"]["Condition"] == "KeywordOn"
 
 
-def keyword_prefix(translated: dict[str, Any]) -> str:
-    """The prefix of MEMORY_KEYWORD_INDEX=s3:<the bucket>/<prefix>, as the functions get it."""
-    spec = _environment(translated, "RecallFunction")["MEMORY_KEYWORD_INDEX"]
-    condition, off, on = spec["Fn::If"]
-    assert (condition, off) == ("SearchOff", "")  # no search, no keyword leg (and locally)
-    location = str(on["Fn::Sub"])
-    assert location.startswith("s3:${SearchKeywordBucket}/")
-    prefix = location.removeprefix("s3:${SearchKeywordBucket}/")
-    assert re.fullmatch(r"[a-z0-9-]+", prefix), prefix
-    return prefix
-
-
-def test_shard_rights_name_the_prefix_the_functions_are_given_and_nothing_else(
+def test_the_functions_are_given_the_cluster_and_secret_they_may_use(
     translated: dict[str, Any],
 ) -> None:
-    prefix = keyword_prefix(translated)
     spec = _environment(translated, "RecallFunction")["MEMORY_KEYWORD_INDEX"]
-    shards = {"Fn::Sub": f"${{SearchKeywordBucket.Arn}}/{prefix}/*"}
+    assert spec == {
+        "Fn::If": ["KeywordOff", "", {"Fn::Sub": "postgres:${KeywordDbCluster.DBClusterArn}"}]
+    }
+    secret = _environment(translated, "RecallFunction")["MEMORY_KEYWORD_DB_SECRET"]
+    assert secret == {"Fn::If": ["KeywordOff", "", CLUSTER_SECRET]}
     for function in FUNCTIONS:
         assert _environment(translated, function)["MEMORY_KEYWORD_INDEX"] == spec, function
-        for statement in keyword_statements(translated, function):
-            assert statement["Effect"] == "Allow"
-            for action in listed(statement["Action"]):
-                expected = KEYWORD_BUCKET if action == "s3:ListBucket" else shards
-                assert listed(statement["Resource"]) == [expected], (function, statement)
-    for policy in ("SearchKeywordReadPolicy", "SearchKeywordWritePolicy"):
-        assert translated["Resources"][policy]["Condition"] == "SearchOn"  # no bucket, no grant

@@ -81,12 +81,14 @@ def test_the_prune_removes_what_it_names(built: Path) -> None:
 
 def test_the_code_creates_the_clients_the_layer_keeps() -> None:
     """What the scan finds: the table, deferred answers, the models, the queue, the vector
-    index and its keyword shards, secrets and parameters (Powertools). The handlers create
-    none of their own."""
+    index, the keyword database (the Data API), the old keyword shards' deletion
+    (ops.reindex_keywords), secrets and parameters (Powertools). The handlers create none
+    of their own."""
     assert sorted(layer_build.code_services()) == [
         "bedrock-runtime",
         "dynamodb",
         "lambda",
+        "rds-data",
         "s3",
         "s3vectors",
         "secretsmanager",

@@ -14,21 +14,21 @@ import re
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 from aws_lambda_powertools.utilities import parameters
 from botocore.client import BaseClient
-from moto import mock_aws
+from botocore.stub import Stubber
 
 from botmemory.answering.requests import register_local_target
 from botmemory.discord.interactions import Permissions
 from botmemory.records import FactStatus, scope_of
 from botmemory.search.deployed import DeployedSearchIndex
-from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.port import Passage, PassageKind, SearchQuery
+from botmemory.search.postgres_index import PostgresKeywordIndex
+from botmemory.search.postgres_transport import DataApiTransport
 from botmemory.storage.keys import (
     GUILD_PREFIX,
     OPT_OUT_PK,
@@ -43,7 +43,7 @@ from scripts.make_events import BOB, BOT
 from tests.botmemory.commands.test_commands import Discord, confirm_flow, seed_fact
 from tests.botmemory.commands.test_notes import notes
 from tests.botmemory.commands.test_personas import PROMPT, persona, purge
-from tests.stack.test_iam import FUNCTIONS, function_statements, keyword_prefix, listed
+from tests.stack.test_iam import FUNCTIONS, function_statements, listed
 from tests.stack.test_sam_local import stream_records
 from tests.support.fake_discord import BOT_TOKEN, FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.support.lambda_local import EVENTS, ROOT, TABLE
@@ -390,18 +390,19 @@ def test_ingest_writes_observations_and_reads_only_the_opt_out_list(day: CallLog
                 )
 
 
-# --- the keyword shards: what each function calls on them, on in-process S3 -----------------
+# --- the keyword database: what each function calls on it, on botocore's Stubber -------------
 
-SHARDS_BUCKET = "keyword-shards"
 SERVER = "100000000000000001"  # a guild's scope is its id
-TALK = "200000000000000001"  # a channel whose shard consolidation wrote
-QUIET = "200000000000000002"  # a channel with no shard yet: S3 answers NoSuchKey
+TALK = "200000000000000001"
+QUIET = "200000000000000002"
 ALICE = "300000000000000001"
 SAID_MS = 1_767_225_600_000
+CLUSTER = "arn:aws:rds:us-east-1:123456789012:cluster:memory-keywords"
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!cluster-AbCdEf"
 
 
 class NoVectors:
-    """The vector leg out of the way: only the keyword shards' calls are watched here (the
+    """The vector leg out of the way: only the keyword leg's calls are watched here (the
     vector rights are read from the template in tests/stack/test_iam.py)."""
 
     def add(self, passages: Sequence[Passage]) -> int:
@@ -441,16 +442,14 @@ def alices_fact(text: str) -> Passage:
 
 
 def recalls(index: DeployedSearchIndex) -> None:
-    """RecallFunction's search: in the channels asked about (one without a shard yet), and
-    server-wide (MEMORY_SEARCH_SCOPE=guild lists the server's shards)."""
+    """RecallFunction's search: in the channels asked about, and server-wide."""
     for channels in ([TALK, QUIET], None):
         index.search(SearchQuery(scope=SERVER, channel_ids=channels, text="kayak", now_s=1))
 
 
 def consolidates(index: DeployedSearchIndex) -> None:
     """ConsolidateWorkerFunction's IndexWriter.write: a deleted message's passage removed, the
-    round's passages added (an existing shard, a new channel's, the facts'), and one the
-    table stopped holding meanwhile withdrawn."""
+    round's passages added, and one the table stopped holding meanwhile withdrawn."""
     index.remove([message_passage_id(TALK, "1")], scope=SERVER)
     index.add([said(TALK, "3", "a red kayak"), said(QUIET, "4", "hello"), alices_fact("kayaks")])
     index.remove([message_passage_id(QUIET, "4")], scope=SERVER)
@@ -465,9 +464,7 @@ def answers(index: DeployedSearchIndex) -> None:
 
 
 def follows(index: DeployedSearchIndex) -> None:
-    """SearchIndexFunction's IndexFollower.follow: passages of deleted items removed from
-    their scope's shard, or from every server's shard of the channel when the record names
-    no scope."""
+    """SearchIndexFunction's IndexFollower.follow: passages of deleted items removed."""
     index.remove([message_passage_id(TALK, "2")], scope=SERVER)
     index.remove([message_passage_id(TALK, "1")], scope=None)
 
@@ -480,41 +477,45 @@ KEYWORD_USES = {
 }
 
 
-def s3_granted(function: str) -> set[str]:
-    return {a for a in granted(function) if a.startswith("s3:")}
+def keyword_granted(function: str) -> set[str]:
+    return {
+        a
+        for a in granted(function)
+        if a.startswith("rds-data:") or a == "secretsmanager:GetSecretValue"
+    } - ({"secretsmanager:GetSecretValue"} if not keyword_statement_secrets(function) else set())
 
 
-def shard_rights_needed(made: set[str]) -> set[str]:
-    """The rights the calls made need. Reading a shard needs ListBucket too: S3 answers a
-    GetObject of a key it does not hold with 404 only to a role that may list the bucket
-    (403 to others, which the code takes for a failure); moto answers 404 to everyone."""
-    return made | ({"s3:ListBucket"} if "s3:GetObject" in made else set())
+def keyword_statement_secrets(function: str) -> bool:
+    """Whether the function's GetSecretValue grant names the keyword cluster's secret."""
+    secret = {"Fn::GetAtt": ["KeywordDbCluster", "MasterUserSecret.SecretArn"]}
+    return any(
+        secret in listed(s.get("Resource"))
+        for s in function_statements(translated_template(), function)
+    )
 
 
-def test_every_function_with_shard_rights_has_its_calls_watched() -> None:
-    assert {f for f in FUNCTIONS if s3_granted(f)} == set(KEYWORD_USES)
+def test_every_function_with_keyword_rights_has_its_calls_watched() -> None:
+    assert {f for f in FUNCTIONS if any(a.startswith("rds-data:") for a in granted(f))} == set(
+        KEYWORD_USES
+    )
 
 
 @pytest.mark.parametrize("function", sorted(KEYWORD_USES))
-def test_a_function_is_granted_exactly_the_keyword_shard_calls_it_makes(
-    function: str, call_log: CallLog, tmp_path: Path
+def test_a_function_is_granted_exactly_the_keyword_calls_it_makes(
+    function: str, call_log: CallLog
 ) -> None:
-    prefix = keyword_prefix(translated_template())
-    with mock_aws():
-        s3 = boto3.client("s3", region_name="us-east-1")
-        s3.create_bucket(Bucket=SHARDS_BUCKET)
-        # What consolidation left: the talk channel's shard and the server's facts.
-        seeded = S3KeywordIndex(SHARDS_BUCKET, prefix, client=s3, cache_dir=str(tmp_path / "a"))
-        seeded.add([said(TALK, "1", "Ada paddled a kayak"), said(TALK, "2", "rain again")])
-        seeded.add([alices_fact("Alice owns a kayak")])
-        # A cold container of the function: nothing cached yet.
-        shards = S3KeywordIndex(SHARDS_BUCKET, prefix, client=s3, cache_dir=str(tmp_path / "b"))
-        call_log.running = function
-        try:
-            KEYWORD_USES[function](DeployedSearchIndex(NoVectors(), shards))
-        finally:
-            call_log.running = None
-    made = {a for a in call_log.actions(function) if a.startswith("s3:")}
-    assert "s3:GetObject" in made  # the flow reached the shards
-    # Allowed, and no more: a reader granted a write, or a right no call makes, fails here.
-    assert shard_rights_needed(made) == s3_granted(function)
+    client = boto3.client("rds-data", region_name="us-east-1")
+    stubber = Stubber(client)
+    for _ in range(16):
+        stubber.add_response("execute_statement", {"records": []})
+    keywords = PostgresKeywordIndex(DataApiTransport(CLUSTER, SECRET, "botmemory", client=client))
+    call_log.running = function
+    try:
+        with stubber:
+            KEYWORD_USES[function](DeployedSearchIndex(NoVectors(), keywords))
+    finally:
+        call_log.running = None
+    made = {a for a in call_log.actions(function) if a.startswith("rds-data:")}
+    assert made == {"rds-data:ExecuteStatement"}  # the flow reached the database
+    # The Data API reads the secret with the caller's rights: that, and no more.
+    assert made | {"secretsmanager:GetSecretValue"} == keyword_granted(function)

@@ -343,13 +343,13 @@ def test_env_json_points_the_function_at_make_devs_stack(logical_id: str) -> Non
     assert variables["MEMORY_MODEL"] == "rules"
     assert variables["EMBEDDING_MODEL"] == ""
     assert variables["MEMORY_SEARCH_INDEX"].startswith("sqlite:")
-    # The embedded index holds its own keywords: no S3 keyword shards locally.
+    # The embedded index holds its own keywords: no keyword database locally.
     assert variables["MEMORY_KEYWORD_INDEX"] == ""
 
 
 @pytest.mark.parametrize("run", [{}, dev.search_environment()], ids=["make demo", "make dev"])
-def test_local_runs_leave_the_keyword_shards_unset(run: dict[str, str]) -> None:
-    """The template's MEMORY_KEYWORD_INDEX (its S3 bucket) resolves to empty in a local run,
+def test_local_runs_leave_the_keyword_database_unset(run: dict[str, str]) -> None:
+    """The template's MEMORY_KEYWORD_INDEX (its Aurora cluster) resolves to empty in a local run,
     whose embedded index keeps the keywords itself."""
     environment = LocalStack("http://127.0.0.1:8000", environment=run).environment()
     assert Template.load().function("RecallFunction").environment["MEMORY_KEYWORD_INDEX"] == ""

@@ -486,42 +486,37 @@ def test_tracing_is_lambdas_own_and_the_layer_ships_no_xray_sdk(template: dict[s
         assert "Tracer" not in handler.read_text(), handler
 
 
-def test_the_keyword_shards_bucket_is_private_tls_only_and_keeps_no_old_versions(
-    resources: dict[str, Any],
+def test_the_keyword_database_pauses_keeps_backups_the_least_and_leaves_nothing_behind(
+    resources: dict[str, Any], template: dict[str, Any]
 ) -> None:
-    """The keyword shards' bucket exists with search only. Deleted means gone: no versioning,
-    so a shard rewritten without a removed passage, or purged, leaves no old version behind."""
-    bucket = resources["SearchKeywordBucket"]
-    assert bucket["Type"] == "AWS::S3::Bucket"
-    assert bucket["Condition"] == "SearchOn"
-    properties = bucket["Properties"]
-    assert "VersioningConfiguration" not in properties
-    assert "ReplicationConfiguration" not in properties
-    assert properties["PublicAccessBlockConfiguration"] == dict.fromkeys(
-        ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"), True
-    )
-    assert properties["OwnershipControls"] == {
-        "Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]
-    }
-    (rule,) = properties["LifecycleConfiguration"]["Rules"]
-    assert rule["Status"] == "Enabled"
-    assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
-    # Encrypted either way: under the deployment's key when KmsKeyArn is set, as the table is
-    # (checkov cannot resolve the Fn::If: CKV_AWS_19 is skipped on the strength of this).
-    (encryption,) = properties["BucketEncryption"]["ServerSideEncryptionConfiguration"]
-    default = encryption["ServerSideEncryptionByDefault"]
-    assert default["SSEAlgorithm"] == {"Fn::If": ["HasKmsKey", "aws:kms", "AES256"]}
-    assert default["KMSMasterKeyID"] == {
+    """Aurora PostgreSQL Serverless v2 with the Data API, only with search on and
+    KeywordIndex=postgres. Deleted means gone: the shortest backup retention, no final
+    snapshot, no deletion protection; encrypted (under the deployment's key when set)."""
+    cluster = resources["KeywordDbCluster"]
+    assert cluster["Condition"] == "KeywordOn"
+    assert cluster["DeletionPolicy"] == cluster["UpdateReplacePolicy"] == "Delete"
+    properties = cluster["Properties"]
+    assert properties["Engine"] == "aurora-postgresql"
+    assert properties["EnableHttpEndpoint"] is True
+    assert properties["BackupRetentionPeriod"] == 1  # Aurora's minimum
+    assert properties["DeletionProtection"] is False
+    assert properties["StorageEncrypted"] is True
+    assert properties["KmsKeyId"] == {
         "Fn::If": ["HasKmsKey", {"Ref": "KmsKeyArn"}, {"Ref": "AWS::NoValue"}]
     }
-    policy = resources["SearchKeywordBucketPolicy"]
-    assert policy["Condition"] == "SearchOn"
-    assert policy["Properties"]["Bucket"] == {"Ref": "SearchKeywordBucket"}
-    (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
-    assert statement["Effect"] == "Deny" and statement["Principal"] == "*"
-    assert statement["Action"] == "s3:*"
-    assert statement["Condition"] == {"Bool": {"aws:SecureTransport": False}}
-    assert statement["Resource"] == [
-        {"Fn::GetAtt": ["SearchKeywordBucket", "Arn"]},
-        {"Fn::Sub": "${SearchKeywordBucket.Arn}/*"},
-    ]
+    assert properties["ManageMasterUserPassword"] is True
+    scaling = properties["ServerlessV2ScalingConfiguration"]
+    assert scaling["MinCapacity"] == 0 and scaling["SecondsUntilAutoPause"] == 300
+    instance = resources["KeywordDbInstance"]
+    assert instance["Condition"] == "KeywordOn"
+    assert instance["Properties"]["DBInstanceClass"] == "db.serverless"
+    assert instance["Properties"]["PubliclyAccessible"] is False
+    parameter = template["Parameters"]["KeywordIndex"]
+    assert parameter["AllowedValues"] == ["postgres", "none"]
+    assert template["Conditions"]["KeywordOn"] == {
+        "Fn::And": [
+            {"Condition": "SearchOn"},
+            {"Fn::Equals": [{"Ref": "KeywordIndex"}, "postgres"]},
+        ]
+    }
+    assert not [r for r in resources.values() if r["Type"] == "AWS::S3::Bucket"]  # no shards

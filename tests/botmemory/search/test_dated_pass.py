@@ -1,19 +1,18 @@
 """The keyword leg's dated pass (SearchQuery.during): a query naming a time also ranks what
 was said within it alone, fused with the other passes, on the embedded index and on the
-deployed keyword shards alike, and filters nothing out."""
+deployed keyword leg (PostgreSQL) alike, and filters nothing out."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.port import LISTED_SPAN_MS, SearchIndex, SearchQuery
+from botmemory.search.postgres_index import PostgresKeywordIndex
 from botmemory.search.sqlite_index import SqliteSearchIndex
-from tests.botmemory.search.test_deployed import BUCKET, POTTERY, deployed
+from tests.botmemory.search.test_deployed import POTTERY, deployed
 from tests.support.fake_embeddings import EmbeddingServer
 from tests.support.passages import message_passage
 
@@ -52,18 +51,17 @@ def found(index: SearchIndex, during: list[tuple[int, int]]) -> list[str]:
     return [hit.passage.id for hit in index.search(ask(during))]
 
 
-@pytest.fixture(params=["embedded", "shards"])
-def index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchIndex]:
+@pytest.fixture(params=["embedded", "postgres"])
+def index(request: pytest.FixtureRequest) -> Iterator[SearchIndex]:
     if request.param == "embedded":
         embedded = SqliteSearchIndex()
         embedded.add(PASSAGES)
         yield embedded
         embedded.close()
         return
-    client = request.getfixturevalue("s3")
-    shards = S3KeywordIndex(BUCKET, "keywords", client=client, cache_dir=str(tmp_path))
-    shards.add(PASSAGES)
-    yield shards
+    keywords: PostgresKeywordIndex = request.getfixturevalue("pg_index")
+    keywords.add(PASSAGES)
+    yield keywords
 
 
 def test_what_was_said_in_the_time_a_query_names_is_found_below_the_others(
@@ -105,10 +103,10 @@ def test_a_day_is_read_whole_and_a_month_is_not(index: SearchIndex) -> None:
 
 
 def test_the_deployed_index_reads_a_named_day_whole_too(
-    s3: Any, tmp_path: Path, embedding_server: EmbeddingServer
+    pg_index: PostgresKeywordIndex, embedding_server: EmbeddingServer
 ) -> None:
-    # What the template deploys: S3 Vectors' nearest beside the keyword shards.
-    index, _ = deployed(s3, tmp_path, embedding_server.base_url)
+    # What the template deploys: S3 Vectors' nearest beside the keyword leg.
+    index, _ = deployed(pg_index, embedding_server.base_url)
     quiet = message_passage("40", "I just needed some time alone by the lake", CHANNEL, GUILD)
     index.add([*POTTERY, quiet])
     asked = SearchQuery(
@@ -121,6 +119,6 @@ def test_the_deployed_index_reads_a_named_day_whole_too(
     def keyword_rank(hits: list[Any]) -> int | None:
         return next((h.keyword_rank for h in hits if h.passage.id == quiet.id), None)
 
-    # No word shared: the keyword shards find it only on the day asked about.
+    # No word shared: the keyword leg finds it only on the day asked about.
     assert keyword_rank(undated) is None
     assert keyword_rank(dated) is not None

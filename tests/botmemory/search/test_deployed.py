@@ -1,22 +1,21 @@
 """The deployed hybrid (botmemory.search.deployed): S3 Vectors' nearest passages (the
 service played in process, eval/vector_service.py, as moto has no QueryVectors) beside the
-keyword shards on moto's S3, with the project's `openai:` embedder against an
-OpenAI-compatible server on 127.0.0.1. A word the vector leg never proposes is found, and
+keyword leg on a real PostgreSQL (tests/support/postgres.py), with the project's `openai:`
+embedder against an OpenAI-compatible server on 127.0.0.1. A word the vector leg never proposes is found, and
 one leg failing never takes the other down."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from botmemory.search import build_search_index
 from botmemory.search.deployed import DeployedSearchIndex
 from botmemory.search.embeddings import EmbeddingError, OpenAIEmbedder
-from botmemory.search.keyword_shards import S3KeywordIndex
-from botmemory.search.port import KeywordsOnly, Passage, SearchQuery
+from botmemory.search.port import KeywordsOnly, Passage, SearchQuery, VectorsOnly
+from botmemory.search.postgres_index import PostgresKeywordIndex
+from botmemory.search.postgres_transport import KeywordIndexUnavailable, LocalTransport
 from botmemory.search.s3vectors_index import S3VectorsSearchIndex
 from botmemory.settings.config import ConfigError, Settings, settings_from
 from eval.vector_service import InMemoryS3Vectors
@@ -24,7 +23,6 @@ from tests.support.fake_embeddings import EmbeddingServer, closed_url, project_e
 from tests.support.fake_providers import serving
 from tests.support.passages import message_passage
 
-BUCKET = "deployed-keywords-test"
 GUILD = "100"
 CHANNEL = "200"
 NOW_S = 1_767_225_600
@@ -51,12 +49,11 @@ def server() -> Iterator[EmbeddingServer]:
 
 
 def deployed(
-    s3: Any, tmp_path: Path, base_url: str, candidates: int = 50
+    keywords: PostgresKeywordIndex, base_url: str, candidates: int = 50
 ) -> tuple[DeployedSearchIndex, S3VectorsSearchIndex]:
     vectors = S3VectorsSearchIndex(
         "vectors", "passages", embedder(base_url), client=InMemoryS3Vectors(), candidates=candidates
     )
-    keywords = S3KeywordIndex(BUCKET, "keywords", client=s3, cache_dir=str(tmp_path))
     return DeployedSearchIndex(vectors, keywords), vectors
 
 
@@ -66,9 +63,9 @@ RARE = message("20", "my cousin Thaddeus arrives on the ferry")
 
 
 def test_a_word_the_vector_leg_never_proposes_is_found(
-    s3: Any, tmp_path: Path, server: EmbeddingServer
+    pg_index: PostgresKeywordIndex, server: EmbeddingServer
 ) -> None:
-    index, vectors_alone = deployed(s3, tmp_path, server.base_url, candidates=3)
+    index, vectors_alone = deployed(pg_index, server.base_url, candidates=3)
     index.add([*POTTERY, RARE])
     # Its vector is the pottery concept's; only the name is a word a passage holds.
     ask = query("Thaddeus, ceramics?", limit=3)
@@ -81,9 +78,9 @@ def test_a_word_the_vector_leg_never_proposes_is_found(
 
 
 def test_an_embedding_endpoint_down_at_writing_leaves_the_words_searchable(
-    s3: Any, tmp_path: Path, server: EmbeddingServer
+    pg_index: PostgresKeywordIndex, server: EmbeddingServer
 ) -> None:
-    index, _ = deployed(s3, tmp_path, server.base_url)
+    index, _ = deployed(pg_index, server.base_url)
     server.down = True
 
     with pytest.raises(KeywordsOnly) as partial:
@@ -97,9 +94,9 @@ def test_an_embedding_endpoint_down_at_writing_leaves_the_words_searchable(
 
 
 def test_a_later_write_embeds_the_passages_the_vectors_missed(
-    s3: Any, tmp_path: Path, server: EmbeddingServer
+    pg_index: PostgresKeywordIndex, server: EmbeddingServer
 ) -> None:
-    index, vectors_alone = deployed(s3, tmp_path, server.base_url)
+    index, vectors_alone = deployed(pg_index, server.base_url)
     server.down = True
     with pytest.raises(KeywordsOnly):
         index.add([message("1", "Alice goes to a pottery class")])
@@ -111,13 +108,13 @@ def test_a_later_write_embeds_the_passages_the_vectors_missed(
 
     assert server.calls[-1] == ["Alice goes to a pottery class"]
     assert next(h.passage.id for h in index.search(query("ceramics"))) == f"M#{CHANNEL}#1"
-    assert index.keywords.vectors_pending([message("1", "")], 10) == []  # marks cleared
+    assert pg_index.write([], reembed=10) == []  # marks cleared
 
 
 def test_an_embedding_endpoint_down_at_search_answers_from_keywords(
-    s3: Any, tmp_path: Path
+    pg_index: PostgresKeywordIndex,
 ) -> None:
-    index, _ = deployed(s3, tmp_path, closed_url())
+    index, _ = deployed(pg_index, closed_url())
     index.keywords.add([RARE])
 
     hits = index.search(query("Thaddeus"))
@@ -126,35 +123,54 @@ def test_an_embedding_endpoint_down_at_search_answers_from_keywords(
     assert isinstance(getattr(hits, "vector_error", None), EmbeddingError)
 
 
-class BrokenS3:
-    def __getattr__(self, name: str) -> Any:
-        raise ConnectionError("S3 unreachable")
+def down() -> PostgresKeywordIndex:
+    """A keyword leg whose database does not answer (nothing listens on port 9)."""
+    return PostgresKeywordIndex(LocalTransport("postgresql://postgres@127.0.0.1:9/none"))
 
 
 def test_a_keyword_leg_that_fails_leaves_the_vectors_answering(
-    s3: Any, tmp_path: Path, server: EmbeddingServer
+    pg_index: PostgresKeywordIndex, server: EmbeddingServer
 ) -> None:
-    _index, vectors = deployed(s3, tmp_path, server.base_url)
+    _index, vectors = deployed(pg_index, server.base_url)
     vectors.add([message("1", "Alice goes to a pottery class")])
-    broken = DeployedSearchIndex(vectors, S3KeywordIndex(BUCKET, "keywords", client=BrokenS3()))
+    broken = DeployedSearchIndex(vectors, down())
 
     hits = broken.search(query("ceramics"))
 
     assert [h.passage.id for h in hits] == [f"M#{CHANNEL}#1"]
+    assert isinstance(getattr(hits, "keyword_error", None), KeywordIndexUnavailable)
 
 
-def test_both_legs_failing_is_an_error_for_the_caller_to_fail_open(tmp_path: Path) -> None:
+def test_a_keyword_leg_down_at_writing_still_writes_the_vectors(
+    server: EmbeddingServer,
+) -> None:
+    vectors = S3VectorsSearchIndex(
+        "vectors", "passages", embedder(server.base_url), client=InMemoryS3Vectors()
+    )
+    broken = DeployedSearchIndex(vectors, down())
+
+    with pytest.raises(VectorsOnly) as partial:
+        broken.add([message("1", "Alice goes to a pottery class")])
+
+    assert partial.value.written == 1
+    assert isinstance(partial.value.error, KeywordIndexUnavailable)
+    assert [p.id for p in vectors.passages()] == [f"M#{CHANNEL}#1"]
+
+
+def test_both_legs_failing_is_an_error_for_the_caller_to_fail_open() -> None:
     vectors = S3VectorsSearchIndex(
         "vectors", "passages", embedder(closed_url()), client=InMemoryS3Vectors()
     )
-    broken = DeployedSearchIndex(vectors, S3KeywordIndex(BUCKET, "keywords", client=BrokenS3()))
+    broken = DeployedSearchIndex(vectors, down())
 
-    with pytest.raises(ConnectionError):
+    with pytest.raises(KeywordIndexUnavailable):
         broken.search(query("anything"))
 
 
-def test_a_removal_empties_both_legs(s3: Any, tmp_path: Path, server: EmbeddingServer) -> None:
-    index, vectors = deployed(s3, tmp_path, server.base_url)
+def test_a_removal_empties_both_legs(
+    pg_index: PostgresKeywordIndex, server: EmbeddingServer
+) -> None:
+    index, vectors = deployed(pg_index, server.base_url)
     index.add([RARE, *POTTERY[:2]])
 
     index.remove([RARE.id], scope=GUILD)
@@ -167,11 +183,24 @@ def test_a_removal_empties_both_legs(s3: Any, tmp_path: Path, server: EmbeddingS
 def test_the_settings_choose_the_deployed_hybrid_only_beside_s3_vectors() -> None:
     common = {"table_name": "t", "embedding_model": "openai:fake-embed"}
     both = Settings(
-        **common, search_index="s3vectors:vectors/passages", keyword_index="s3:kw-bucket/keywords"
+        **common,
+        search_index="s3vectors:vectors/passages",
+        keyword_index="postgres:arn:aws:rds:eu-west-1:123456789012:cluster:memory-keywords",
+        # RDS names the cluster's managed secret "rds!cluster-<id>".
+        keyword_db_secret="arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds!cluster-1a2b-AbCdEf",
     )
     assert isinstance(build_search_index(both), DeployedSearchIndex)
     alone = Settings(**common, search_index="s3vectors:vectors/passages")
     assert not isinstance(build_search_index(alone), DeployedSearchIndex)
-    for spec in ("kw-bucket/keywords", "s3:kw-bucket", "s3:/keywords", "opensearch:x/y"):
+    no_secret = Settings(**common, search_index="s3vectors:vectors/passages",
+                         keyword_index="postgres:arn:aws:rds:eu-west-1:123456789012:cluster:c")  # fmt: skip
+    with pytest.raises(ConfigError, match="MEMORY_KEYWORD_DB_SECRET"):
+        build_search_index(no_secret)
+    for spec in (
+        "s3:kw-bucket/keywords",
+        "postgres:c",
+        "postgres:arn:aws:s3:::b",
+        "opensearch:x/y",
+    ):
         with pytest.raises(ConfigError, match="MEMORY_KEYWORD_INDEX"):
             settings_from({"MEMORY_KEYWORD_INDEX": spec})

@@ -4,18 +4,14 @@ and on the deployed keyword shards alike."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.keywords import feedback_terms
 from botmemory.search.port import SearchQuery
+from botmemory.search.postgres_index import PostgresKeywordIndex
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from tests.support.passages import message_passage
 
 GUILD = "100"
 CHANNEL = "200"
-BUCKET = "feedback-shards-test"
 
 # Asked about Zephyr, the first pass finds the two messages that name him; both also speak
 # of the dunes, and the third message, about the dunes alone, is found through them.
@@ -50,11 +46,12 @@ def test_the_embedded_index_finds_what_the_best_passages_lead_to() -> None:
     assert "M#200#4" not in found
 
 
-def test_the_deployed_shards_widen_the_query_the_same_way(s3: Any, tmp_path: Path) -> None:
-    index = S3KeywordIndex(BUCKET, "keywords", client=s3, cache_dir=str(tmp_path))
-    index.add(PASSAGES)
+def test_the_deployed_keyword_leg_widens_the_query_the_same_way(
+    pg_index: PostgresKeywordIndex,
+) -> None:
+    pg_index.add(PASSAGES)
 
-    found = [h.passage.id for h in index.search(ASK)]
+    found = [h.passage.id for h in pg_index.search(ASK)]
 
     assert set(found[:2]) == {"M#200#1", "M#200#2"}
     assert "M#200#3" in found and "M#200#4" not in found

@@ -7,15 +7,13 @@ in-process embedder that knows names, and on the deployed hybrid through the pro
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from botmemory.search.deployed import DeployedSearchIndex
 from botmemory.search.embeddings import question_for_vectors
-from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.port import Passage, PassageKind, SearchQuery
+from botmemory.search.postgres_index import PostgresKeywordIndex
 from botmemory.search.s3vectors_index import S3VectorsSearchIndex
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from eval.vector_service import InMemoryS3Vectors
@@ -23,7 +21,6 @@ from tests.support.fake_embeddings import EmbeddingServer, project_embedder
 from tests.support.fake_providers import serving
 from tests.support.passages import message_passage
 
-BUCKET = "question-vectors-test"  # the `s3` fixture creates it
 GUILD = "100"
 CHANNEL = "200"
 NOW_S = 1_767_225_600
@@ -119,13 +116,12 @@ def server() -> Iterator[EmbeddingServer]:
 
 
 def test_the_deployed_hybrid_embeds_the_question_without_its_names(
-    s3: Any, tmp_path: Path, server: EmbeddingServer
+    pg_index: PostgresKeywordIndex, server: EmbeddingServer
 ) -> None:
     vectors = S3VectorsSearchIndex(
         "vectors", "passages", project_embedder(server.base_url, 64), client=InMemoryS3Vectors()
     )
-    keywords = S3KeywordIndex(BUCKET, "keywords", client=s3, cache_dir=str(tmp_path))
-    index = DeployedSearchIndex(vectors, keywords)
+    index = DeployedSearchIndex(vectors, pg_index)
     answer = said_by("Melanie", "1", "Jogging clears my head")
     index.add([answer])
     ask = SearchQuery(

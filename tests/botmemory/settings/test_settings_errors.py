@@ -69,6 +69,8 @@ BAD: dict[str, str] = {
     "EMBEDDING_QUERY_PREFIX": "query: " * 20,
     "EMBEDDING_PASSAGE_PREFIX": "passage: " * 20,
     "MEMORY_KEYWORD_INDEX": "opensearch:memories",
+    "MEMORY_KEYWORD_DB_SECRET": "a database password",
+    "MEMORY_KEYWORD_DB_NAME": "Bot-Memory; DROP",
     "CHAT_MODEL": "claude-haiku",
     "CHAT_MODEL_BASE_URL": "localhost:11434/v1",
     "CHAT_MODEL_API_KEY": "sk chat secret",

@@ -53,6 +53,9 @@ def index_round(
         return
     outcome.index_writes += report.written  # a round over a backlog indexes each commit
     outcome.index_withdrawn += report.withdrawn
+    if report.keyword_error is not None:
+        # The keyword leg's database did not answer: found by meaning until re-indexed.
+        outcome.index_vectors_only = True
     if report.vector_error is not None:
         outcome.index_keywords_only = True
         outcome.embedding_dimensions_wrong = isinstance(

@@ -58,6 +58,9 @@ class Outcome:
     index_withdrawn: int = 0  # passages removed again: their source went meanwhile
     index_failed: bool = False  # the search index refused the round's passages (counted)
     index_keywords_only: bool = False  # written without vectors: embedding failed (counted)
+    # Written without keywords: the keyword leg's database did not answer (counted; found by
+    # meaning until `python -m botmemory.ops.reindex_keywords` indexes them again).
+    index_vectors_only: bool = False
     embedding_dimensions_wrong: bool = False  # EMBEDDING_DIMENSIONS is not the model's (alarmed)
     shadow_superseded: int = 0  # MEMORY_SUPERSESSION=shadow: what would have been superseded
     summary_recompressed: bool = False  # the channel summary needed a second model pass
@@ -102,14 +105,17 @@ def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
                 ("CandidatesWaiting", outcome.candidates_waiting),
                 ("CandidatesUnreadable", outcome.candidates_unreadable),
             ]
-            if outcome.index_failed:
-                figures.append(("SearchIndexFailed", 1))
-            if outcome.people_unwritten:
-                figures.append(("PeopleWritesFailed", 1))
-            if outcome.index_keywords_only:
-                figures.append(("SearchIndexKeywordsOnly", 1))
-            if outcome.embedding_dimensions_wrong:
-                figures.append(("EmbeddingDimensionsWrong", 1))
+            figures += [
+                (name, 1)
+                for name, happened in (
+                    ("SearchIndexFailed", outcome.index_failed),
+                    ("PeopleWritesFailed", outcome.people_unwritten),
+                    ("SearchIndexKeywordsOnly", outcome.index_keywords_only),
+                    ("SearchIndexVectorsOnly", outcome.index_vectors_only),
+                    ("EmbeddingDimensionsWrong", outcome.embedding_dimensions_wrong),
+                )
+                if happened
+            ]
         if outcome.status == Status.MODEL_FAILED:
             figures += _failure_figures(outcome)
         if outcome.status == Status.QUARANTINED:

@@ -84,6 +84,9 @@ class SearchStatus(StrEnum):
     TIMEOUT = "timeout"  # over MEMORY_SEARCH_TIMEOUT_MS: the block went out without passages
     FAILED = "failed"  # the index or the embedding model failed: likewise
     KEYWORDS_ONLY = "keywords_only"  # the vector leg failed; the keyword leg answered alone
+    # The deployed keyword leg failed (its database paused, throttled or down): the vectors
+    # answered alone.
+    VECTORS_ONLY = "vectors_only"
     # The model's vectors are not EMBEDDING_DIMENSIONS long (a setting to fix): passages from
     # keywords alone on an index with a keyword leg of its own, none on S3 Vectors.
     WRONG_DIMENSIONS = "wrong_dimensions"
@@ -107,6 +110,7 @@ class Found:
     episodes: list[Episode] = field(default_factory=list)
     dropped: int = 0  # hits whose table items are gone or changed
     vector_error: Exception | None = None  # why the vector leg did not answer, if it failed
+    keyword_error: Exception | None = None  # why the keyword leg did not answer, if it failed
 
 
 @dataclass
@@ -170,6 +174,7 @@ class SearchLeg:
         sources = passage_sources(self._repository, (h.passage for h in hits))
         found = checked(hits, sources, query, now_ms)
         found.vector_error = getattr(answered, "vector_error", None)
+        found.keyword_error = getattr(answered, "keyword_error", None)
         return found
 
 
@@ -282,7 +287,9 @@ def search_status(found: Found | None, error: Exception | None = None) -> Search
         return SearchStatus.WRONG_DIMENSIONS
     if error is not None:
         return SearchStatus.FAILED
-    return SearchStatus.OK if failure is None else SearchStatus.KEYWORDS_ONLY
+    if failure is None:
+        return SearchStatus.VECTORS_ONLY if found and found.keyword_error else SearchStatus.OK
+    return SearchStatus.KEYWORDS_ONLY
 
 
 def shown_here(found: Found, visibility: Visibility) -> Found:
@@ -301,7 +308,9 @@ def shown_here(found: Found, visibility: Visibility) -> Found:
         + len(found.facts)
         - len(facts)
     )
-    return Found(messages, facts, episodes, found.dropped + hidden, found.vector_error)
+    return Found(
+        messages, facts, episodes, found.dropped + hidden, found.vector_error, found.keyword_error
+    )
 
 
 # Relevance-first order ---------------------------------------------------------------

@@ -10,7 +10,7 @@ from botmemory.settings.config import ConfigError, Settings
 
 if TYPE_CHECKING:
     from botmemory.clock import Clock
-    from botmemory.search.keyword_shards import S3KeywordIndex
+    from botmemory.search.postgres_index import PostgresKeywordIndex
     from botmemory.search.shards import PurgeLedger
 
 __all__ = [
@@ -83,15 +83,26 @@ def build_search_index(
 
 def _keyword_index(
     settings: Settings, purges: PurgeLedger | None, clock: Clock | None
-) -> S3KeywordIndex | None:
-    """MEMORY_KEYWORD_INDEX=s3:<bucket>/<prefix>, the deployed keyword leg; None when unset."""
+) -> PostgresKeywordIndex | None:
+    """MEMORY_KEYWORD_INDEX, the deployed keyword leg: `postgres:<cluster ARN>` through the
+    RDS Data API (with MEMORY_KEYWORD_DB_SECRET), `postgresql://...` a local PostgreSQL;
+    None when unset."""
     spec = (settings.keyword_index or "").strip()
     if not spec:
         return None
-    kind, _, where = spec.partition(":")
-    bucket, _, prefix = where.partition("/")
-    if kind != "s3" or not bucket or not prefix.strip("/"):
-        raise ConfigError(f"MEMORY_KEYWORD_INDEX={spec!r} is not 's3:<bucket>/<prefix>' or unset")
-    from botmemory.search.keyword_shards import S3KeywordIndex
+    from botmemory.search.postgres_index import PostgresKeywordIndex
 
-    return S3KeywordIndex(bucket, prefix.strip("/"), purges=purges, clock=clock)
+    if spec.startswith("postgresql://"):
+        from botmemory.search.postgres_transport import LocalTransport
+
+        return PostgresKeywordIndex(LocalTransport(spec), clock=clock)
+    cluster = spec.removeprefix("postgres:")
+    if cluster == spec or not settings.keyword_db_secret:
+        raise ConfigError(
+            f"MEMORY_KEYWORD_INDEX={spec!r} needs postgres:<cluster ARN> and "
+            "MEMORY_KEYWORD_DB_SECRET (the secret the Data API signs in with)"
+        )
+    from botmemory.search.postgres_transport import DataApiTransport
+
+    transport = DataApiTransport(cluster, settings.keyword_db_secret, settings.keyword_db_name)
+    return PostgresKeywordIndex(transport, clock=clock)

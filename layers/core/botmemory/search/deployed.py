@@ -1,14 +1,17 @@
-"""The deployed hybrid: the S3 Vectors leg and the S3 keyword shards side by side
-(MEMORY_SEARCH_INDEX=s3vectors:... with MEMORY_KEYWORD_INDEX=s3:...), fused by reciprocal
-rank exactly as the embedded hybrid fuses its two legs, so a passage the vector leg never
-proposes is still found by its words.
+"""The deployed hybrid: the S3 Vectors leg and the keyword leg on PostgreSQL side by side
+(MEMORY_SEARCH_INDEX=s3vectors:... with MEMORY_KEYWORD_INDEX=postgres:...), fused by
+reciprocal rank exactly as the embedded hybrid fuses its two legs, so a passage the vector
+leg never proposes is still found by its words.
 
-One leg failing never takes the other down. Writing: keywords first, always; if the vectors
-then fail, the passages are marked pending in their shards (KeywordsOnly is raised, as the
-embedded index does) and a later write to the same shards embeds a page of them again.
-Searching: both legs run at once (the embedding call and the shard reads overlap); a failed
-vector leg leaves the keywords to answer (SearchHits.vector_error says why), a failed
-keyword leg leaves the vectors, logged.
+One leg failing never takes the other down. Writing: keywords first (one statement, which
+also answers the server's passages still waiting for vectors); if the vectors then fail, the
+passages are marked pending (KeywordsOnly is raised, as the embedded index does) and a later
+write embeds a page of them again. If the keywords fail (the database paused, throttled or
+down), the vectors are written all the same and VectorsOnly is raised: the round counts it,
+and `python -m botmemory.ops.reindex_keywords` indexes the table's passages again.
+Searching: both legs run at once (the embedding call and the keyword statement overlap); a
+failed vector leg leaves the keywords to answer (SearchHits.vector_error says why), a failed
+keyword leg leaves the vectors (SearchHits.keyword_error), logged and counted by recall.
 """
 
 from __future__ import annotations
@@ -19,9 +22,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
 from botmemory.search.fusion import fused_legs
-from botmemory.search.keyword_shards import S3KeywordIndex
 from botmemory.search.keywords import clip_query
-from botmemory.search.port import KeywordsOnly, Passage, SearchHit, SearchHits, SearchQuery
+from botmemory.search.port import (
+    KeywordsOnly,
+    Passage,
+    SearchHit,
+    SearchHits,
+    SearchQuery,
+    VectorsOnly,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +50,26 @@ class VectorLeg(Protocol):
     def passages(self) -> Iterator[Passage]: ...
 
 
-class DeployedSearchIndex:
-    """SearchIndex over a vector leg and the keyword shards."""
+class KeywordLeg(Protocol):
+    """What the deployed hybrid needs of a keyword index (PostgresKeywordIndex)."""
 
-    def __init__(self, vectors: VectorLeg, keywords: S3KeywordIndex) -> None:
+    def write(self, passages: Sequence[Passage], reembed: int = 0) -> list[Passage]: ...
+
+    def mark_vectors_pending(self, passages: Sequence[Passage], pending: bool) -> None: ...
+
+    def remove(self, ids: Iterable[str], scope: str | None = None) -> int: ...
+
+    def drop_scope(self, scope: str) -> int: ...
+
+    def search(self, query: SearchQuery) -> list[SearchHit]: ...
+
+    def passages(self) -> Iterator[Passage]: ...
+
+
+class DeployedSearchIndex:
+    """SearchIndex over a vector leg and a keyword leg."""
+
+    def __init__(self, vectors: VectorLeg, keywords: KeywordLeg) -> None:
         self.vectors = vectors
         self.keywords = keywords
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="search-leg")
@@ -52,19 +77,26 @@ class DeployedSearchIndex:
     def add(self, passages: Sequence[Passage]) -> int:
         if not passages:
             return 0
-        self.keywords.add(passages)
+        try:
+            pending = self.keywords.write(passages, REEMBED_PASSAGES)
+        except Exception as keyword_error:  # the keyword leg only: the vectors go in anyway
+            log.warning(
+                "keyword leg failed; passages indexed for vectors only",
+                extra={"error": repr(keyword_error)[:300]},
+            )
+            self.vectors.add(passages)
+            raise VectorsOnly(len(passages), keyword_error) from keyword_error
         try:
             self.vectors.add(passages)
         except Exception as error:  # the vector leg only: the words are in
             log.warning("passages indexed without vectors", extra={"error": repr(error)[:300]})
             self.keywords.mark_vectors_pending(passages, pending=True)
             raise KeywordsOnly(len(passages), error) from error
-        self._reembed(passages)
+        self._reembed(pending)
         return len(passages)
 
-    def _reembed(self, passages: Sequence[Passage]) -> None:
-        """Vectors for a page of passages marked pending in the shards just written."""
-        pending = self.keywords.vectors_pending(passages, REEMBED_PASSAGES)
+    def _reembed(self, pending: Sequence[Passage]) -> None:
+        """Vectors for a page of passages still marked pending (the write's own answer)."""
         if not pending:
             return
         try:
@@ -87,10 +119,10 @@ class DeployedSearchIndex:
         return len(keys)
 
     def drop_scope(self, scope: str) -> int:
-        """A server's purge: its keyword shards deleted, then the vector leg's own purge
+        """A server's purge: its keyword rows deleted, then the vector leg's own purge
         (ShardedS3VectorsIndex.drop_scope); returns what that returns."""
-        shards = self.keywords.drop_scope(scope)
-        log.info("keyword shards deleted", extra={"scope": scope, "shards": shards})
+        rows = self.keywords.drop_scope(scope)
+        log.info("keyword rows deleted", extra={"scope": scope, "rows": rows})
         drop = getattr(self.vectors, "drop_scope", None)
         return int(drop(scope)) if drop is not None else 0
 
@@ -119,6 +151,7 @@ class DeployedSearchIndex:
         keyword = [h.passage for h in keyword_hits]
         hits = SearchHits(fused_legs(keyword, nearest, query.limit))
         hits.vector_error = vector_error
+        hits.keyword_error = keyword_error
         return hits
 
     def passages(self) -> Iterator[Passage]:

@@ -29,7 +29,7 @@ from typing import Any
 from botmemory.clock import Clock
 from botmemory.records import Fact, FactStatus, MemoryScope
 from botmemory.search.passages import fact_passage, still_held
-from botmemory.search.port import KeywordsOnly, Passage, SearchIndex
+from botmemory.search.port import KeywordsOnly, Passage, SearchIndex, VectorsOnly
 from botmemory.search.sources import passage_sources
 from botmemory.storage import keys
 from botmemory.storage.items import from_item
@@ -44,6 +44,8 @@ class IndexReport:
     withdrawn: int = 0  # passages removed again: a source went while they were written
     # Why the passages went in for keywords only (marked for re-embedding), if they did.
     vector_error: Exception | None = None
+    # Why they went in for vectors only (the keyword leg's database did not answer), if they did.
+    keyword_error: Exception | None = None
 
 
 class IndexWriter:
@@ -62,16 +64,24 @@ class IndexWriter:
         if not passages:
             return IndexReport()
         vector_error: Exception | None = None
+        keyword_error: Exception | None = None
         try:
             written = self._index.add(passages)
         except KeywordsOnly as partial:  # written all the same: they must be checked too
             written, vector_error = partial.written, partial.error
+        except VectorsOnly as partial:  # likewise
+            written, keyword_error = partial.written, partial.error
         sources = passage_sources(self._repository, passages)
         now = self._clock.now_ms()
         stale = [p for p in passages if not still_held(p, sources.get(p.id, []), now)]
         for stale_scope, ids in by_scope((p.scope, p.id) for p in stale).items():
             self._index.remove(ids, scope=stale_scope)
-        return IndexReport(written=written, withdrawn=len(stale), vector_error=vector_error)
+        return IndexReport(
+            written=written,
+            withdrawn=len(stale),
+            vector_error=vector_error,
+            keyword_error=keyword_error,
+        )
 
     def withdraw(self, ids: Sequence[str], scope: str | None = None) -> None:
         """Remove these passages; a failure is logged. What stays is never shown (recall reads

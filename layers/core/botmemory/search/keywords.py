@@ -164,14 +164,14 @@ def fts_match(text: str, max_terms: int = MAX_QUERY_TERMS) -> str | None:
 
 
 # Pseudo-relevance feedback: a second keyword pass widened with the words the first pass's
-# best passages share, fused with the first (search/sqlite_index, search/keyword_shards).
+# best passages share, fused with the first (search/sqlite_index, search/postgres_sql).
 # `make eval` (docs/eval.md), keyword-only, strict, conversations 26 and 30, at 2,000 /
 # 4,000 / 8,000 characters: 71.9 / 82.3 / 86.1% without; with 8 words from the best 5
 # passages 72.7 / 84.0 / 89.6% (5 words: 72.7 / 83.5 / 88.3; 3: no change; 8 from the
 # best 10: 70.6 / 83.5 / 87.0; 5 from the best 3: no change).
 FEEDBACK_PASSAGES = 5
 FEEDBACK_TERMS = 8
-_MIN_FEEDBACK_CHARS = 3
+MIN_FEEDBACK_CHARS = 3  # the shortest feedback word (postgres_sql builds the same pass)
 
 
 def feedback_terms(terms: Sequence[str], best: Sequence[str]) -> list[str]:
@@ -191,7 +191,7 @@ def feedback_terms(terms: Sequence[str], best: Sequence[str]) -> list[str]:
         for token in set(tokens_of):
             holders[token] = holders.get(token, 0) + 1
     chosen = [
-        t for t in counts if t not in asked and len(t) >= _MIN_FEEDBACK_CHARS and holders[t] >= 2
+        t for t in counts if t not in asked and len(t) >= MIN_FEEDBACK_CHARS and holders[t] >= 2
     ]
     chosen.sort(key=lambda t: -counts[t])  # stable: first appearance breaks ties
     return chosen[:FEEDBACK_TERMS]

@@ -71,10 +71,11 @@ class SearchHit(BaseModel):
 
 
 class SearchHits(list[SearchHit]):
-    """Hits, and why the vector leg did not take part when it failed (the keyword leg then
-    answered alone: fail-open). A plain list means both legs answered."""
+    """Hits, and why a leg did not take part when it failed (the other then answered alone:
+    fail-open). A plain list means both legs answered."""
 
     vector_error: Exception | None = None
+    keyword_error: Exception | None = None  # the deployed keyword leg (its database)
 
 
 class KeywordsOnly(Exception):
@@ -83,6 +84,17 @@ class KeywordsOnly(Exception):
 
     def __init__(self, written: int, error: Exception) -> None:
         super().__init__(f"{written} passages indexed for keywords only: {error}")
+        self.written = written
+        self.error = error
+
+
+class VectorsOnly(Exception):
+    """add() wrote the passages' vectors but the keyword leg failed (its database paused,
+    throttled or down): they are found by meaning until the keyword leg indexes them again
+    (botmemory.ops.reindex_keywords)."""
+
+    def __init__(self, written: int, error: Exception) -> None:
+        super().__init__(f"{written} passages indexed for vectors only: {error}")
         self.written = written
         self.error = error
 

@@ -22,7 +22,6 @@ import threading
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botmemory.search import rules
@@ -80,8 +79,8 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS passages_scope_time ON passages (scope, time_ms)",
     # The rows a write re-embeds: those whose embedding failed (or predate the embedder).
     "CREATE INDEX IF NOT EXISTS passages_unembedded ON passages (pk) WHERE vector IS NULL",
-    # Passages whose vectors live in another index (a keyword shard of the deployed search,
-    # botmemory.search.keyword_shards) and could not be written there: retried later.
+    # Written by the keyword shards of earlier versions (removed): kept so that a removal
+    # still clears a file they left, never read.
     "CREATE TABLE IF NOT EXISTS vectors_pending (id TEXT PRIMARY KEY)",
     # External content: the text lives once, in passages.terms; triggers keep FTS in step.
     """CREATE VIRTUAL TABLE IF NOT EXISTS passages_fts USING fts5(
@@ -136,25 +135,6 @@ ORDER BY p.time_ms DESC, p.id LIMIT ?
 _REEMBED_SQL = """
 SELECT pk, passage FROM passages WHERE vector IS NULL OR vector_model IS NOT ? ORDER BY pk LIMIT ?
 """
-
-# Per connection: the FTS index's vocabulary, one row per term with the documents holding it.
-_VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.passages_vocab USING fts5vocab(main, passages_fts, 'row')"
-# Documents, and tokens over all of them (`terms` is tokens joined by single spaces).
-_SIZES = """
-SELECT count(*), sum(length(terms) - length(replace(terms, ' ', '')) + (terms != ''))
-FROM passages
-"""
-
-
-@dataclass(frozen=True)
-class KeywordAnswer:
-    """One file's keyword candidates, and the counts scoring them beside other files' needs."""
-
-    candidates: list[tuple[Passage, str]]  # best first by this file's bm25, with their tokens
-    documents: int
-    tokens: int
-    holding: dict[str, int]  # query term -> documents holding it
-
 
 # What a file written under older keyword rules drops before _SCHEMA builds it again.
 _OLD_KEYWORDS = (
@@ -251,20 +231,16 @@ def _rebuild_keywords(conn: sqlite3.Connection) -> None:
 class SqliteSearchIndex:
     """SearchIndex on one SQLite connection shared by threads behind a lock."""
 
-    def __init__(
-        self, path: str = ":memory:", embedder: Embedder | None = None, *, wal: bool = True
-    ) -> None:
-        """`wal=False` keeps the database in its one file (a keyword shard uploads it)."""
+    def __init__(self, path: str = ":memory:", embedder: Embedder | None = None) -> None:
         self._embedder = embedder
         self._lock = threading.Lock()
-        self._sizes: tuple[int, int] | None = None  # (documents, tokens), while unchanged
         # Autocommit: transactions are begun explicitly, so 3.11 and 3.13 behave alike.
         self._conn = sqlite3.connect(
             path, timeout=_BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
         )
         # Deleted rows are overwritten, not left in free pages: deleted means gone.
         self._conn.execute("PRAGMA secure_delete=ON").fetchall()
-        if wal and path not in (":memory:", ""):
+        if path not in (":memory:", ""):
             # WAL lets the other process of the dev stack read while this one writes.
             self._conn.execute("PRAGMA journal_mode=WAL").fetchall()
         with self._transaction() as conn:
@@ -281,7 +257,6 @@ class SqliteSearchIndex:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            self._sizes = None  # a write may change the counts keyword_answer keeps
             # IMMEDIATE takes the write lock up front, so a busy file waits here, not mid-way.
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -433,80 +408,6 @@ class SqliteSearchIndex:
             listed = self._read(_LISTED_SQL.format(where=where), [*params, depth])
             rows += [(str(pid), str(body), str(words)) for pid, body, words in listed]
         return list({row[0]: row for row in rows}.values())[:depth]
-
-    def keyword_answer(
-        self, query: SearchQuery, depth: int, terms: list[str] | None = None, dated: bool = False
-    ) -> KeywordAnswer:
-        """The keyword leg alone, one pass: up to `depth` candidates by this file's bm25, with
-        what scoring them across several files needs (their words, and this file's counts of
-        documents, tokens and documents holding each term). `terms`: the tokens to look for,
-        when not the query text's (a widened second pass); `dated`: candidates within the
-        query's time spans only (the counts stay the whole file's)."""
-        if terms is None:
-            text, _ = clip_query(query.text)
-            terms = query_terms(text) if text is not None else []
-        if not terms or query.channel_ids == [] or query.kinds == []:
-            return KeywordAnswer([], 0, 0, {})
-        if dated:
-            rows = self._dated_rows(terms, query, depth)
-        else:
-            rows = self._keyword_rows(terms, *_filters(query), depth)
-        candidates = [(Passage.model_validate_json(body), words) for _, body, words in rows]
-        with self._lock:
-            self._conn.execute(_VOCAB)
-            if self._sizes is None:  # a scan of every row: once until the next write
-                documents, words = self._conn.execute(_SIZES).fetchone()
-                self._sizes = (int(documents), int(words or 0))
-            documents, words = self._sizes
-            holding = dict(
-                self._conn.execute(
-                    f"SELECT term, doc FROM temp.passages_vocab WHERE term IN ({', '.join('?' * len(terms))})",  # nosec B608 # only '?' marks
-                    terms,
-                ).fetchall()
-            )
-        return KeywordAnswer(candidates, documents, words, holding)
-
-    def held(self, ids: Iterable[str]) -> set[str]:
-        """Which of these ids the index holds."""
-        distinct = list(dict.fromkeys(ids))
-        found: set[str] = set()
-        for start in range(0, len(distinct), _PAGE_ROWS):
-            page = distinct[start : start + _PAGE_ROWS]
-            marks = ", ".join("?" * len(page))
-            sql = f"SELECT id FROM passages WHERE id IN ({marks})"  # nosec B608 # only "?" marks are formatted in; the ids are bound
-            rows = self._read(sql, page)
-            found.update(str(row[0]) for row in rows)
-        return found
-
-    def compact(self) -> None:
-        """Merge the FTS segments (the words of deleted or replaced rows go with the merge),
-        then rebuild the file without free pages: no trace of them is left in it."""
-        with self._transaction() as conn:
-            conn.execute("INSERT INTO passages_fts (passages_fts) VALUES ('optimize')")
-        with self._lock:
-            self._conn.execute("VACUUM")
-
-    def set_vectors_pending(self, ids: Iterable[str], pending: bool) -> None:
-        """Mark (or clear) passages whose vectors another index still lacks."""
-        rows = [(i,) for i in dict.fromkeys(ids)]
-        if not rows:
-            return
-        sql = (
-            "INSERT OR IGNORE INTO vectors_pending (id) SELECT id FROM passages WHERE id = ?"
-            if pending
-            else "DELETE FROM vectors_pending WHERE id = ?"
-        )
-        with self._transaction() as conn:
-            conn.executemany(sql, rows)
-
-    def vectors_pending(self, limit: int) -> list[Passage]:
-        """Up to `limit` passages marked pending, oldest mark first."""
-        rows = self._read(
-            "SELECT p.passage FROM vectors_pending AS v JOIN passages AS p ON p.id = v.id "
-            "ORDER BY v.rowid LIMIT ?",
-            [limit],
-        )
-        return [Passage.model_validate_json(str(body)) for (body,) in rows]
 
     def _vector_leg(
         self, text: str, where: str, params: list[Param], depth: int

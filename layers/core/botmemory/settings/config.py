@@ -27,8 +27,17 @@ CHAT_API_KEY_ENV = "CHAT_MODEL_API_KEY"
 
 # A table name, or a table ARN (DynamoDB accepts both).
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,1024}$")
-# An S3 bucket name (3-63 lowercase letters, digits, dots, hyphens), then a key prefix.
-_KEYWORD_INDEX = re.compile(r"^s3:[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9!_.*'()/-]{1,200}$")
+# The keyword leg's database: an Aurora cluster's ARN (the RDS Data API), or a local
+# PostgreSQL's connection URL (tests, `make dev`, the eval, the bench).
+_KEYWORD_INDEX = re.compile(
+    r"^(postgres:arn:aws[a-z-]*:rds:[a-z0-9-]{1,32}:[0-9]{12}:cluster:[a-z][a-z0-9-]{0,62}"
+    r"|postgresql://\S{1,500})$"
+)
+_DATABASE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# A secret's ARN; an RDS-managed one is named "rds!cluster-<id>".
+_SECRET_ARN = re.compile(
+    r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]{1,32}:[0-9]{12}:secret:[A-Za-z0-9/_+=.@!-]{1,512}$"
+)
 # A Secrets Manager secret's name, or its (partial) ARN.
 _SECRET_ID = re.compile(r"^[A-Za-z0-9/_+=.@:-]{1,2048}$")
 _HTTP_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
@@ -132,9 +141,13 @@ class Settings(BaseModel):
     # Search over the whole history (docs/architecture.md section 9). `sqlite:<path>` (embedded, local
     # runs), `s3vectors:<bucket>/<index>` (AWS, needs an embedding model), unset: no search.
     search_index: str | None = None
-    # `s3:<bucket>/<prefix>`: the deployed keyword leg over the whole history, SQLite FTS5
-    # shards in S3 beside S3 Vectors (docs/search.md); unset: vectors alone, keywords re-rank.
+    # `postgres:<Aurora cluster ARN>` (the RDS Data API) or `postgresql://...` (a local
+    # PostgreSQL): the deployed keyword leg over the whole history beside S3 Vectors
+    # (docs/search.md); unset: vectors alone, keywords re-rank.
     keyword_index: str | None = None
+    # The Secrets Manager secret (ARN) the Data API signs in with, and the database's name.
+    keyword_db_secret: str | None = None
+    keyword_db_name: str = "botmemory"
     # `channel`: a channel's passages only; `guild`: every channel of the server (docs/configuration.md warns).
     search_scope: Literal["channel", "guild"] = "channel"
     search_timeout_ms: int = Field(default=800, ge=50, le=10_000)
@@ -204,7 +217,23 @@ class Settings(BaseModel):
     @classmethod
     def _keyword_index(cls, value: str | None) -> str | None:
         if value is not None and not _KEYWORD_INDEX.match(value):
-            raise ValueError("must be s3:<bucket>/<prefix>")
+            raise ValueError(
+                "must be postgres:<Aurora cluster ARN> or postgresql://<local database>"
+            )
+        return value
+
+    @field_validator("keyword_db_secret")
+    @classmethod
+    def _keyword_db_secret(cls, value: str | None) -> str | None:
+        if value is not None and not _SECRET_ARN.match(value):
+            raise ValueError("must be a Secrets Manager secret's ARN")
+        return value
+
+    @field_validator("keyword_db_name")
+    @classmethod
+    def _keyword_db_name(cls, value: str) -> str:
+        if not _DATABASE_NAME.match(value):
+            raise ValueError("must be a database name (lowercase letters, digits, '_')")
         return value
 
     @field_validator("model_base_url", "embedding_base_url", "chat_base_url")
@@ -339,6 +368,8 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_RECALL_MAX_PARTICIPANTS": "recall_max_participants",
     "MEMORY_SEARCH_INDEX": "search_index",
     "MEMORY_KEYWORD_INDEX": "keyword_index",
+    "MEMORY_KEYWORD_DB_SECRET": "keyword_db_secret",  # nosec B105 # a variable name, no secret
+    "MEMORY_KEYWORD_DB_NAME": "keyword_db_name",
     "MEMORY_SEARCH_SCOPE": "search_scope",
     "MEMORY_SEARCH_TIMEOUT_MS": "search_timeout_ms",
     "MEMORY_RECALL_SEARCH_CHARS": "recall_search_chars",
