@@ -175,8 +175,8 @@ def test_member_and_staff_layout() -> None:
         "quarantine",
         "history",
         "reset-summary",
-        "consent",
         "timezone",
+        "consent",
     ]
     assert all(sub["type"] == 1 for sub in member["options"])
 
