@@ -1,0 +1,173 @@
+"""Resume across processes: 8 shards over 2 tasks against a fake gateway on 127.0.0.1, one
+task stopped (the SIGTERM path: sockets closed with a resumable code, the forwarder
+settled, sessions saved, leases released) and one killed (nothing saved at the end: its
+leases expire), each replaced. Every replacement RESUMEs; no event is lost, no new
+IDENTIFY is sent, and no socket is ever closed with 1000 or 1001."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from relay.fleet import Fleet, FleetSettings
+from relay.identify_gate import IdentifyGate
+from relay.shard_client import ShardSettings
+from relay.sinks import Outcome, SendResult
+from relay.store import Store
+from relay.websocket import AiohttpConnector
+from tests.conftest import TABLE
+from tests.relay.fake_shards import FakeShardedGateway, serve_aiohttp
+from tests.relay.helpers import RecordingSink, make_forwarder
+
+SHARDS = 8
+LEASE_SECONDS = 30.0
+
+
+class Skewed:
+    """The table's clock: real time, moved on past a lease at once instead of waiting it out."""
+
+    def __init__(self) -> None:
+        self.skew = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.skew
+
+
+class MortalSink(RecordingSink):
+    """Records what it is sent until the task it belongs to dies; then accepts nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dead = False
+
+    def send(self, body: bytes) -> SendResult:
+        if self.dead:
+            return SendResult(Outcome.RETRY, "the task is dead")
+        return super().send(body)
+
+
+class Task:
+    """One relay task in process: its own forwarder, sink, connector and fleet."""
+
+    def __init__(self, name: str, fake: FakeShardedGateway, store: Store, tmp: Path) -> None:
+        self.sink = MortalSink()
+        self.forwarder = make_forwarder(self.sink, tmp / name, time.monotonic, max_seconds=0.02)
+        self.forwarder.start()
+        self.connector = AiohttpConnector()
+        self.stop = asyncio.Event()
+        self.fleet = Fleet(
+            FleetSettings(
+                SHARDS, 2, lease_seconds=LEASE_SECONDS, save_seconds=0.1, poll_seconds=0.05
+            ),
+            ShardSettings("token", fake.url, name),
+            store=store,
+            gate=IdentifyGate(store, fake.max_concurrency, 900),
+            connect=self.connector.connect,
+            forwarder=self.forwarder,
+            on_gap=lambda *gap: None,
+            offload=asyncio.to_thread,  # type: ignore[arg-type]
+            drain=lambda: self.forwarder.close(5.0),
+        )
+        self.run = asyncio.ensure_future(self.fleet.run(self.stop))
+
+    async def terminate(self) -> int:
+        """SIGTERM: the handover."""
+        self.stop.set()
+        code = await self.run
+        await self.connector.close()
+        return code
+
+    async def kill(self) -> None:
+        """SIGKILL: nothing more reaches the sink or the table; the sockets drop."""
+        self.sink.dead = True
+        self.run.cancel()
+        await asyncio.gather(self.run, return_exceptions=True)
+        await self.connector.close()
+        self.forwarder.close(0.1)
+
+    def message_ids(self) -> set[str]:
+        return {
+            json.loads(body)["events"][i]["d"]["id"]
+            for body in self.sink.bodies
+            for i in range(len(json.loads(body)["events"]))
+        }
+
+
+async def until(condition: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def test_tasks_stopped_or_killed_are_replaced_by_tasks_that_resume_and_lose_nothing(
+    dynamodb: Any, tmp_path: Path
+) -> None:
+    async def main() -> tuple[FakeShardedGateway, list[Task]]:
+        fake = FakeShardedGateway(shard_count=SHARDS, max_concurrency=SHARDS, clock=time.time)
+        runner, _ = await serve_aiohttp(fake)
+        clock = Skewed()
+        store = Store(dynamodb, TABLE, clock=clock)
+        emitting = True
+
+        async def emit() -> None:
+            while emitting:
+                for shard in list(fake.current):
+                    fake.emit(shard, 3)
+                await asyncio.sleep(0.01)
+
+        try:
+            first, second = Task("a", fake, store, tmp_path), Task("b", fake, store, tmp_path)
+            await until(lambda: len(fake.ready_shards()) == SHARDS)
+            producer = asyncio.ensure_future(emit())
+            await asyncio.sleep(0.3)
+            assert await first.terminate() == 0
+            third = Task("c", fake, store, tmp_path)
+            await until(
+                lambda: (
+                    third.fleet.held is not None
+                    and all(c.resumes for c in third.fleet.clients.values())
+                )
+            )
+            await asyncio.sleep(0.3)
+            # The killed task's sink is down first: events pile up in its forwarder (spooled
+            # on a disk that dies with it) while its sessions keep receiving.
+            second.sink.dead = True
+            await asyncio.sleep(0.3)
+            await second.kill()
+            await asyncio.sleep(0.3)  # events keep coming to the dead task's sessions
+            # The dead task's leases expire; the live one renews its own first.
+            clock.skew += LEASE_SECONDS + 1
+            await asyncio.sleep(0.3)
+            fourth = Task("d", fake, store, tmp_path)
+            await until(
+                lambda: (
+                    fourth.fleet.held is not None
+                    and all(c.resumes for c in fourth.fleet.clients.values())
+                )
+            )
+            await asyncio.sleep(0.3)
+            emitting = False
+            await producer
+            tasks = [first, second, third, fourth]
+            emitted = {m for ids in fake.emitted.values() for m in ids}
+            await until(lambda: emitted <= set().union(*(t.message_ids() for t in tasks)))
+            await third.terminate()
+            await fourth.terminate()
+            return fake, tasks
+        finally:
+            await runner.cleanup()
+
+    fake, tasks = asyncio.run(asyncio.wait_for(main(), 30))
+    # Eight IDENTIFYs at the start, none after: every replacement RESUMEd its shards.
+    assert len(fake.identifies) == SHARDS
+    assert sorted(shard for shard, ok in fake.resumes if ok) == list(range(SHARDS))
+    assert not [shard for shard, ok in fake.resumes if not ok]
+    assert not {1000, 1001} & set(fake.closes)
+    # Every message of the eight shards reached a sink (a few twice: stored once by id).
+    emitted = {m for ids in fake.emitted.values() for m in ids}
+    assert len(emitted) > 100
+    assert emitted <= set().union(*(t.message_ids() for t in tasks))
