@@ -372,8 +372,12 @@ class Forwarder:
     # Shutdown.
 
     def close(self, timeout: float = 10.0) -> None:
-        """Flush: send what is queued, spool what cannot be sent, within `timeout` seconds."""
+        """Flush: send what is queued, spool what cannot be sent, within `timeout` seconds.
+        Once: a second call (the fleet drains before saving sessions, then the app's
+        shutdown) does nothing."""
         with self._lock:
+            if self._stopping.is_set():
+                return
             self._stopping.set()
             self._wake.notify_all()
         if self._thread is None:

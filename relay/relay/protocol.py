@@ -50,6 +50,28 @@ FATAL_CLOSE_CODES = frozenset(
         CloseCode.DISALLOWED_INTENTS,
     }
 )
+LOGIN_REFUSED = "the bot token is wrong or was reset; put the current one in the secret"
+# Discord requires sharding from this many guilds per session (close code 4011).
+GUILDS_PER_SHARD_LIMIT = 2_500
+# The one line the relay logs for each: what it means and what the operator does.
+FATAL_ADVICE = {
+    CloseCode.AUTHENTICATION_FAILED: f"authentication failed: {LOGIN_REFUSED}",
+    CloseCode.INVALID_SHARD: (
+        'invalid shard: the shard count does not fit this bot (relay/README.md, "Sharding")'
+    ),
+    CloseCode.SHARDING_REQUIRED: (
+        "sharding required: the bot is in too many guilds for one gateway session (Discord "
+        f"requires sharding from {GUILDS_PER_SHARD_LIMIT:,} guilds); run more shards "
+        '(relay/README.md, "Sharding")'
+    ),
+    CloseCode.INVALID_API_VERSION: (
+        "invalid API version: Discord no longer accepts the relay's gateway version"
+    ),
+    CloseCode.INVALID_INTENTS: "invalid intents: the relay asks for an unknown intent",
+    CloseCode.DISALLOWED_INTENTS: (
+        "disallowed intents: enable Message Content Intent for the bot in the Developer Portal"
+    ),
+}
 # The session is gone after these: reconnect with a new IDENTIFY.
 NEW_SESSION_CLOSE_CODES = frozenset({CloseCode.INVALID_SEQ, CloseCode.SESSION_TIMED_OUT})
 # The code the relay closes its own sockets with (handover, zombie connection, RECONNECT).
