@@ -103,6 +103,7 @@ class FakeShardedGateway:
         self._bucket_free: dict[int, float] = {}
         self._ids = itertools.count(1)
         self.tasks: set[asyncio.Task[None]] = set()
+        self.rest: list[str | None] = []  # Authorization headers of GET /gateway/bot
 
     @property
     def identifies_refused(self) -> int:
@@ -272,7 +273,19 @@ async def serve_aiohttp(fake: FakeShardedGateway) -> tuple[web.AppRunner, str]:
         await out
         return ws
 
+    async def gateway_bot(request: web.Request) -> web.Response:
+        fake.rest.append(request.headers.get("Authorization"))
+        limit = {
+            "total": 1000,
+            "remaining": 1000 - len(fake.identifies),
+            "reset_after": 3_600_000,
+            "max_concurrency": fake.max_concurrency,
+        }
+        body = {"url": fake.url, "shards": fake.shard_count, "session_start_limit": limit}
+        return web.json_response(body)
+
     app = web.Application()
+    app.router.add_get("/api/v10/gateway/bot", gateway_bot)
     app.router.add_get("/", socket)
     app.router.add_get("/resume/", socket)
     app.router.add_get("/resume", socket)

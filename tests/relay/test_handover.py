@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
+from relay.app import run_gateway
+from relay.config import RelayConfig
 from relay.fleet import Fleet, FleetSettings
 from relay.identify_gate import IdentifyGate
 from relay.shard_client import ShardSettings
 from relay.sinks import Outcome, SendResult
-from relay.store import Store
+from relay.store import PARTITION, Store, shard_sk
 from relay.websocket import AiohttpConnector
 from tests.conftest import TABLE
 from tests.relay.fake_shards import FakeShardedGateway, serve_aiohttp
@@ -171,3 +177,58 @@ def test_tasks_stopped_or_killed_are_replaced_by_tasks_that_resume_and_lose_noth
     emitted = {m for ids in fake.emitted.values() for m in ids}
     assert len(emitted) > 100
     assert emitted <= set().union(*(t.message_ids() for t in tasks))
+
+
+def test_the_relay_process_path_holds_every_shard_and_hands_over_on_sigterm(
+    dynamodb: Any, tmp_path: Path
+) -> None:
+    """`run_gateway` in the fleet mode, as `python -m relay` runs it in ECS: the shard count
+    from GET /gateway/bot, every shard IDENTIFYd once, a real SIGTERM to this process,
+    then sessions saved and leases released in the table for the next task."""
+
+    fake = FakeShardedGateway(shard_count=3, max_concurrency=3, clock=time.time)
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(serve_aiohttp(fake))
+        ready.set()
+        loop.run_forever()
+
+    threading.Thread(target=serve, daemon=True).start()
+    assert ready.wait(5)
+
+    def terminate_when_ready() -> None:
+        deadline = time.monotonic() + 10
+        while len(fake.ready_shards()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    config = RelayConfig.from_env(
+        {
+            "INGEST_URL": "http://127.0.0.1:9/ingest",
+            "RELAY_TABLE_NAME": TABLE,
+            "RELAY_SPOOL_DIR": str(tmp_path),
+            "DISCORD_API_BASE": fake.url.replace("ws://", "http://") + "/api/v10",
+            "RELAY_SAVE_SECONDS": "0.1",
+            "RELAY_POLL_SECONDS": "0.1",
+        }
+    )
+    sink = MortalSink()
+    forwarder = make_forwarder(sink, tmp_path / "spool", time.monotonic, max_seconds=0.02)
+    threading.Thread(target=terminate_when_ready, daemon=True).start()
+    with mock.patch("relay.runner.dynamodb_client", return_value=dynamodb):
+        assert run_gateway(config, forwarder, "the-token") == 0
+    loop.call_soon_threadsafe(loop.stop)
+
+    assert fake.rest == ["Bot the-token"]
+    assert sorted(shard for _, shard, ok in fake.identifies if ok) == [0, 1, 2]
+    assert not {1000, 1001} & set(fake.closes)
+    for shard in range(3):
+        item = dynamodb.get_item(
+            TableName=TABLE, Key={"pk": {"S": PARTITION}, "sk": {"S": shard_sk(shard)}}
+        )["Item"]
+        assert item["session_id"]["S"] == fake.current[shard].session_id
+        assert float(item["lease_until"]["N"]) == 0  # released for the next task
+    assert (tmp_path / "alive").exists()  # the health check's file
