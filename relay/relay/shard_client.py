@@ -154,7 +154,15 @@ class ShardClient:
     async def run(self) -> Exit:
         failures = 0
         resume_failures = 0
+        first = True
         while not self.stopping.is_set():
+            if not first and not await self._still_mine():
+                log.warning(
+                    "shard %d: the lease went to another task; this one stops", self.shard_id
+                )
+                self.stopping.set()
+                break
+            first = False
             resuming = bool(self._session_id)
             url = self._resume_url if resuming else self._settings.gateway_url
             try:
@@ -184,6 +192,12 @@ class ShardClient:
             elif failures:
                 await self._pause(self._backoff.delay(failures - 1))
         return Exit.STOPPED
+
+    async def _still_mine(self) -> bool:
+        # Two tasks on one shard would take the session from each other at every RESUME;
+        # the lease decides before each reconnect, not only at the next renewal.
+        owner = self._settings.owner
+        return await self._offload(lambda: self._store.holds(self.shard_id, owner))
 
     async def _pause(self, seconds: float) -> None:
         """Sleep, or less if the client is asked to stop."""

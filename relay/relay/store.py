@@ -163,6 +163,12 @@ class Store:
             {":me": {"S": owner}, ":gone": {"N": "0"}},
         )
 
+    def holds(self, shard_id: int, owner: str) -> bool:
+        """Whether `owner` holds the shard's lease now (checked before every reconnect)."""
+        item = self._get(shard_sk(shard_id)) or {}
+        until = float(item.get("lease_until", {}).get("N", 0))
+        return bool(item.get("lease_owner", {}).get("S") == owner and until > self.clock())
+
     def session(self, shard_id: int) -> SavedSession | None:
         item = self._get(shard_sk(shard_id)) or {}
         if "session_id" not in item or "resume_url" not in item:
