@@ -210,33 +210,40 @@ class Store:
     def count_identify(self, cap: int, window_seconds: float) -> int | None:
         """Count one IDENTIFY in the daily window: the new count, or None when `cap` is
         reached (nothing counted). A window that ended starts again at 1."""
-        now = self.clock()
-        now_value = {"N": f"{now:.3f}"}
-        try:
-            answer = self._client.update_item(
-                TableName=self._table,
-                Key=self._key(DAY_SK),
-                UpdateExpression="SET identifies = identifies + :one",
-                ConditionExpression="window_end > :now AND identifies < :cap",
-                ExpressionAttributeValues={
+        while True:
+            now = self.clock()
+            now_value = {"N": f"{now:.3f}"}
+            try:
+                answer = self._client.update_item(
+                    TableName=self._table,
+                    Key=self._key(DAY_SK),
+                    UpdateExpression="SET identifies = identifies + :one",
+                    ConditionExpression="window_end > :now AND identifies < :cap",
+                    ExpressionAttributeValues={
+                        ":one": {"N": "1"},
+                        ":now": now_value,
+                        ":cap": {"N": str(cap)},
+                    },
+                    ReturnValues="UPDATED_NEW",
+                )
+                return int(answer["Attributes"]["identifies"]["N"])
+            except ClientError as error:
+                if not _refused(error):
+                    raise
+            if self._update(
+                DAY_SK,
+                "SET identifies = :one, window_end = :end",
+                "attribute_not_exists(window_end) OR window_end <= :now",
+                {
                     ":one": {"N": "1"},
+                    ":end": {"N": f"{now + window_seconds:.3f}"},
                     ":now": now_value,
-                    ":cap": {"N": str(cap)},
                 },
-                ReturnValues="UPDATED_NEW",
-            )
-            return int(answer["Attributes"]["identifies"]["N"])
-        except ClientError as error:
-            if not _refused(error):
-                raise
-        if self._update(
-            DAY_SK,
-            "SET identifies = :one, window_end = :end",
-            "attribute_not_exists(window_end) OR window_end <= :now",
-            {":one": {"N": "1"}, ":end": {"N": f"{now + window_seconds:.3f}"}, ":now": now_value},
-        ):
-            return 1
-        return None
+            ):
+                return 1
+            if self.identifies()[0] >= cap:
+                return None
+            # Another task opened the window between the two writes: count in it.
 
     def identifies(self) -> tuple[int, float]:
         """IDENTIFYs counted in the current window, and the seconds until it ends."""
