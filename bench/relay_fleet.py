@@ -27,7 +27,7 @@ from tables import print_table  # noqa: E402
 
 from botmemory.storage.schema import create_table  # noqa: E402
 from localrun.fakeaws import REGION  # noqa: E402
-from tests.conftest import TABLE  # noqa: E402
+from tests.relay.fake_shards import TABLE  # noqa: E402
 from tests.relay.test_handover import handover  # noqa: E402
 from tests.relay.test_identify_storm import storm  # noqa: E402
 

@@ -28,6 +28,9 @@ from aiohttp import WSMsgType, web
 from relay.protocol import IDENTIFY_WINDOW_SECONDS, Op
 
 _CLOSED = object()
+# The table the `dynamodb` fixture creates (tests/conftest.py's TABLE, which
+# test_leases checks), named here so that make bench need not import conftest.
+TABLE = "MemoryTable"
 
 
 @dataclass

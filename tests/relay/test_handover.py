@@ -25,8 +25,7 @@ from relay.shard_client import ShardSettings
 from relay.sinks import Outcome, SendResult
 from relay.store import PARTITION, Store, shard_sk
 from relay.websocket import AiohttpConnector
-from tests.conftest import TABLE
-from tests.relay.fake_shards import FakeShardedGateway, serve_aiohttp
+from tests.relay.fake_shards import TABLE, FakeShardedGateway, serve_aiohttp
 from tests.relay.helpers import RecordingSink, make_forwarder
 
 SHARDS = 8

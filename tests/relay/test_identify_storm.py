@@ -14,8 +14,7 @@ from relay.fleet import Fleet, FleetSettings
 from relay.identify_gate import IdentifyBudgetSpent, IdentifyGate, inline
 from relay.shard_client import ShardSettings
 from relay.store import Store
-from tests.conftest import TABLE
-from tests.relay.fake_shards import FakeShardedGateway, MemoryConnector
+from tests.relay.fake_shards import TABLE, FakeShardedGateway, MemoryConnector
 from tests.relay.virtual_time import run_virtual
 
 

@@ -11,8 +11,8 @@ from relay.fleet import Fleet, FleetSettings
 from relay.identify_gate import IdentifyGate, inline
 from relay.shard_client import ShardSettings
 from relay.store import SavedSession, Store
-from tests.conftest import TABLE
-from tests.relay.fake_shards import FakeShardedGateway, MemoryConnector
+from tests.conftest import TABLE as FIXTURE_TABLE
+from tests.relay.fake_shards import TABLE, FakeShardedGateway, MemoryConnector
 from tests.relay.test_identify_storm import Settled, until
 from tests.relay.virtual_time import run_virtual
 
@@ -93,3 +93,7 @@ def test_a_refused_session_identifies_and_reports_the_gap(dynamodb: Any) -> None
     ((shard, start, end),) = gaps
     assert shard == 0 and start == last_event_ms
     assert end - start >= 30 * 60 * 1000
+
+
+def test_the_fake_names_the_fixtures_table() -> None:
+    assert TABLE == FIXTURE_TABLE

@@ -489,7 +489,7 @@ def test_the_identify_filters_read_the_gates_own_lines(
 ) -> None:
     from relay.identify_gate import IdentifyBudgetSpent, IdentifyGate, inline
     from relay.store import Store
-    from tests.conftest import TABLE
+    from tests.relay.fake_shards import TABLE
 
     gate = IdentifyGate(Store(dynamodb, TABLE), 16, 2, offload=inline)
 
