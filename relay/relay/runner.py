@@ -17,6 +17,7 @@ from relay.backoff import Backoff
 from relay.config import RelayConfig
 from relay.fleet import Fleet, FleetSettings
 from relay.forwarder import Forwarder
+from relay.health import ALIVE_FILE
 from relay.identify_gate import IdentifyGate, in_thread
 from relay.logs import REFUSED_EVENT, fields
 from relay.protocol import FATAL_ADVICE, GATEWAY_VERSION, CloseCode
@@ -28,7 +29,6 @@ from relay.websocket import AiohttpConnector
 log = logging.getLogger("relay")
 
 DISCORD_API = f"https://discord.com/api/v{GATEWAY_VERSION}"
-ALIVE_FILE = "alive"
 
 
 async def gateway_info(api_base: str, token: str, stop: asyncio.Event) -> GatewayInfo | None:
