@@ -114,7 +114,8 @@ def run_fleet(config: RelayConfig, forwarder: Forwarder, token: str, client: Any
             gate=IdentifyGate(store, info.max_concurrency, config.identify_max_per_day),
             connect=connector.connect,
             forwarder=forwarder,
-            on_gap=lambda *gap: None,  # logged by the client as a relay_gap line
+            # Logged by the client as a relay_gap line, and kept in the table.
+            on_gap=lambda shard, start, end: store.record_gap(shard, count, start, end),
             offload=in_thread,
             drain=lambda: forwarder.close(config.shutdown_seconds),
             alive_file=config.spool_dir / ALIVE_FILE,

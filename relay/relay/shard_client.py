@@ -25,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import aiohttp
@@ -346,7 +347,7 @@ class ShardClient:
                     GAP_EVENT, {"shard": self.shard_id, "from_ms": gap_from, "to_ms": now}
                 ),
             )
-            self._on_gap(self.shard_id, gap_from, now)
+            await self._offload(partial(self._on_gap, self.shard_id, gap_from, now))
         self._last_event_ms = now
         self.ready.set()
         snapshot = self.snapshot()

@@ -23,6 +23,9 @@ SHARD_COUNT_SK = "SHARDS"
 DAY_SK = "IDENTIFY#DAY"
 BUCKET_PREFIX = "IDENTIFY#BUCKET#"
 SHARD_PREFIX = "SHARD#"
+# A gap a shard could not receive (a session Discord refused): kept for catching up.
+GAP_PREFIX = "GAP#"
+GAP_DAYS = 14
 _REFUSED = "ConditionalCheckFailedException"
 
 
@@ -187,6 +190,32 @@ class Store:
             shard_count=int(item.get("shard_count", {}).get("N", 0)),
             last_event_ms=int(item.get("last_event_ms", {}).get("N", 0)),
         )
+
+    def record_gap(self, shard_id: int, shard_count: int, from_ms: int, to_ms: int) -> None:
+        """Keep a gap (from the last event received to the new READY) for catching up; it
+        expires after GAP_DAYS (the table's TTL attribute `expires_at`)."""
+        self._client.put_item(
+            TableName=self._table,
+            Item={
+                **self._key(f"{GAP_PREFIX}{to_ms:013d}#{shard_id:05d}"),
+                "shard_id": {"N": str(shard_id)},
+                "shard_count": {"N": str(shard_count)},
+                "from_ms": {"N": str(from_ms)},
+                "to_ms": {"N": str(to_ms)},
+                "expires_at": {"N": str(int(self.clock()) + GAP_DAYS * 86_400)},
+            },
+        )
+
+    def gaps(self) -> list[dict[str, int]]:
+        """The gaps recorded, oldest first (for the tests; a catch-up worker would read them)."""
+        answer = self._client.query(
+            TableName=self._table,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :gap)",
+            ExpressionAttributeValues={":pk": {"S": PARTITION}, ":gap": {"S": GAP_PREFIX}},
+            ConsistentRead=True,
+        )
+        fields = ("shard_id", "shard_count", "from_ms", "to_ms")
+        return [{f: int(item[f]["N"]) for f in fields} for item in answer.get("Items", [])]
 
     # IDENTIFY counters.
 

@@ -17,6 +17,15 @@ from tests.relay.test_identify_storm import Settled, until
 from tests.relay.virtual_time import run_virtual
 
 
+def record(
+    gaps: list[tuple[int, int, int]] | None, store: Store, count: int, gap: tuple[int, int, int]
+) -> None:
+    """What relay.runner does with a gap (keep it in the table), and the test's own list."""
+    if gaps is not None:
+        gaps.append(gap)
+    store.record_gap(gap[0], count, gap[1], gap[2])
+
+
 def fleet(
     fake: FakeShardedGateway,
     store: Store,
@@ -33,7 +42,7 @@ def fleet(
         gate=IdentifyGate(store, fake.max_concurrency, 900, offload=inline),
         connect=MemoryConnector(fake).connect,
         forwarder=Settled(),
-        on_gap=lambda *gap: (gaps if gaps is not None else []).append(gap),
+        on_gap=lambda *gap: record(gaps, store, fake.shard_count, gap),
         offload=inline,
     )
 
@@ -69,7 +78,7 @@ def test_two_tasks_on_one_shard_the_lease_decides_and_the_loser_stops(dynamodb: 
 
 
 def test_a_refused_session_identifies_and_reports_the_gap(dynamodb: Any) -> None:
-    async def main() -> tuple[list[tuple[int, int, int]], FakeShardedGateway, int]:
+    async def main() -> tuple[list[tuple[int, int, int]], FakeShardedGateway, int, Store]:
         loop = asyncio.get_running_loop()
         fake = FakeShardedGateway(shard_count=1, clock=loop.time)
         store = Store(dynamodb, TABLE, clock=loop.time)
@@ -85,14 +94,16 @@ def test_a_refused_session_identifies_and_reports_the_gap(dynamodb: Any) -> None
         await until(lambda: len(fake.ready_shards()) == 1, 60)
         stop.set()
         await run
-        return gaps, fake, last_event_ms
+        return gaps, fake, last_event_ms, store
 
-    (gaps, fake, last_event_ms), _ = run_virtual(main())
+    (gaps, fake, last_event_ms, store), _ = run_virtual(main())
     assert fake.resumes == [(-1, False)]
     assert len(fake.identifies) == 1
     ((shard, start, end),) = gaps
     assert shard == 0 and start == last_event_ms
     assert end - start >= 30 * 60 * 1000
+    # Kept in the table for catching up, with the shard count it belongs to.
+    assert store.gaps() == [{"shard_id": 0, "shard_count": 1, "from_ms": start, "to_ms": end}]
 
 
 def test_the_fake_names_the_fixtures_table() -> None:
