@@ -127,15 +127,20 @@ class Store:
     def renew(
         self, shard_id: int, owner: str, seconds: float, session: SavedSession | None
     ) -> bool:
-        """Extend a lease this owner holds, saving the session with it; False if lost."""
+        """Extend a lease this owner holds, saving the session with it; False if lost. A
+        lease another task took and let go at once (its claim of a range failed halfway)
+        is free again: the holder takes it back rather than losing it."""
+        now = self.clock()
         values: dict[str, Any] = {
             ":me": {"S": owner},
-            ":until": {"N": f"{self.clock() + seconds:.3f}"},
+            ":until": {"N": f"{now + seconds:.3f}"},
+            ":now": {"N": f"{now:.3f}"},
         }
-        expression = "SET lease_until = :until"
+        expression = "SET lease_owner = :me, lease_until = :until"
         if session is not None:
             expression += _session_set(values, session)
-        return self._update(shard_sk(shard_id), expression, "lease_owner = :me", values)
+        condition = "lease_owner = :me OR lease_until < :now"
+        return self._update(shard_sk(shard_id), expression, condition, values)
 
     def save(
         self, shard_id: int, owner: str, session: SavedSession, *, release: bool = False

@@ -167,7 +167,9 @@ def handover(dynamodb: Any, tmp_path: Path) -> tuple[FakeShardedGateway, list[Ta
             await asyncio.sleep(0.3)  # events keep coming to the dead task's sessions
             # The dead task's leases expire; the live one renews its own first.
             clock.skew += LEASE_SECONDS + 1
-            await asyncio.sleep(0.3)
+            held = third.fleet.held
+            assert held is not None
+            await until(lambda: all(store.holds(shard, "c") for shard in held))
             fourth = Task("d", fake, store, tmp_path)
             await until(
                 lambda: (
@@ -197,7 +199,7 @@ def test_tasks_stopped_or_killed_are_replaced_by_tasks_that_resume_and_lose_noth
 ) -> None:
     fake, tasks = handover(dynamodb, tmp_path)
     # Eight IDENTIFYs at the start, none after: every replacement RESUMEd its shards.
-    assert len(fake.identifies) == SHARDS
+    assert len(fake.identifies) == SHARDS, (fake.identifies, fake.resumes, fake.closes)
     assert sorted(shard for shard, ok in fake.resumes if ok) == list(range(SHARDS))
     assert not [shard for shard, ok in fake.resumes if not ok]
     assert not {1000, 1001} & set(fake.closes)
