@@ -54,6 +54,7 @@ from model_calls import bench_model_calls  # noqa: E402
 from moto import mock_aws  # noqa: E402
 from raid import bench_raid  # noqa: E402
 from reads import bench_answer, bench_recall  # noqa: E402
+from relay_fleet import bench_relay_fleet  # noqa: E402
 from scale import bench_scale  # noqa: E402
 from world import Lab  # noqa: E402
 from writes import (  # noqa: E402
@@ -94,6 +95,7 @@ def main() -> int:
         bench_cost(lab, fleet_rate)  # table 8, prices.toml's prices
         bench_raid(lab)  # table 9d: the raid of 10,000 (the tests run 1,000)
         lab.close()
+    bench_relay_fleet()  # table 10: restarts and IDENTIFY storms of the relay's fleet
     print(f"(bench finished in {time.perf_counter() - started:.1f} s)")
     return 0
 

@@ -92,6 +92,17 @@ def build_forwarder(config: RelayConfig, sink: Sink | None = None) -> Forwarder:
 
 
 def run_gateway(config: RelayConfig, forwarder: Forwarder, token: str) -> int:
+    if config.fleet:
+        # Shard ranges over tasks, RESUME across processes (relay.fleet).
+        from relay.runner import run_fleet
+
+        return run_fleet(config, forwarder, token)
+    return run_single(config, forwarder, token)
+
+
+def run_single(config: RelayConfig, forwarder: Forwarder, token: str) -> int:
+    """Without a table (`make dev`, a one-off run): discord.py's client, one shard, a
+    per-process IDENTIFY ledger; no RESUME across restarts."""
     # Imported here so the replay mode and the tests of the core never load discord.py.
     from relay.gateway import (
         IDENTIFY_SPACING_SECONDS,

@@ -14,12 +14,15 @@ MAX_BATCH_BYTES = 900_000
 # Discord allows 1000 IDENTIFYs a day and resets the token beyond; stay far below it.
 DEFAULT_IDENTIFY_PER_DAY = 100
 MAX_IDENTIFY_PER_DAY = 900
-# Discord requires sharding from this many guilds (the gateway closes with 4011). Every
-# shard is one relay process; they share the token's daily IDENTIFYs, so each shard's
+# Without a table (one relay per shard, SHARD_ID): every shard is one relay process; they share the token's daily IDENTIFYs, so each shard's
 # bound is a share of MAX_IDENTIFY_PER_DAY, and no more shards than that bound allows.
-GUILDS_PER_SHARD_LIMIT = 2_500
 MAX_SHARD_COUNT = MAX_IDENTIFY_PER_DAY
 LOG_FORMATS = ("text", "json")
+# With RELAY_TABLE_NAME (the fleet mode: relay.fleet), one cap for every task together,
+# counted in the table: short of Discord's 1,000, past which the token is reset.
+DEFAULT_FLEET_IDENTIFY_PER_DAY = 900
+MAX_TASK_COUNT = 1_000
+MAX_FLEET_SHARDS = 100_000
 
 
 class ConfigError(ValueError):
@@ -63,6 +66,19 @@ class RelayConfig:
     # token is sent there, so only ever an address the operator controls.
     discord_api_base: str | None = None
     discord_gateway_url: str | None = None
+    # The fleet mode (relay.fleet): the main stack's table holds the leases, the sessions
+    # and the IDENTIFY counters; this task is one of `task_count`, each holding a range of
+    # `shard_count` shards (None: Discord's recommendation, pinned in the table).
+    table_name: str | None = None
+    task_count: int = 1
+    shard_count: int | None = None
+    lease_seconds: float = 30.0
+    save_seconds: float = 5.0
+    poll_seconds: float = 2.0
+
+    @property
+    def fleet(self) -> bool:
+        return self.table_name is not None
 
     @property
     def state_dir(self) -> Path:
@@ -75,8 +91,15 @@ class RelayConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RelayConfig:
         values = _Env(os.environ if env is None else env)
-        shard = _shard(values)
+        table_name = values.text("RELAY_TABLE_NAME")
+        fleet = table_name is not None
+        shard = None if fleet else _shard(values)
         shards = 1 if shard is None else shard.count
+        if fleet and values.text("SHARD_ID") is not None:
+            raise ConfigError(
+                "SHARD_ID is for one relay per shard; with RELAY_TABLE_NAME every task "
+                "claims a range of shards (set SHARD_COUNT alone, or leave it to Discord)"
+            )
         config = cls(
             ingest_function_name=values.text("INGEST_FUNCTION_NAME"),
             ingest_url=values.text("INGEST_URL"),
@@ -95,6 +118,14 @@ class RelayConfig:
             ),
             identify_max_per_day=values.integer(
                 "RELAY_IDENTIFY_MAX_PER_DAY",
+                DEFAULT_FLEET_IDENTIFY_PER_DAY,
+                1,
+                MAX_IDENTIFY_PER_DAY,
+                why="for every task together",
+            )
+            if fleet
+            else values.integer(
+                "RELAY_IDENTIFY_MAX_PER_DAY",
                 min(DEFAULT_IDENTIFY_PER_DAY, MAX_IDENTIFY_PER_DAY // shards),
                 1,
                 MAX_IDENTIFY_PER_DAY // shards,
@@ -109,7 +140,22 @@ class RelayConfig:
             shard=shard,
             discord_api_base=values.text("DISCORD_API_BASE"),
             discord_gateway_url=values.text("DISCORD_GATEWAY_URL"),
+            table_name=table_name,
+            task_count=values.integer("RELAY_TASK_COUNT", 1, 1, MAX_TASK_COUNT),
+            shard_count=(
+                values.integer("SHARD_COUNT", 1, 1, MAX_FLEET_SHARDS)
+                if fleet and values.text("SHARD_COUNT") is not None
+                else None
+            ),
+            lease_seconds=values.number("RELAY_LEASE_SECONDS", 30.0, 5.0, 600.0),
+            save_seconds=values.number("RELAY_SAVE_SECONDS", 5.0, 0.05, 60.0),
+            poll_seconds=values.number("RELAY_POLL_SECONDS", 2.0, 0.05, 60.0),
         )
+        if config.save_seconds * 3 > config.lease_seconds:
+            raise ConfigError(
+                "RELAY_SAVE_SECONDS must be at most a third of RELAY_LEASE_SECONDS "
+                "(a lease is renewed at every save; one late renewal must not lose it)"
+            )
         if bool(config.ingest_function_name) == bool(config.ingest_url):
             raise ConfigError("set exactly one of INGEST_FUNCTION_NAME or INGEST_URL")
         if config.ingest_url and not config.ingest_url.startswith(("http://", "https://")):

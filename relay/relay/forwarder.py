@@ -121,6 +121,10 @@ class Forwarder:
         self._abandoned = False
         self._closed = False  # set by the final step; later events have nowhere to go
         self._stats = Stats()
+        # Tickets (`submit_ticket`): events queued, and events the sink has settled, in
+        # order; an earlier run's spooled backlog is settled first, so it starts below 0.
+        self._queued = 0
+        self._settled = -spool.backlog_events
         self._ignored_types: Counter[str] = Counter()
         # An earlier run's backlog is drained before anything new is sent.
         self._outage = len(spool) > 0
@@ -136,27 +140,35 @@ class Forwarder:
 
         A guild event too large for one batch goes as several parts (`events.split`), each
         counted as one event received."""
+        return self.submit_ticket(name, payload)[0]
+
+    def submit_ticket(self, name: str, payload: Any) -> tuple[bool, int]:
+        """`submit`, and the event's ticket: once `settled` reaches it, the event and every
+        one before it has been delivered or refused by the sink (not merely spooled on
+        this task's disk, which dies with the task). A gateway session resumes from the
+        last sequence whose ticket is settled, so a killed task loses nothing."""
         if name not in FORWARDED_EVENTS:
             with self._lock:
                 self._count(ignored=1)
                 self._ignored_types[name[:60]] += 1
-            return False
+                return False, self._queued
         encoded = self._encode(name, payload)
         with self._lock:
             if not encoded:
                 self._count(dropped=1)
-                return False
+                return False, self._queued
             if self._closed:
                 log.warning("%s arrived after shutdown; dropped", name)
                 self._count(dropped=len(encoded))
-                return False
+                return False, self._queued
             self._count(received=len(encoded))
+            self._queued += len(encoded)
             opens = len(self._batcher) == 0
             sealed = [batch for event in encoded for batch in self._batcher.add(event)]
             self._ready.extend(sealed)
             if sealed or opens:
                 self._wake.notify()
-        return True
+            return True, self._queued
 
     def _encode(self, name: str, payload: Any) -> list[bytes]:
         if not isinstance(payload, dict):
@@ -200,6 +212,12 @@ class Forwarder:
     def stats(self) -> Stats:
         with self._lock:
             return replace(self._stats, backlog=self._spool.backlog_events)
+
+    @property
+    def settled(self) -> int:
+        """The highest ticket whose event, and all before it, the sink has settled."""
+        with self._lock:
+            return self._settled
 
     @property
     def ignored_types(self) -> dict[str, int]:
@@ -310,6 +328,7 @@ class Forwarder:
             log.warning("sink rejected a batch of %d events, not retried: %s", count, result.reason)
             with self._lock:
                 self._count(rejected=count)
+                self._settled += count
             return
         for rejection in result.rejected:
             log.warning(
@@ -323,11 +342,13 @@ class Forwarder:
                 forwarded=count - len(result.rejected),
                 rejected=len(result.rejected),
             )
+            self._settled += count
 
     def _to_spool(self, batch: Batch) -> None:
         dropped = self._spool.append(batch.body(), batch.count)
         with self._lock:
             self._count(spooled=batch.count, dropped=dropped)
+            self._settled += dropped  # lost for good: nothing to wait for
 
     def _drain_spool(self) -> None:
         for _ in range(_DRAIN_PER_STEP):
@@ -351,8 +372,12 @@ class Forwarder:
     # Shutdown.
 
     def close(self, timeout: float = 10.0) -> None:
-        """Flush: send what is queued, spool what cannot be sent, within `timeout` seconds."""
+        """Flush: send what is queued, spool what cannot be sent, within `timeout` seconds.
+        Once: a second call (the fleet drains before saving sessions, then the app's
+        shutdown) does nothing."""
         with self._lock:
+            if self._stopping.is_set():
+                return
             self._stopping.set()
             self._wake.notify_all()
         if self._thread is None:

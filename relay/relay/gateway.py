@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import json
 import logging
 import threading
@@ -31,48 +30,15 @@ from discord.gateway import DiscordWebSocket, KeepAliveHandler
 from discord.http import Route
 
 from relay.backoff import Backoff
-from relay.config import GUILDS_PER_SHARD_LIMIT, Shard
+from relay.config import Shard
 from relay.forwarder import Forwarder
 from relay.identify import IdentifyLedger
 from relay.logs import REFUSED_EVENT, fields
+from relay.protocol import FATAL_ADVICE, FATAL_CLOSE_CODES, LOGIN_REFUSED, CloseCode
 
 log = logging.getLogger(__name__)
 
 
-class CloseCode(enum.IntEnum):
-    """Gateway close codes after which reconnecting cannot help (Discord's "Gateway Close
-    Event Codes"); discord.py raises them as `ConnectionClosed` (4014 as
-    `PrivilegedIntentsRequired`) instead of reconnecting."""
-
-    AUTHENTICATION_FAILED = 4004
-    INVALID_SHARD = 4010
-    SHARDING_REQUIRED = 4011
-    INVALID_API_VERSION = 4012
-    INVALID_INTENTS = 4013
-    DISALLOWED_INTENTS = 4014
-
-
-_LOGIN_REFUSED = "the bot token is wrong or was reset; put the current one in the secret"
-# The one line the relay logs for each: what it means and what the operator does.
-_WHAT_TO_DO = {
-    CloseCode.AUTHENTICATION_FAILED: f"authentication failed: {_LOGIN_REFUSED}",
-    CloseCode.INVALID_SHARD: (
-        'invalid shard: SHARD_ID and SHARD_COUNT do not fit this bot (relay/README.md, "Sharding")'
-    ),
-    CloseCode.SHARDING_REQUIRED: (
-        "sharding required: the bot is in too many guilds for one gateway session (Discord "
-        f"requires sharding from {GUILDS_PER_SHARD_LIMIT:,} guilds); run one relay per shard "
-        'with SHARD_ID and SHARD_COUNT (relay/README.md, "Sharding")'
-    ),
-    CloseCode.INVALID_API_VERSION: (
-        "invalid API version: Discord no longer accepts this discord.py's gateway version; "
-        "upgrade discord.py"
-    ),
-    CloseCode.INVALID_INTENTS: "invalid intents: relay_intents() asks for an unknown intent",
-    CloseCode.DISALLOWED_INTENTS: (
-        "disallowed intents: enable Message Content Intent for the bot in the Developer Portal"
-    ),
-}
 # Keep this many of Discord's daily session starts untouched (shared with any other
 # process using the same token, such as the bot itself).
 SESSION_START_RESERVE = 100
@@ -200,7 +166,7 @@ def fatal_close_code(error: BaseException) -> CloseCode | None:
     """The close code of a session Discord ended for good, or None."""
     if isinstance(error, discord.PrivilegedIntentsRequired):
         return CloseCode.DISALLOWED_INTENTS
-    if isinstance(error, discord.ConnectionClosed) and error.code in set(CloseCode):
+    if isinstance(error, discord.ConnectionClosed) and error.code in FATAL_CLOSE_CODES:
         return CloseCode(error.code)
     return None
 
@@ -213,10 +179,10 @@ def refusal(error: BaseException) -> str:
     """One line for a fatal error: the close code or the error, and what to do about it."""
     code = fatal_close_code(error)
     if code is None:
-        return f"{error!r}: {_LOGIN_REFUSED}"
+        return f"{error!r}: {LOGIN_REFUSED}"
     shard = getattr(error, "shard_id", None)
     where = "" if shard is None else f" (shard {shard})"
-    return f"close code {int(code)}{where}, {_WHAT_TO_DO[code]}"
+    return f"close code {int(code)}{where}, {FATAL_ADVICE[code]}"
 
 
 class GatewayRunner:

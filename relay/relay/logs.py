@@ -18,6 +18,11 @@ from datetime import UTC, datetime
 HEALTH_EVENT = "relay_health"
 # Discord refused the relay for good (bad token, intents, sharding); the relay exits (gateway.py).
 REFUSED_EVENT = "relay_gateway_refused"
+# One IDENTIFY counted against the day's (identify_gate.py), and one the daily cap refused.
+IDENTIFY_EVENT = "relay_identify"
+IDENTIFY_REFUSED_EVENT = "relay_identify_refused"
+# A session that could not be resumed: events between from_ms and to_ms were not received.
+GAP_EVENT = "relay_gap"
 
 _FIELDS = "relay_fields"  # the LogRecord attribute that carries an event's fields
 

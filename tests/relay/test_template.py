@@ -22,11 +22,19 @@ import discord
 import pytest
 
 from relay.app import log_formatter
-from relay.config import GUILDS_PER_SHARD_LIMIT, MAX_SHARD_COUNT, RelayConfig, Shard
+from relay.config import (
+    DEFAULT_FLEET_IDENTIFY_PER_DAY,
+    MAX_FLEET_SHARDS,
+    MAX_TASK_COUNT,
+    RelayConfig,
+)
 from relay.gateway import GatewayRunner
+from relay.health import STALE_SECONDS
 from relay.identify import IdentifyLedger
 from relay.logs import HEALTH_EVENT, REFUSED_EVENT
+from relay.protocol import GUILDS_PER_SHARD_LIMIT
 from relay.sinks import Outcome, SendResult
+from relay.store import PARTITION
 from tests.relay.helpers import Clock, RecordingSink, make_forwarder
 from tests.support.sam_tools import assert_lint_clean, assert_sam_validates, load_template
 
@@ -83,11 +91,13 @@ def test_sam_validate_accepts_the_template() -> None:
 # --- least privilege ---------------------------------------------------------------
 
 
-def test_the_task_role_can_only_invoke_ingest_function(resources: dict[str, Any]) -> None:
+def test_the_task_role_can_only_invoke_ingest_function_and_keep_its_items(
+    resources: dict[str, Any],
+) -> None:
     role = resources["TaskRole"]
-    assert [(_actions(s), s["Resource"], s["Effect"]) for s in _statements(role)] == [
-        (["lambda:InvokeFunction"], {"Ref": "IngestFunctionArn"}, "Allow")
-    ]
+    statements = [(_actions(s), s["Resource"], s["Effect"]) for s in _statements(role)]
+    assert statements[0] == (["lambda:InvokeFunction"], {"Ref": "IngestFunctionArn"}, "Allow")
+    assert len(statements) == 2  # the other: the table's RELAY partition (test below)
     assert "ManagedPolicyArns" not in role["Properties"]
     assert resources["TaskDefinition"]["Properties"]["TaskRoleArn"] == {
         "Fn::GetAtt": ["TaskRole", "Arn"]
@@ -174,10 +184,17 @@ def _environment_with_defaults(
 ) -> dict[str, str]:
     """The container's environment as ECS would set it with the parameters' defaults."""
     parameters = {name: str(p.get("Default", "")) for name, p in template["Parameters"].items()}
-    parameters.update(IngestFunctionArn=INGEST_ARN, **{"AWS::Region": "us-east-1"})
+    parameters.update(
+        IngestFunctionArn=INGEST_ARN, TableName="MemoryTable", **{"AWS::Region": "us-east-1"}
+    )
     environment: dict[str, str] = {}
     for entry in _container(resources)["Environment"]:
         value = entry["Value"]
+        if isinstance(value, dict) and "Fn::If" in value:
+            # Only AutoShardCount: true with the default ShardCount of 0.
+            condition, when_true, _ = value["Fn::If"]
+            assert condition == "AutoShardCount" and parameters["ShardCount"] == "0"
+            value = when_true
         environment[entry["Name"]] = parameters[value["Ref"]] if isinstance(value, dict) else value
     return environment
 
@@ -188,22 +205,50 @@ def test_the_relay_accepts_the_task_environment(
     config = RelayConfig.from_env(_environment_with_defaults(template, resources))
     assert config.ingest_function_name == INGEST_ARN
     assert config.log_format == "json"
-    assert config.shard == Shard(0, 1)
-    assert config.state_dir == config.spool_dir / "shard-0"
+    # The fleet mode: leases in the table, Discord's shard count, one task.
+    assert config.fleet and config.table_name == "MemoryTable"
+    assert config.shard is None and config.shard_count is None and config.task_count == 1
+    assert config.identify_max_per_day == DEFAULT_FLEET_IDENTIFY_PER_DAY
 
 
-def test_one_task_per_shard_and_the_shard_limits_match_the_relay(
+def test_task_count_tasks_and_the_shard_limits_match_the_relay(
     template: dict[str, Any], resources: dict[str, Any]
 ) -> None:
     service = resources["Service"]["Properties"]
-    assert service["DesiredCount"] == 1
+    assert service["DesiredCount"] == {"Ref": "TaskCount"}
     assert service["LaunchType"] == "FARGATE"
     environment = {e["Name"]: e["Value"] for e in _container(resources)["Environment"]}
-    assert environment["SHARD_ID"] == {"Ref": "ShardId"}
-    assert environment["SHARD_COUNT"] == {"Ref": "ShardCount"}
+    assert "SHARD_ID" not in environment
+    assert environment["RELAY_TASK_COUNT"] == {"Ref": "TaskCount"}
     parameters = template["Parameters"]
-    assert parameters["ShardCount"]["MaxValue"] == MAX_SHARD_COUNT
+    assert parameters["ShardCount"]["MaxValue"] == MAX_FLEET_SHARDS
+    assert parameters["TaskCount"]["MaxValue"] == MAX_TASK_COUNT
     assert f"{GUILDS_PER_SHARD_LIMIT:,} guilds" in parameters["ShardCount"]["Description"]
+    assert parameters["IdentifyAlarmAt"]["MaxValue"] <= DEFAULT_FLEET_IDENTIFY_PER_DAY
+
+
+def test_a_deploy_hands_over_without_a_deadlock(resources: dict[str, Any]) -> None:
+    """New tasks start before the old stop (MaximumPercent 200) and are healthy on standby:
+    the health check reads a file the fleet touches with or without a lease."""
+    deployment = resources["Service"]["Properties"]["DeploymentConfiguration"]
+    assert (deployment["MinimumHealthyPercent"], deployment["MaximumPercent"]) == (100, 200)
+    check = _container(resources)["HealthCheck"]
+    assert check["Command"] == ["CMD", "python", "-m", "relay.health"]
+    # Stale after far longer than any loop turn, so a healthy standby task never fails it.
+    assert check["Interval"] * check["Retries"] < STALE_SECONDS
+
+
+def test_the_task_role_reaches_the_relay_partition_alone(resources: dict[str, Any]) -> None:
+    statements = _statements(resources["TaskRole"])
+    (table,) = [s for s in statements if any(a.startswith("dynamodb:") for a in _actions(s))]
+    assert sorted(_actions(table)) == [
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+    ]
+    assert table["Condition"] == {
+        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [PARTITION]}
+    }
 
 
 def test_ecs_waits_for_the_shutdown_flush(resources: dict[str, Any]) -> None:
@@ -399,7 +444,12 @@ def test_every_alarm_watches_a_published_metric_and_says_what_to_check(
         for t in f["MetricTransformations"]
     }
     alarms = _of_type(resources, "AWS::CloudWatch::Alarm")
-    assert set(alarms) == {"RelaySilentAlarm", "RelaySinkDownAlarm", "RelayGatewayRefusedAlarm"}
+    assert set(alarms) == {
+        "RelaySilentAlarm",
+        "RelaySinkDownAlarm",
+        "RelayGatewayRefusedAlarm",
+        "RelayIdentifyBudgetAlarm",
+    }
     topic = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
     for name, alarm in alarms.items():
         assert (json.dumps(alarm["Namespace"]), alarm["MetricName"]) in published, name
@@ -432,3 +482,40 @@ def test_a_sink_down_for_the_whole_window_is_an_alarm(resources: dict[str, Any])
         1,
     )
     assert down["TreatMissingData"] == "notBreaching"  # silence is RelaySilentAlarm's
+
+
+def test_the_identify_filters_read_the_gates_own_lines(
+    dynamodb: Any, relay_log: io.StringIO, resources: dict[str, Any]
+) -> None:
+    from relay.identify_gate import IdentifyBudgetSpent, IdentifyGate, inline
+    from relay.store import Store
+    from tests.relay.fake_shards import TABLE
+
+    gate = IdentifyGate(Store(dynamodb, TABLE), 16, 2, offload=inline)
+
+    async def turns() -> None:
+        await gate.turn(0)
+        await gate.turn(1)
+        with pytest.raises(IdentifyBudgetSpent):
+            await gate.turn(2)
+
+    asyncio.run(turns())
+    filters = {
+        name: f
+        for name, f in _of_type(resources, "AWS::Logs::MetricFilter").items()
+        if f["MetricTransformations"][0]["MetricName"] == "IdentifiesToday"
+    }
+    assert set(filters) == {"IdentifiesMetricFilter", "IdentifyRefusedMetricFilter"}
+    values = [
+        metric_value(f["MetricTransformations"][0], line)
+        for line in _lines(relay_log)
+        for f in filters.values()
+        if matches(f["FilterPattern"], line)
+    ]
+    assert values == [1, 2, 2]  # two counted, then the refusal at the cap of 2
+    alarm = resources["RelayIdentifyBudgetAlarm"]["Properties"]
+    assert (alarm["MetricName"], alarm["Statistic"], alarm["Threshold"]) == (
+        "IdentifiesToday",
+        "Maximum",
+        {"Ref": "IdentifyAlarmAt"},
+    )
