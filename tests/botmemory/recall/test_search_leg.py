@@ -361,6 +361,41 @@ def test_a_relevant_episode_is_preferred_to_merely_recent_ones(
     ]
 
 
+def test_a_fact_that_repeats_a_better_one_in_other_words_gives_its_room_away(
+    searching: MemoryServices,
+) -> None:
+    consolidated(searching, [said(ALICE, "Morning everyone", START_MS)])
+    put_facts(
+        searching.repository,
+        [
+            fact(ALICE, "Alice is looking into counseling and mental health jobs", START_MS, 5),
+            fact(ALICE, "Alice has been looking into counseling or mental health work", START_MS),
+            fact(ALICE, "Alice looks into mental health counseling jobs", START_MS),
+            fact(ALICE, "Alice volunteers at a mental health helpline", START_MS),
+            # One word of four apart: two facts, both kept.
+            fact(ALICE, "Alice collects stamps from Spain", START_MS, 3),
+            fact(ALICE, "Alice collects stamps from France", START_MS, 3),
+        ],
+    )
+
+    shown = [
+        f["text"]
+        for f in ask(searching, "What mental health work does Alice want?")["facts"][ALICE]
+    ]
+    unasked = [f["text"] for f in ask(searching, None)["facts"][ALICE]]
+
+    # One of the three saying one thing (the best-ranked: it shares "work" with the question),
+    # then what else is relevant.
+    assert shown[:2] == [
+        "Alice has been looking into counseling or mental health work",
+        "Alice volunteers at a mental health helpline",
+    ]
+    assert sum("counseling" in t for t in shown) == 1
+    assert sum("counseling" in t for t in unasked) == 1
+    assert {"Alice collects stamps from Spain", "Alice collects stamps from France"} <= set(unasked)
+    assert len(unasked) == 4
+
+
 def test_an_episode_naming_the_asked_about_is_not_about_the_question_and_waits_for_room(
     dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
 ) -> None:

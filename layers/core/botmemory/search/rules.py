@@ -45,6 +45,8 @@ class SearchRules:
     asking_when: bool = True
     # query_snippet: a long message shown as the sentences sharing the query's words.
     snippets: bool = True
+    # rank_facts: a fact repeating a better one (FACT_REPEAT_SHARE) left out.
+    fact_repeats_out: bool = True
     # rank_facts / rank_episodes: a subject's name does not make a fact or episode relevant.
     relevance_without_names: bool = True
     # rank_facts / rank_episodes: facts and episodes the query is not about wait for the
