@@ -14,6 +14,7 @@ from botmemory.search.keywords import MAX_TOKENS, query_terms
 from botmemory.search.port import Passage, PassageKind, SearchQuery
 from botmemory.search.postgres_index import PostgresKeywordIndex
 from botmemory.search.postgres_sql import Statement
+from botmemory.search.postgres_transport import LocalTransport
 from botmemory.search.sqlite_index import CANDIDATE_FACTOR, SqliteSearchIndex
 from tests.support.passages import message_passage
 
@@ -221,6 +222,18 @@ def test_migrations_run_once_and_a_schema_older_than_the_code_is_brought_up(
     assert [h.passage.id for h in pg_index.search(ask("Thaddeus"))] == [f"M#{CHANNEL}#1"]
 
 
+def test_no_session_of_the_keyword_database_compiles_statements_with_jit(
+    pg_index: PostgresKeywordIndex, pg_dsn: str
+) -> None:
+    # JIT compiling the search statement cost 0.1 s to 2.2 s on a big history (docs/search.md).
+    assert rows(pg_index, "SHOW jit") == [("off",)]  # the session that migrated
+    later = LocalTransport(pg_dsn)  # a session opened after: a Data API pooled one too
+    try:
+        assert later.execute(postgres_sql.Statement("SHOW jit")) == [("off",)]
+    finally:
+        later.close()
+
+
 HOSTILE = [
     "Robert'); DROP TABLE kw_passages;-- and :scope ::text $1 %s %(x)s \\ \" ' ; */ /*",
     "nul\x00inside the \x00 text",
@@ -318,10 +331,10 @@ def test_a_round_deletes_rows_past_their_own_expiry_with_no_call_more(
 def test_a_common_word_alone_scores_only_the_newest_rows_holding_it(
     pg_index: PostgresKeywordIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The bound on a query's work: rows are picked by the terms few documents hold; a query
-    of common words alone scores the newest rows holding one (the time index)."""
-    monkeypatch.setattr(postgres_sql, "MAX_TERM_DOCS", 2)
-    monkeypatch.setattr(postgres_sql, "COMMON_SCAN_ROWS", 3)
+    """The bound on a query's work: rows are picked by the rarest terms within a budget of
+    documents; a query of common words alone scores the newest rows that hold one."""
+    monkeypatch.setattr(postgres_sql, "ROW_BUDGET", 2)
+    monkeypatch.setattr(postgres_sql, "WINDOW_ROWS", 3)
     pg_index.add(
         [message_passage(str(n), f"weather report {n}", CHANNEL, GUILD) for n in range(1, 9)]
     )
@@ -329,6 +342,51 @@ def test_a_common_word_alone_scores_only_the_newest_rows_holding_it(
 
     rare = [h.passage.id for h in pg_index.search(ask("weather zeppelin"))]
     common = [h.passage.id for h in pg_index.search(ask("weather"))]
+    unknown = [h.passage.id for h in pg_index.search(ask("weather xylophone"))]
 
     assert rare == [f"M#{CHANNEL}#20"]  # "weather" alone no longer picks rows
     assert sorted(common) == sorted(f"M#{CHANNEL}#{n}" for n in (20, 8, 7))  # the newest 3
+    assert sorted(unknown) == sorted(common)  # a word no passage holds picks nothing
+
+
+def test_the_rarest_terms_pick_rows_within_the_budget_and_the_window_reads_only_the_newest(
+    pg_index: PostgresKeywordIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres_sql, "ROW_BUDGET", 3)
+    monkeypatch.setattr(postgres_sql, "WINDOW_ROWS", 2)
+    pg_index.add(
+        [message_passage("1", "amber", CHANNEL, GUILD)]
+        + [message_passage(str(n), "basalt", CHANNEL, GUILD) for n in (2, 3)]
+        + [message_passage(str(n), "cobalt", CHANNEL, GUILD) for n in (4, 5, 6, 7)]
+        + [message_passage(str(n), "quiet words", CHANNEL, GUILD) for n in (8, 9)]
+    )
+
+    both = {h.passage.id for h in pg_index.search(ask("amber basalt"))}  # 1 + 2 documents
+    rarest = {h.passage.id for h in pg_index.search(ask("amber cobalt"))}  # 1 + 4: over 3
+    window = pg_index.search(ask("cobalt"))  # 4 documents: the newest 2 rows hold no cobalt
+
+    assert both == {f"M#{CHANNEL}#{n}" for n in (1, 2, 3)}
+    assert rarest == {f"M#{CHANNEL}#1"}
+    assert window == []
+
+
+def test_a_named_day_of_common_words_reads_that_days_newest_rows(
+    pg_index: PostgresKeywordIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres_sql, "ROW_BUDGET", 1)
+    monkeypatch.setattr(postgres_sql, "WINDOW_ROWS", 2)
+    day = 86_400_000
+    pg_index.add(
+        [
+            message_passage(str(n), "weather", CHANNEL, GUILD).model_copy(
+                update={"time_ms": n * day // 4}
+            )
+            for n in range(1, 13)
+        ]
+    )
+
+    found = {h.passage.id for h in pg_index.search(ask("weather", during=[(day, 2 * day)]))}
+
+    # The day holds passages 4 to 7 (its listing shows them all); the undated passes read the
+    # newest 2 of all time (11 and 12), never the rest.
+    assert found == {f"M#{CHANNEL}#{n}" for n in (4, 5, 6, 7, 11, 12)}

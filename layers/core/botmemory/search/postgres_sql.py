@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from botmemory.search.port import LISTED_SPAN_MS, SearchQuery
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # One lock id for migrations (pg_advisory_xact_lock): concurrent first calls run them once.
 _MIGRATION_LOCK = 51_5105_1
 # Buckets a server's facts are counted in (by their subject): facts of one person are written
@@ -41,12 +41,15 @@ FACT_BUCKETS = 8
 K1 = 1.2
 B = 0.75
 MIN_IDF = 1e-6
-# A term more documents of a server hold than this does not pick the rows a pass scores (it
-# still counts in their scores); when all of a query's terms are that common, the newest
-# COMMON_SCAN_ROWS rows holding one are scored. Bounds a query's work at any history size
-# (`make bench` 3f); no conversation `make eval` replays comes near it.
-MAX_TERM_DOCS = 5_000
-COMMON_SCAN_ROWS = 2_000
+# What bounds a pass's work at any history size (`make bench` 3f): it scores the rows holding
+# the query's rarest terms, taken rarest first while the documents holding them add up to at
+# most ROW_BUDGET (the GIN index finds them; the other terms still count in their scores).
+# When even the rarest term is held by more, it scores those of the newest WINDOW_ROWS rows
+# of the scope (of each span a question names) that hold a term (the time index, read
+# backwards). No conversation `make eval` replays comes near the budget: there the ranking is
+# exactly BM25 over every matching row.
+ROW_BUDGET = 5_000
+WINDOW_ROWS = 5_000
 # Rows deleted per expiry or purge statement: each is a bounded, indexed DELETE.
 DELETE_PAGE = 2000
 
@@ -133,7 +136,21 @@ CREATE TABLE IF NOT EXISTS kw_sizes (
 );
 """
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1),)
+# Version 2: no JIT compilation for this database's sessions. The search statement's estimated
+# cost passes PostgreSQL's jit_above_cost on a big history, and compiling it took 0.1 s to
+# 2.2 s of a query that runs in 20 ms (`make bench` 3f, docs/search.md). ALTER DATABASE
+# reaches every session opened after it (the Data API's pooled ones too); the migrating
+# session is set at once. A role that may not alter the database keeps JIT (a notice).
+_V2 = """
+PERFORM set_config('jit', 'off', false);
+BEGIN
+    EXECUTE format('ALTER DATABASE %I SET jit = off', current_database());
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE NOTICE 'keyword index: JIT left on (no privilege to alter the database)';
+END;
+"""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2))
 
 
 def migrate() -> Statement:
@@ -421,21 +438,43 @@ def _spans(name: str, spans: list[tuple[int, int]], params: dict[str, Param]) ->
     return "(" + " OR ".join(within) + ")"
 
 
-def _ranked(name: str, weights: str, where: str) -> str:
-    """A pass: rows holding any term of `weights` (term, docs, idf) that pass `where`, scored
-    by BM25, best first (ties: the newer passage, then the id), ranked 1..depth.
-
-    Which rows are scored: those holding a term that at most :term_docs documents of the
-    server hold (the GIN index), the common terms still counted in their score; when every
-    term is that common, the newest :scan rows holding one (the time index, read backwards).
-    Below :term_docs documents a term (every conversation `make eval` replays) this is exactly
-    BM25 over every matching row, as the embedded index ranks."""
+def _ranked(
+    name: str,
+    weights: str,
+    where: str,
+    params: dict[str, Param],
+    spans: list[tuple[int, int]] | None = None,
+    when: str = "TRUE",
+) -> str:
+    """A pass (when `when` holds): rows holding any term of `weights` (term, docs, idf) that
+    pass `where` (and lie in `spans`), scored by BM25, best first (ties: the newer passage,
+    then the id), ranked 1..depth. Which rows are scored: those the rarest terms pick within
+    ROW_BUDGET (the GIN index, with the time index for spans: a bitmap AND of both; a term no
+    passage holds picks nothing); when no term is that rare, the newest WINDOW_ROWS rows of the scope in each span (or of all time)
+    holding one."""
+    within = _spans(f"{name}_s", spans, params) if spans else "TRUE"
+    # The window's rows come by the time index alone, one span at a time.
+    windows = " UNION ALL ".join(
+        f"""(SELECT * FROM kw_passages p
+              WHERE NOT EXISTS (SELECT 1 FROM {name}_picked) AND {when} AND p.scope = :scope
+                AND p.time_ms >= :{name}_w{n}_from AND p.time_ms < :{name}_w{n}_to
+              ORDER BY p.time_ms DESC LIMIT :window)"""  # nosec B608 # fixed fragments and placeholders: values travel as parameters
+        for n in range(len(spans or [(0, 0)]))
+    )
+    for n, (start, end) in enumerate(spans or [(-(2**62), 2**62)]):
+        params[f"{name}_w{n}_from"], params[f"{name}_w{n}_to"] = start, end
     score = (
         f"SELECT sum(w.idf * f.tf * {K1 + 1} / (f.tf + {K1} * ({1 - B} + {B} * c.length / s.avgdl)))"
         f" FROM {weights} w CROSS JOIN LATERAL (SELECT (c.tf ->> w.term)::float8 AS tf) f"
         " WHERE f.tf IS NOT NULL"  # nosec B608 # fixed fragments and placeholders: values travel as parameters
     )
     return f"""
+{name}_picked AS (
+    SELECT term FROM (
+        SELECT term, sum(docs) OVER (ORDER BY docs, term) AS running FROM {weights}
+        WHERE docs > 0
+    ) AS r WHERE running <= :row_budget
+),
 {name} AS (
     SELECT x.id, x.passage, x.terms, row_number() OVER (
         ORDER BY x.score DESC, x.time_ms DESC, x.id) AS rank
@@ -443,13 +482,11 @@ def _ranked(name: str, weights: str, where: str) -> str:
         SELECT c.id, c.passage, c.terms, c.time_ms, ({score}) AS score
         FROM (
             SELECT p.id, p.passage, p.terms, p.time_ms, p.tf, p.length FROM kw_passages p
-            WHERE p.keys && ARRAY(SELECT term FROM {weights} WHERE docs <= :term_docs)
-              AND {where}
+            WHERE {when} AND p.keys && ARRAY(SELECT term FROM {name}_picked)
+              AND {within} AND {where}
             UNION ALL
-            (SELECT p.id, p.passage, p.terms, p.time_ms, p.tf, p.length FROM kw_passages p
-             WHERE NOT EXISTS (SELECT 1 FROM {weights} WHERE docs <= :term_docs)
-               AND (p.keys && ARRAY(SELECT term FROM {weights})) IS TRUE AND {where}
-             ORDER BY p.time_ms DESC LIMIT :scan)
+            SELECT p.id, p.passage, p.terms, p.time_ms, p.tf, p.length FROM ({windows}) AS p
+            WHERE (p.keys && ARRAY(SELECT term FROM {weights})) IS TRUE AND {where}
         ) AS c CROSS JOIN sizes s
         ORDER BY score DESC, c.time_ms DESC, c.id
         LIMIT :depth
@@ -484,8 +521,8 @@ def search(query: SearchQuery, spec: SearchSpec) -> Statement:
         "feedback": spec.feedback_terms,
         "best": spec.feedback_passages,
         "min_chars": spec.feedback_min_chars,
-        "term_docs": MAX_TERM_DOCS,
-        "scan": COMMON_SCAN_ROWS,
+        "row_budget": ROW_BUDGET,
+        "window": WINDOW_ROWS,
     }
     where = _filters(query, params)
     ctes = [
@@ -501,7 +538,7 @@ asked AS (
     WITH ORDINALITY AS t(term, ord)
 )""",
         _weights("asked_idf", "asked"),
-        _ranked("first_pass", "asked_idf", where),
+        _ranked("first_pass", "asked_idf", where, params),
         """
 best_words AS (
     SELECT b.rank, w.tok, w.pos FROM first_pass b
@@ -519,16 +556,14 @@ extra AS (
         """
 wider AS (SELECT term FROM asked UNION ALL SELECT term FROM extra)""",
         _weights("wider_idf", "wider"),
-        _ranked("wide_pass", "wider_idf", f"EXISTS (SELECT 1 FROM extra) AND {where}"),  # nosec B608 # fixed fragments and placeholders: values travel as parameters
+        _ranked("wide_pass", "wider_idf", where, params, when="EXISTS (SELECT 1 FROM extra)"),
     ]
     passes = [
         "SELECT 1 AS pass, rank, id, passage FROM first_pass",
         "SELECT 2, rank, id, passage FROM wide_pass",
     ]
     if query.during:
-        ctes.append(
-            _ranked("dated_pass", "asked_idf", f"{_spans('d', query.during, params)} AND {where}")
-        )
+        ctes.append(_ranked("dated_pass", "asked_idf", where, params, spans=query.during))
         passes.append("SELECT 3, rank, id, passage FROM dated_pass")
         short = [span for span in query.during if span[1] - span[0] <= LISTED_SPAN_MS]
         if short:
