@@ -408,6 +408,19 @@ def test_search_alarms_watch_metrics_the_code_emits(resources: dict[str, Any]) -
         assert resources[name]["Condition"] == "SearchOn"
 
 
+def test_passages_written_for_vectors_only_are_alarmed_with_the_command_that_indexes_them(
+    resources: dict[str, Any],
+) -> None:
+    from botmemory.consolidation.outcome import Outcome, Status, outcome_metrics
+
+    alarm = resources["KeywordLegMissedWritesAlarm"]
+    missed = Outcome("c", Status.CONSOLIDATED, index_vectors_only=True)
+    assert dict(outcome_metrics([missed]))[alarm["Properties"]["MetricName"]] == 1
+    assert alarm["Condition"] == "KeywordOn"
+    assert "botmemory.ops.reindex_keywords" in alarm["Properties"]["AlarmDescription"]
+    assert (ROOT / "layers" / "core" / "botmemory" / "ops" / "reindex_keywords.py").exists()
+
+
 def test_wrong_embedding_dimensions_are_alarmed_where_both_paths_count_them(
     resources: dict[str, Any],
 ) -> None:
