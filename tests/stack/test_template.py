@@ -533,3 +533,12 @@ def test_the_keyword_database_pauses_keeps_backups_the_least_and_leaves_nothing_
         ]
     }
     assert not [r for r in resources.values() if r["Type"] == "AWS::S3::Bucket"]  # no shards
+    # An account without a default VPC names a subnet group; empty leaves it to Aurora.
+    assert properties["DBSubnetGroupName"] == {
+        "Fn::If": [
+            "HasKeywordDbSubnetGroup",
+            {"Ref": "KeywordDbSubnetGroup"},
+            {"Ref": "AWS::NoValue"},
+        ]
+    }
+    assert template["Parameters"]["KeywordDbSubnetGroup"]["Default"] == ""
