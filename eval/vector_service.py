@@ -74,6 +74,11 @@ class InMemoryS3Vectors:
                 self._vectors.pop(key, None)
         return {}
 
+    def get_vectors(self, *, keys: list[str], **_: Any) -> dict[str, Any]:
+        with self._lock:
+            held = [(k, self._vectors[k][1]) for k in keys if k in self._vectors]
+        return {"vectors": [{"key": k, "metadata": metadata} for k, metadata in held]}
+
     def list_vectors(
         self, *, maxResults: int = 1000, nextToken: str | None = None, **_: Any
     ) -> dict[str, Any]:

@@ -6,7 +6,9 @@ source's MaximumConcurrency bounds how many). A round never starts without the t
 finish (its model call's worst case included); a channel left behind is enqueued again. A
 model failure is not an error here: the observations stay pending, the channel backs off
 and the sweep retries it. A message that is not a work message is a counted skip, as is a
-channel with nothing to do (deleted, unknown, or already done).
+channel with nothing to do (deleted, unknown, or already done). A message of passages the
+keyword leg missed (botmemory.search.keyword_retry) is written to it again; while the keyword
+database still does not answer, the message fails and comes back.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from botmemory.consolidation.outcome import Status, outcome_metrics
 from botmemory.consolidation.work import BadWorkMessage, work_of
 from botmemory.observability import logger, metrics
 from botmemory.runtime import services_from_environment, work_dispatcher_from_environment
+from botmemory.search.keyword_retry import index_keywords_again, keyword_retry_of
 from botmemory.settings.config import get_settings
 
 # Read at cold start: a missing or malformed setting fails the init in one line naming it.
@@ -30,6 +33,10 @@ get_settings()
 
 # A failed channel fails only its own group's later messages, never another channel's.
 processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+# A batch whose every message failed answers them all as failures (the queue hands them out
+# again) rather than raising: the same for SQS, without an invocation error per attempt
+# while, say, the keyword database resumes.
+processor.raise_on_entire_batch_failure = False
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -38,6 +45,17 @@ def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailure
     consolidator = services_from_environment().consolidator
 
     def work_on(record: SQSRecord) -> None:
+        retry = keyword_retry_of(record.body)
+        if retry is not None:  # passages the keyword leg missed: raises while it is still down
+            services = services_from_environment()
+            done = index_keywords_again(
+                services.search_index, services.repository, services.clock, retry
+            )
+            metrics.add_metric(
+                name="KeywordRetryWritten", unit=MetricUnit.Count, value=done.written
+            )
+            metrics.add_metric(name="KeywordRetryGone", unit=MetricUnit.Count, value=done.gone)
+            return
         try:
             work = work_of(record.body)
         except BadWorkMessage as error:

@@ -50,7 +50,13 @@ def build_services(
     opt_outs = OptOuts(repository, clock)
     if search_index is None and settings.memory_enabled:
         search_index = build_search_index(settings, repository, clock)
-    writer = IndexWriter(search_index, repository, clock) if search_index else None
+    # What the keyword leg misses goes back through the work queue, where a function has one.
+    retry = (
+        WorkQueue(settings.consolidate_queue_url, clock).send_keyword_retries
+        if settings.consolidate_queue_url
+        else None
+    )
+    writer = IndexWriter(search_index, repository, clock, retry) if search_index else None
     leg = SearchLeg(search_index, repository, settings) if search_index else None
     personas = PersonaDirectory(repository, deployment_personas or deployment_source(settings))
     return MemoryServices(

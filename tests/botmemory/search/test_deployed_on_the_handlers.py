@@ -13,7 +13,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from botmemory.consolidation.work import register_local_queue
+from botmemory.search.keyword_retry import keyword_retry_of
 from eval.vector_service import InMemoryS3Vectors
+from localrun import gateway as gw
 from tests.botmemory.search.test_search_on_the_handlers import (
     POTTERY,
     Deployment,
@@ -21,6 +24,7 @@ from tests.botmemory.search.test_search_on_the_handlers import (
 )
 from tests.support.fake_embeddings import EmbeddingServer, closed_url
 from tests.support.fake_providers import serving
+from tests.support.lambda_local import WORK_QUEUE
 
 # Nothing listens on port 9: a keyword leg whose database does not answer.
 DOWN = "postgresql://postgres@127.0.0.1:9/none"
@@ -109,3 +113,50 @@ def test_an_embedding_endpoint_that_is_down_leaves_the_deployed_keywords_working
     assert emitted.get("SearchIndexKeywordsOnly", 0) >= 1
     assert emitted.get("RecallVectorLegFailed") == 1
     assert "SearchIndexFailed" not in emitted and "RecallSearchFailed" not in emitted
+
+
+def test_passages_the_keyword_database_missed_are_written_by_the_work_queue_once_it_answers(
+    monkeypatch: pytest.MonkeyPatch,
+    dynamodb: Any,
+    vectors_service: InMemoryS3Vectors,
+    embeddings: EmbeddingServer,
+    pg_dsn: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    deployed = Deployment(monkeypatch, dynamodb, search(DOWN), embeddings.base_url)
+    sent: list[tuple[str, str]] = []
+    deliver = deployed.local._enqueue
+
+    def recorded(body: str, group: str) -> None:
+        sent.append((body, group))
+        deliver(body, group)
+
+    register_local_queue(WORK_QUEUE, recorded)
+    deployed.say(*POTTERY, (gw.CAROL, "and the glaze workshop after"))
+
+    retries = [(body, group) for body, group in sent if keyword_retry_of(body) is not None]
+    assert retries and all(group == f"keywords-{gw.GUILD}" for _, group in retries)
+    assert all("pottery" not in body for body, _ in retries)  # ids only, never the words
+    emitted = metrics_emitted(capsys.readouterr().out)
+    assert emitted.get("SearchIndexKeywordRetries", 0) >= 3
+    assert "KeywordRetryWritten" not in emitted  # delivered while down: failed, to come back
+
+    # Meanwhile Carol's message is deleted: its passage must not come back by the retry.
+    carol = next(p for p in vectors_service.list_vectors()["vectors"] if "glaze" in str(p))
+    vectors_service.delete_vectors(keys=[carol["key"]])  # as the stream's removal does
+    for function in deployed.local._overrides:  # the database answers again
+        if function != "Parameters":
+            deployed.local._overrides[function]["MEMORY_KEYWORD_INDEX"] = pg_dsn
+    for body, group in retries:  # the queue hands the failed messages out again
+        deployed.local.queued.append((body, group, "ConsolidateFunction"))
+    answers = deployed.local.drain_queue()
+
+    assert answers and all(a == {"batchItemFailures": []} for a in answers)
+    emitted = metrics_emitted(capsys.readouterr().out)
+    assert emitted.get("KeywordRetryWritten", 0) >= 2 and emitted.get("KeywordRetryGone", 0) >= 1
+    with psycopg.connect(pg_dsn) as connection:
+        stored = " ".join(body for (body,) in connection.execute("SELECT passage FROM kw_passages"))
+    assert "pottery class" in stored and "glaze" not in stored
+    block = deployed.recall("who signed up for the pottery class?")
+    assert block["search"] == "ok"
+    assert any("pottery class" in p["text"] for p in block["passages"]), block["passages"]

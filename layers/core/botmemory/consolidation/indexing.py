@@ -54,8 +54,10 @@ def index_round(
     outcome.index_writes += report.written  # a round over a backlog indexes each commit
     outcome.index_withdrawn += report.withdrawn
     if report.keyword_error is not None:
-        # The keyword leg's database did not answer: found by meaning until re-indexed.
+        # The keyword leg's database did not answer: found by meaning until the queued retry
+        # (or the reindex command) writes them by their words.
         outcome.index_vectors_only = True
+        outcome.index_keyword_retries += report.keyword_retries
     if report.vector_error is not None:
         outcome.index_keywords_only = True
         outcome.embedding_dimensions_wrong = isinstance(

@@ -59,8 +59,10 @@ class Outcome:
     index_failed: bool = False  # the search index refused the round's passages (counted)
     index_keywords_only: bool = False  # written without vectors: embedding failed (counted)
     # Written without keywords: the keyword leg's database did not answer (counted; found by
-    # meaning until `python -m botmemory.ops.reindex_keywords` indexes them again).
+    # meaning until the work queue's retry, or `python -m botmemory.ops.reindex_keywords`,
+    # indexes them again), and how many of them that retry was handed.
     index_vectors_only: bool = False
+    index_keyword_retries: int = 0
     embedding_dimensions_wrong: bool = False  # EMBEDDING_DIMENSIONS is not the model's (alarmed)
     shadow_superseded: int = 0  # MEMORY_SUPERSESSION=shadow: what would have been superseded
     summary_recompressed: bool = False  # the channel summary needed a second model pass
@@ -104,6 +106,7 @@ def outcome_metrics(outcomes: Iterable[Outcome]) -> list[tuple[str, int]]:
                 ("CandidatesKept", outcome.candidates_kept),
                 ("CandidatesWaiting", outcome.candidates_waiting),
                 ("CandidatesUnreadable", outcome.candidates_unreadable),
+                ("SearchIndexKeywordRetries", outcome.index_keyword_retries),
             ]
             figures += [
                 (name, 1)

@@ -30,7 +30,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from botmemory.clock import Clock
+from botmemory.search.keyword_retry import KeywordRetry
 from botmemory.settings.config import Settings
+from botmemory.storage.keys import server_scope_of
 from botmemory.storage.repository import MemoryRepository
 
 log = logging.getLogger(__name__)
@@ -81,6 +83,12 @@ def dedup_id(work: WorkMessage, now_ms: int) -> str:
         # can be sent within one millisecond of the clock).
         return f"continue.{work.channel_id}.{now_ms}.{uuid.uuid4().hex[:12]}"
     return f"stream.{work.channel_id}.{now_ms // ENQUEUE_WINDOW_MS}"
+
+
+def retry_group(scope: str) -> str:
+    """The message group of a server's keyword retries (a channel's group is its id alone)."""
+    server = server_scope_of(scope)
+    return "keywords-" + ("".join(c for c in server if c.isalnum())[:64] or "none")
 
 
 # In a local run, queue name -> the stack's own delivery of one message body.
@@ -138,6 +146,31 @@ class WorkQueue:
                     extra={"refused": len(refused), "code": refused[0].get("Code")},
                 )
         return failed
+
+    def send_keyword_retries(self, retries: Iterable[KeywordRetry]) -> None:
+        """Queue passages the keyword leg missed (botmemory.search.keyword_retry), in a message
+        group of their server's, never a channel's: a retry waiting for the database holds up
+        no channel's work. Raises when the queue refuses one (the caller counts it)."""
+        messages = list(retries)
+        local = _LOCAL_QUEUES.get(self._url)
+        for start in range(0, len(messages), SEND_BATCH):
+            chunk = messages[start : start + SEND_BATCH]
+            if local is not None:
+                for message in chunk:
+                    local(message.model_dump_json(), retry_group(message.scope))
+                continue
+            entries = [
+                {
+                    "Id": str(index),
+                    "MessageBody": message.model_dump_json(),
+                    "MessageGroupId": retry_group(message.scope),
+                    "MessageDeduplicationId": f"keywords.{uuid.uuid4().hex}",
+                }
+                for index, message in enumerate(chunk)
+            ]
+            answer = self._sqs().send_message_batch(QueueUrl=self._url, Entries=entries)
+            if answer.get("Failed"):
+                raise RuntimeError(f"{len(answer['Failed'])} keyword retries refused by the queue")
 
     def _sqs(self) -> Any:
         if self._client is None:

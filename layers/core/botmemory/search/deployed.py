@@ -8,7 +8,7 @@ also answers the server's passages still waiting for vectors); if the vectors th
 passages are marked pending (KeywordsOnly is raised, as the embedded index does) and a later
 write embeds a page of them again. If the keywords fail (the database paused, throttled or
 down), the vectors are written all the same and VectorsOnly is raised: the round counts it,
-and `python -m botmemory.ops.reindex_keywords` indexes the table's passages again.
+and the work queue writes them by their words later (botmemory.search.keyword_retry).
 Searching: both legs run at once (the embedding call and the keyword statement overlap); a
 failed vector leg leaves the keywords to answer (SearchHits.vector_error says why), a failed
 keyword leg leaves the vectors (SearchHits.keyword_error), logged and counted by recall.
@@ -48,6 +48,8 @@ class VectorLeg(Protocol):
     def nearest_passages(self, query: SearchQuery, text: str) -> list[Passage]: ...
 
     def passages(self) -> Iterator[Passage]: ...
+
+    def get(self, ids: Iterable[str], scope: str) -> list[Passage]: ...
 
 
 class KeywordLeg(Protocol):

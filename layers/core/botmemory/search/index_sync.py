@@ -22,12 +22,13 @@ the old words, and the stream leaves that id alone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from botmemory.clock import Clock
 from botmemory.records import Fact, FactStatus, MemoryScope
+from botmemory.search.keyword_retry import KeywordRetry, retry_messages
 from botmemory.search.passages import fact_passage, still_held
 from botmemory.search.port import KeywordsOnly, Passage, SearchIndex, VectorsOnly
 from botmemory.search.sources import passage_sources
@@ -46,13 +47,26 @@ class IndexReport:
     vector_error: Exception | None = None
     # Why they went in for vectors only (the keyword leg's database did not answer), if they did.
     keyword_error: Exception | None = None
+    # Of those, how many were handed to the work queue to be written by their words later.
+    keyword_retries: int = 0
+
+
+# Hands passages the keyword leg missed to the work queue (botmemory.search.keyword_retry).
+KeywordRetrySender = Callable[[list[KeywordRetry]], None]
 
 
 class IndexWriter:
-    def __init__(self, index: SearchIndex, repository: MemoryRepository, clock: Clock) -> None:
+    def __init__(
+        self,
+        index: SearchIndex,
+        repository: MemoryRepository,
+        clock: Clock,
+        keyword_retry: KeywordRetrySender | None = None,
+    ) -> None:
         self._index = index
         self._repository = repository
         self._clock = clock
+        self._keyword_retry = keyword_retry
 
     def write(
         self, passages: list[Passage], remove: Sequence[str] = (), scope: str | None = None
@@ -76,12 +90,29 @@ class IndexWriter:
         stale = [p for p in passages if not still_held(p, sources.get(p.id, []), now)]
         for stale_scope, ids in by_scope((p.scope, p.id) for p in stale).items():
             self._index.remove(ids, scope=stale_scope)
+        retried = 0
+        if keyword_error is not None:
+            gone = {p.id for p in stale}
+            retried = self._retry_keywords([p for p in passages if p.id not in gone])
         return IndexReport(
             written=written,
             withdrawn=len(stale),
             vector_error=vector_error,
             keyword_error=keyword_error,
+            keyword_retries=retried,
         )
+
+    def _retry_keywords(self, passages: list[Passage]) -> int:
+        """Queue what the keyword leg missed; 0 when there is no queue or it refused (the
+        round counts SearchIndexVectorsOnly all the same: the alarm names the command)."""
+        if self._keyword_retry is None or not passages:
+            return 0
+        try:
+            self._keyword_retry(retry_messages(passages))
+        except Exception as error:
+            log.warning("keyword retry not queued", extra={"error": repr(error)[:300]})
+            return 0
+        return len(passages)
 
     def withdraw(self, ids: Sequence[str], scope: str | None = None) -> None:
         """Remove these passages; a failure is logged. What stays is never shown (recall reads

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 PUT_BATCH = 500  # vectors per PutVectors call
 DELETE_BATCH = 500  # keys per DeleteVectors call
 LIST_PAGE = 1000  # vectors per ListVectors page
+GET_BATCH = 100  # keys per GetVectors call
 MAX_TOP_K = 100  # results per QueryVectors call
 # A request may carry 20 MiB; stay well under it whatever the texts weigh.
 PUT_PAYLOAD_BYTES = 16 * 1024 * 1024
@@ -249,6 +250,26 @@ class S3VectorsSearchIndex:
             if not token:
                 return
             request["nextToken"] = token
+
+    def get(self, ids: Iterable[str], scope: str | None = None) -> list[Passage]:
+        """The passages stored under these keys (GetVectors with their metadata); a key the
+        index does not hold is left out, as is an entry that is not one of ours (logged).
+        `scope` changes nothing: this one index holds every scope's."""
+        keys = list(dict.fromkeys(ids))
+        found: list[Passage] = []
+        for start in range(0, len(keys), GET_BATCH):
+            answer = self._s3vectors().get_vectors(
+                **self._where(),
+                keys=keys[start : start + GET_BATCH],
+                returnData=False,
+                returnMetadata=True,
+            )
+            for vector in answer.get("vectors", []):
+                try:
+                    found.append(passage_of(vector["key"], vector.get("metadata")))
+                except ValueError as error:
+                    log.warning("unreadable vector skipped", extra={"error": str(error)[:300]})
+        return found
 
     def search(self, query: SearchQuery) -> list[SearchHit]:
         text, _ = clip_query(query.text)

@@ -234,6 +234,20 @@ class ShardedS3VectorsIndex:
         self._shared().remove(keys)
         return len(keys)
 
+    def get(self, ids: Iterable[str], scope: str) -> list[Passage]:
+        """The passages stored under these keys: the server's own index, then the shared
+        one for what it lacks."""
+        keys = list(dict.fromkeys(ids))
+        try:
+            found = self._own(scope).get(keys, scope)
+        except Exception as error:
+            if error_code(error) != NOT_FOUND:  # no index of its own yet
+                raise
+            found = []
+        held = {p.id for p in found}
+        missing = [key for key in keys if key not in held]
+        return found + (self._shared().get(missing, scope) if missing else [])
+
     def drop_scope(self, scope: str) -> int:
         """Purge a server's search index: the marker first (so no write creates it again),
         then DeleteIndex, then its passages in the shared index. Returns how many shared
