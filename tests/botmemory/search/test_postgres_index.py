@@ -234,6 +234,25 @@ def test_no_session_of_the_keyword_database_compiles_statements_with_jit(
         later.close()
 
 
+def test_a_database_at_an_older_version_whose_tables_are_all_there_is_migrated_by_a_write(
+    pg_index: PostgresKeywordIndex, pg_dsn: str
+) -> None:
+    rows(pg_index, "DELETE FROM kw_schema WHERE version = 2")  # as schema 1 left it
+    rows(
+        pg_index,
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I RESET jit', current_database()); END $$",
+    )
+
+    pg_index.add([message_passage("1", "Thaddeus", CHANNEL, GUILD)])  # no statement fails
+
+    assert rows(pg_index, "SELECT max(version) FROM kw_schema") == [(postgres_sql.SCHEMA_VERSION,)]
+    later = LocalTransport(pg_dsn)
+    try:
+        assert later.execute(postgres_sql.Statement("SHOW jit")) == [("off",)]
+    finally:
+        later.close()
+
+
 HOSTILE = [
     "Robert'); DROP TABLE kw_passages;-- and :scope ::text $1 %s %(x)s \\ \" ' ; */ /*",
     "nul\x00inside the \x00 text",

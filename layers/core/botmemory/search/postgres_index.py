@@ -167,6 +167,10 @@ class PostgresKeywordIndex:
                     pending.append(Passage.model_validate_json(value))
                 elif what == "expired":
                     self.expired += int(value or 0)
+                elif what == "schema" and int(value or 0) < sql.SCHEMA_VERSION:
+                    # Tables as before, something else new (a setting): migrate once now.
+                    log.info("keyword index schema older than the code: migrating")
+                    self.migrate()
                 elif what == "skipped" and int(value or 0):
                     self.purged_skips += int(value or 0)
                     log.warning(

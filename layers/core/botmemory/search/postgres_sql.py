@@ -248,7 +248,8 @@ def upsert(
     passages of `pending_server` whose vectors are still missing (the deployed hybrid embeds
     them again); and up to EXPIRE_WITH_WRITE rows past their own expiry deleted, by the
     expiry index: one statement, so a round costs one call. Rows whose passage is being
-    replaced keep no vectors mark."""
+    replaced keep no vectors mark. It also answers the schema's version, so a database older
+    than the code is migrated by the next write, without a call of its own."""
     sql = f"""
 WITH input AS (
     SELECT DISTINCT ON (id) * FROM json_to_recordset(CAST(:rows AS json)) AS r({_ROW_COLUMNS})
@@ -302,6 +303,8 @@ sized AS (
     SELECT server, bucket, -1, -length FROM expired
 ){_COUNTS}
 SELECT 'written', count(*)::text FROM written
+UNION ALL
+SELECT 'schema', coalesce(max(version), 0)::text FROM kw_schema
 UNION ALL
 SELECT 'expired', count(*)::text FROM expired
 UNION ALL
