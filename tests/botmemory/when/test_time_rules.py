@@ -15,7 +15,7 @@ from botmemory.records import Fact, FactKind, FactSource, ObservationKind
 from botmemory.storage import keys
 from botmemory.when import zones
 from botmemory.when.facts import merged, said_first, said_last
-from botmemory.when.relative import with_dates
+from botmemory.when.relative import last_day, with_dates
 from botmemory.when.window import (
     DISCORD_EPOCH_MS,
     FUTURE_TOLERANCE_MS,
@@ -106,6 +106,32 @@ def test_relative_dates_are_resolved_against_the_day_they_were_said() -> None:
     assert with_dates("this Monday", monday) == "this Monday (2026-03-02)"
     assert with_dates("moved last week", monday) == "moved last week (week of 2026-02-23)"
     assert with_dates("today (2026-03-02) it is", monday) == "today (2026-03-02) it is"
+
+
+@pytest.mark.parametrize(
+    ("words", "back", "last"),
+    [
+        ("in Tokyo until Friday", False, date(2026, 3, 6)),
+        ("until next Friday", False, date(2026, 3, 6)),
+        ("until Monday", False, date(2026, 3, 9)),  # said on a Monday: the next one
+        ("until this Monday", False, date(2026, 3, 2)),
+        ("'til tomorrow", False, date(2026, 3, 3)),
+        ("till next week", False, date(2026, 3, 8)),  # the Sunday before it
+        ("through the end of the month", False, date(2026, 3, 31)),
+        ("until 10 March", False, date(2026, 3, 10)),
+        ("until the 10th of March 2027", False, date(2027, 3, 10)),
+        ("until March 1", False, date(2027, 3, 1)),  # passed this year: next year's
+        ("until 31 February", False, None),
+        ("until 5pm", False, None),
+        ("back on Monday", True, date(2026, 3, 8)),  # away through the day before
+        ("back on Monday", False, None),  # "back" only where the caller says it is clear
+        ("back today", True, None),  # a last day before the day said
+    ],
+)
+def test_the_last_day_words_give_follows_the_documented_rule(
+    words: str, back: bool, last: date | None
+) -> None:
+    assert last_day(words, date(2026, 3, 2), back=back) == last
 
 
 def test_the_rules_model_states_the_date_beside_the_words_in_the_server_s_zone() -> None:
