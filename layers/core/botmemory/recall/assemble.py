@@ -12,6 +12,7 @@ angle bracket. Only the block's own lines start a line: the markers, the heading
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from datetime import tzinfo
 
 from botmemory.memory.notes import Note
@@ -92,7 +93,9 @@ def assemble(
     shown_summary = _summary_line(summary_section, summary) if summary else None
     fact_section = Section(FACT_HEADING, settings.recall_fact_chars)
     first = [tier.first for tier in tiers]
-    shown_facts = _fact_lines(fact_section, first, names, persona, tz)
+    # Facts are chosen and placed undated; their dates come last (below).
+    chosen = _chosen_facts(fact_section, first, names, persona)
+    shown_facts = _fact_lines(fact_section, chosen, names, persona)
     elsewhere_section = Section(ELSEWHERE_HEADING, settings.recall_short_term_chars)
     shown_elsewhere = _elsewhere_lines(elsewhere_section, elsewhere, names, tz)
     episode_section = Section(EPISODE_HEADING, settings.recall_episode_chars)
@@ -113,7 +116,8 @@ def assemble(
     if if_room:
         before = fact_section.size()
         fact_section = Section(FACT_HEADING, min(settings.recall_fact_chars, before + left))
-        shown_facts = _fact_lines(fact_section, first + if_room, names, persona, tz)
+        chosen = _chosen_facts(fact_section, first + if_room, names, persona)
+        shown_facts = _fact_lines(fact_section, chosen, names, persona)
         left -= fact_section.size() - before
     if episodes.if_room:
         before = episode_section.size()
@@ -121,6 +125,14 @@ def assemble(
             EPISODE_HEADING, min(settings.recall_episode_chars, before + left)
         )
         shown_episodes = _episode_lines(episode_section, episodes.all(), tz)
+        left -= episode_section.size() - before
+    # Then each fact shown gets when it was said, the query's facts first, in the room all
+    # of that left: a date never costs a passage, a fact or an episode its place (at small
+    # budgets those carry the answers; the passages are dated themselves).
+    if chosen.order:
+        before = fact_section.size()
+        fact_section = Section(FACT_HEADING, min(settings.recall_fact_chars, before + left))
+        shown_facts = _fact_lines(fact_section, chosen, names, persona, tz)
     # What search found for this very message opens the block: models attend most to the
     # start (and the end) of a long prompt, least to its middle.
     sections = [
@@ -213,34 +225,64 @@ def _episode_lines(
     ]
 
 
-def _fact_lines(
+@dataclass
+class _Chosen:
+    """The facts a section shows, by subject in the order they are shown, and in the order
+    they were chosen (their tiers' priority)."""
+
+    subjects: dict[str, list[Fact]] = field(default_factory=dict)
+    order: list[Fact] = field(default_factory=list)
+
+
+def _chosen_facts(
     section: Section,
     tiers: list[dict[str, list[Fact]]],
     names: dict[str, str],
-    persona: Persona | None = None,
-    zone: tzinfo | None = None,
-) -> dict[str, list[RecalledFact]]:
-    """The facts section: tiers fill the budget in priority order (with a persona: what it
-    knows of each person, then its own knowledge, then the people's own facts; without one,
-    the people's own facts alone), each fact while it fits with its subject's heading line;
-    then each subject's lines are shown together under that heading, in the tiers' order. A
-    subject none of whose facts fit is left out entirely."""
-    chosen: dict[str, list[Fact]] = {}
+    persona: Persona | None,
+) -> _Chosen:
+    """Tiers fill the section's budget in priority order (with a persona: what it knows of
+    each person, then its own knowledge, then the people's own facts; without one, the
+    people's own facts alone), each fact, undated, while it fits with its subject's heading
+    line. A subject none of whose facts fit is left out entirely."""
+    chosen = _Chosen()
     room = section.room() + 1  # what the section can still take, line breaks included
     for tier in tiers:
         for subject, facts in tier.items():
             for fact in facts:
-                cost = len(_fact_line(fact, zone)) + 1
-                if subject not in chosen:
+                cost = len(_fact_line(fact)) + 1
+                if subject not in chosen.subjects:
                     cost += len(_subject_line(subject, names, persona)) + 1
                 if cost <= room:
                     room -= cost
-                    chosen.setdefault(subject, []).append(fact)
+                    chosen.subjects.setdefault(subject, []).append(fact)
+                    chosen.order.append(fact)
+    return chosen
+
+
+def _fact_lines(
+    section: Section,
+    chosen: _Chosen,
+    names: dict[str, str],
+    persona: Persona | None = None,
+    zone: tzinfo | None = None,
+) -> dict[str, list[RecalledFact]]:
+    """The facts section: each subject's chosen facts together under its heading line;
+    with a zone, each dated while the section's room holds its date, in the order chosen."""
+    room = section.room() + 1
+    for subject, facts in chosen.subjects.items():
+        room -= len(_subject_line(subject, names, persona)) + 1
+        room -= sum(len(_fact_line(f)) + 1 for f in facts)
+    dated: set[str] = set()
+    for fact in chosen.order if zone is not None else []:
+        cost = len(_fact_line(fact, zone)) - len(_fact_line(fact))
+        if cost <= room:
+            room -= cost
+            dated.add(fact.fact_id)
     shown: dict[str, list[RecalledFact]] = {}
-    for subject, facts in chosen.items():
+    for subject, facts in chosen.subjects.items():
         section.add(_subject_line(subject, names, persona))
         for fact in facts:
-            section.add(_fact_line(fact, zone))
+            section.add(_fact_line(fact, zone if fact.fact_id in dated else None))
         shown[subject] = [
             RecalledFact(
                 id=f.fact_id,
@@ -261,7 +303,7 @@ def _subject_line(subject: str, names: dict[str, str], persona: Persona | None) 
     return f"- {_who(names.get(subject, ''))} (user {subject}):"
 
 
-def _fact_line(fact: Fact, zone: tzinfo | None) -> str:
+def _fact_line(fact: Fact, zone: tzinfo | None = None) -> str:
     """`  - "Alice lives in Lyon" (said 2026-05-09)`: when it was said, beside it."""
     said = f" ({said_label(fact, zone)})" if zone is not None else ""
     return f"  - {quote_for_prompt(fact.text)}{said}"
