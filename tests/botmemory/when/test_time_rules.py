@@ -9,9 +9,15 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from botmemory.consolidation.model.contract import ModelInput, NumberedObservation
+from botmemory.consolidation.batch import FACT_FRAME_TOKENS, estimated_tokens
+from botmemory.consolidation.model.contract import (
+    KnownFact,
+    ModelInput,
+    NumberedObservation,
+    render_batch,
+)
 from botmemory.consolidation.model.rules import RulesModel
-from botmemory.records import Fact, FactKind, FactSource, ObservationKind
+from botmemory.records import Fact, FactKind, FactSource, MemoryScope, ObservationKind
 from botmemory.storage import keys
 from botmemory.when import zones
 from botmemory.when.facts import merged, said_first, said_last
@@ -204,3 +210,22 @@ def test_a_fact_stored_before_reads_its_times_from_its_evidence_else_from_when_w
     )
     late = merged(old, later.model_copy(update={"valid_until_ms": said + 3 * DAY}))
     assert late.valid_until_ms == said + 3 * DAY  # older words do not undo a newer end
+
+
+def test_a_current_fact_s_frame_with_its_times_is_counted_whole() -> None:
+    # The longest frame: a ULID, a snowflake, the longest kind and scope, every time.
+    known = KnownFact(
+        fact_id="01JQ3K8Z7X9V2M4N6P8R0T2W4Y",
+        user_id="13000000000000000100",
+        kind="preference",
+        text="",
+        scope=MemoryScope.PERSONA_USER,
+        first_said_ms=ms(2026, 3, 2, 10),
+        last_said_ms=ms(2026, 3, 8, 4, 53),
+        valid_until_ms=ms(2026, 3, 14),
+    )
+    rendered = render_batch(ModelInput(channel_id="c", observations=[], facts=[known]))
+    (line,) = [line for line in rendered.splitlines() if line.startswith("- 01")]
+
+    assert "first said 2026-03-02 Mon 10:00" in line and "valid until 2026-03-13" in line
+    assert estimated_tokens(line) <= FACT_FRAME_TOKENS
