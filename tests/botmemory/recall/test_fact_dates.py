@@ -1,6 +1,7 @@
-"""When each fact was said, in the memory block (botmemory.when, docs/time.md): dates come
-last, in the room the block's sections leave, the query's facts first; a date never costs a
-passage, a fact or an episode its place."""
+"""When each fact was said, in the memory block (botmemory.when, docs/time.md): facts are
+chosen and placed undated; the dates of those the query is about come after the passages that
+fit best first, before those that only fill the room left; the others' dates in what is left.
+A date never costs a fact, an episode or a passage in rank order its place."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def fact_lines(memory: str) -> list[str]:
     return [line for line in section.splitlines() if line.startswith("  - ")]
 
 
-def test_a_fact_s_date_takes_only_the_room_the_passages_leave(
+def test_a_fact_s_date_never_costs_a_passage_in_rank_order_its_place(
     dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
 ) -> None:
     world = (dynamodb, settings, clock, index)
@@ -87,3 +88,29 @@ def test_the_query_s_facts_are_dated_first(
         f'  - "{ALLERGY}" (said 2025-12-31)',
         f'  - "{VIOLIN}"',
     ]
+
+
+def test_the_query_s_facts_are_dated_before_passages_that_only_fill_the_room(
+    dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
+) -> None:
+    world = (dynamodb, settings, clock, index)
+    roomy = sized(world, 3000, 1000, 0)
+    put_facts(roomy.repository, [fact(ALICE, ALLERGY, START_MS - DAY_MS)])
+    notes = [
+        said(BOB, f"Note {n}: peanuts are not safe for Alice to eat, keep them away", START_MS + n)
+        for n in range(4)
+    ]
+    consolidated(roomy, [*notes, said(BOB, "Peanuts.", START_MS + 9)])
+    passages = passage_lines(ask(roomy, QUERY)["memory"])
+    filler = '- 2026-01-01, "Bob": "Peanuts."'
+    assert filler in passages[2:] and len(passages) == 5  # ranked below two of the notes
+
+    # Room for two of the best and 40 characters: the filler's line or the fact's date.
+    date = len(" (said 2025-12-31)")
+    subject = len(f'- "Alice" (user {ALICE}):') + 1
+    facts = len(FACT_HEADING) + 1 + subject + len(f'  - "{ALLERGY}"') + 1 + date
+    two = len(PASSAGE_HEADING) + 1 + sum(len(line) + 1 for line in passages[:2])
+    body = ask(sized(world, two + 40 - date, facts, 0), QUERY)
+
+    assert passage_lines(body["memory"]) == passages[:2]
+    assert fact_lines(body["memory"]) == [f'  - "{ALLERGY}" (said 2025-12-31)']

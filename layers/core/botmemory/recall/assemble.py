@@ -92,10 +92,11 @@ def assemble(
     summary_section = Section(SUMMARY_HEADING, settings.recall_summary_chars)
     shown_summary = _summary_line(summary_section, summary) if summary else None
     fact_section = Section(FACT_HEADING, settings.recall_fact_chars)
+    facts_at = _FactsAt(settings.recall_fact_chars, names, persona, tz)
     first = [tier.first for tier in tiers]
-    # Facts are chosen and placed undated; their dates come last (below).
+    # Facts are chosen and placed undated: their dates come after the passages (below).
     chosen = _chosen_facts(fact_section, first, names, persona)
-    shown_facts = _fact_lines(fact_section, chosen, names, persona)
+    shown_facts, dated = _fact_lines(fact_section, chosen, names, persona)
     elsewhere_section = Section(ELSEWHERE_HEADING, settings.recall_short_term_chars)
     shown_elsewhere = _elsewhere_lines(elsewhere_section, elsewhere, names, tz)
     episode_section = Section(EPISODE_HEADING, settings.recall_episode_chars)
@@ -106,18 +107,23 @@ def assemble(
     if not rules.current().passages_take_spare:
         spare = 0
     passage_section = Section(PASSAGE_HEADING, settings.recall_search_chars + spare)
+    # The dates of the facts the query is about are kept room before the passages that only
+    # fill what the best ones left (those after the first that did not fit), never before
+    # those: at small budgets the passages in rank order carry most answers, and are dated.
+    reserve = sum(len(_fact_line(f, tz)) - len(_fact_line(f)) for f in chosen.order)
     shown_passages = (
-        _passage_lines(passage_section, messages, request.query, tz) if messages else []
+        _passage_lines(passage_section, messages, request.query, tz, reserve) if messages else []
     )
-    # What the query is not about (a person's most used facts, the latest episode) gets the
-    # room the passages left, each section within its own budget: the sum still holds.
     left = passage_section.unused()
+    fact_section, shown_facts, dated, left = _dated(fact_section, chosen, dated, left, facts_at)
+    # What the query is not about (a person's most used facts, the latest episode) gets the
+    # room left, each section within its own budget: the sum still holds.
     if_room = [tier.if_room for tier in tiers if tier.if_room]
     if if_room:
         before = fact_section.size()
         fact_section = Section(FACT_HEADING, min(settings.recall_fact_chars, before + left))
-        chosen = _chosen_facts(fact_section, first + if_room, names, persona)
-        shown_facts = _fact_lines(fact_section, chosen, names, persona)
+        chosen = _chosen_facts(fact_section, first + if_room, names, persona, dated)
+        shown_facts, dated = _fact_lines(fact_section, chosen, names, persona, tz, dated, False)
         left -= fact_section.size() - before
     if episodes.if_room:
         before = episode_section.size()
@@ -126,13 +132,8 @@ def assemble(
         )
         shown_episodes = _episode_lines(episode_section, episodes.all(), tz)
         left -= episode_section.size() - before
-    # Then each fact shown gets when it was said, the query's facts first, in the room all
-    # of that left: a date never costs a passage, a fact or an episode its place (at small
-    # budgets those carry the answers; the passages are dated themselves).
-    if chosen.order:
-        before = fact_section.size()
-        fact_section = Section(FACT_HEADING, min(settings.recall_fact_chars, before + left))
-        shown_facts = _fact_lines(fact_section, chosen, names, persona, tz)
+    # Last, the other facts' dates, in what is left.
+    fact_section, shown_facts, dated, left = _dated(fact_section, chosen, dated, left, facts_at)
     # What search found for this very message opens the block: models attend most to the
     # start (and the end) of a long prompt, least to its middle.
     sections = [
@@ -234,18 +235,50 @@ class _Chosen:
     order: list[Fact] = field(default_factory=list)
 
 
+@dataclass
+class _Dates:
+    """The facts dated so far, and the characters their dates take."""
+
+    ids: set[str] = field(default_factory=set)
+    chars: int = 0
+
+
+@dataclass(frozen=True)
+class _FactsAt:
+    """What re-making the facts section takes: its budget, who is who, the zone."""
+
+    budget: int
+    names: dict[str, str]
+    persona: Persona | None
+    zone: tzinfo
+
+
+def _dated(
+    section: Section, chosen: _Chosen, dated: _Dates, left: int, at: _FactsAt
+) -> tuple[Section, dict[str, list[RecalledFact]], _Dates, int]:
+    """The facts section re-made with `left` more room (within its budget), the chosen
+    facts dated while that room holds their dates: the section, what it shows, the facts
+    dated and the room still left."""
+    before = section.size()
+    section = Section(FACT_HEADING, min(at.budget, before + left))
+    shown, dated = _fact_lines(section, chosen, at.names, at.persona, at.zone, dated)
+    return section, shown, dated, left - (section.size() - before)
+
+
 def _chosen_facts(
     section: Section,
     tiers: list[dict[str, list[Fact]]],
     names: dict[str, str],
     persona: Persona | None,
+    dated: _Dates | None = None,
 ) -> _Chosen:
     """Tiers fill the section's budget in priority order (with a persona: what it knows of
     each person, then its own knowledge, then the people's own facts; without one, the
     people's own facts alone), each fact, undated, while it fits with its subject's heading
-    line. A subject none of whose facts fit is left out entirely."""
+    line beside the dates already given (`dated`). A subject none of whose facts fit is
+    left out entirely."""
     chosen = _Chosen()
-    room = section.room() + 1  # what the section can still take, line breaks included
+    room = section.room() + 1 - (dated.chars if dated else 0)
     for tier in tiers:
         for subject, facts in tier.items():
             for fact in facts:
@@ -265,24 +298,29 @@ def _fact_lines(
     names: dict[str, str],
     persona: Persona | None = None,
     zone: tzinfo | None = None,
-) -> dict[str, list[RecalledFact]]:
-    """The facts section: each subject's chosen facts together under its heading line;
-    with a zone, each dated while the section's room holds its date, in the order chosen."""
+    dated: _Dates | None = None,
+    more: bool = True,
+) -> tuple[dict[str, list[RecalledFact]], _Dates]:
+    """The facts section: each subject's chosen facts together under its heading line; with
+    a zone, those dated already keep their dates and (`more`) the others are dated while the
+    section's room holds their dates, in the order chosen."""
+    kept = _Dates()
     room = section.room() + 1
     for subject, facts in chosen.subjects.items():
         room -= len(_subject_line(subject, names, persona)) + 1
         room -= sum(len(_fact_line(f)) + 1 for f in facts)
-    dated: set[str] = set()
-    for fact in chosen.order if zone is not None else []:
+    already = dated.ids if dated else set()
+    for fact in sorted(chosen.order, key=lambda f: f.fact_id not in already) if zone else []:
         cost = len(_fact_line(fact, zone)) - len(_fact_line(fact))
-        if cost <= room:
+        if cost <= room and (more or fact.fact_id in already):
             room -= cost
-            dated.add(fact.fact_id)
+            kept.ids.add(fact.fact_id)
+            kept.chars += cost
     shown: dict[str, list[RecalledFact]] = {}
     for subject, facts in chosen.subjects.items():
         section.add(_subject_line(subject, names, persona))
         for fact in facts:
-            section.add(_fact_line(fact, zone if fact.fact_id in dated else None))
+            section.add(_fact_line(fact, zone if fact.fact_id in kept.ids else None))
         shown[subject] = [
             RecalledFact(
                 id=f.fact_id,
@@ -294,7 +332,7 @@ def _fact_lines(
             )
             for f in facts
         ]
-    return shown
+    return shown, kept
 
 
 def _subject_line(subject: str, names: dict[str, str], persona: Persona | None) -> str:
@@ -357,19 +395,30 @@ def _who(name: str) -> str:
 
 
 def _passage_lines(
-    section: Section, messages: list[FoundMessage], query: str | None, zone: tzinfo
+    section: Section,
+    messages: list[FoundMessage],
+    query: str | None,
+    zone: tzinfo,
+    reserve: int = 0,
 ) -> list[FoundMessage]:
-    """Best first while they fit, each message once. A long message is shown as its
+    """Best first while they fit, each message once; once one does not, the next that fit
+    beside `reserve` characters kept for the facts' dates. A long message is shown as its
     snippet for the query (search_leg.query_snippet)."""
     query_tokens = set(tokens(query or ""))
     shown: list[FoundMessage] = []
     seen: set[str] = set()
+    filling = False
     for found in messages:
         if found.message.sk in seen:
             continue
-        if section.add(_passage_line(found, query_tokens, zone)):
+        line = _passage_line(found, query_tokens, zone)
+        if filling and len(line) > section.room() - reserve:
+            continue
+        if section.add(line):
             shown.append(found)
             seen.add(found.message.sk)
+        else:
+            filling = True
     return shown
 
 
