@@ -9,6 +9,7 @@ from typing import Any
 
 from botmemory.clock import DAY_MS, ManualClock
 from botmemory.recall.block import FACT_HEADING, PASSAGE_HEADING
+from botmemory.search import rules
 from botmemory.search.sqlite_index import SqliteSearchIndex
 from botmemory.settings.config import Settings
 from localrun.storage import put_facts
@@ -113,4 +114,27 @@ def test_the_query_s_facts_are_dated_before_passages_that_only_fill_the_room(
     body = ask(sized(world, two + 40 - date, facts, 0), QUERY)
 
     assert passage_lines(body["memory"]) == passages[:2]
+    assert fact_lines(body["memory"]) == [f'  - "{ALLERGY}" (said 2025-12-31)']
+
+
+def test_with_passages_not_taking_the_spare_the_facts_own_room_holds_their_dates(
+    dynamodb: Any, settings: Settings, clock: ManualClock, index: SqliteSearchIndex
+) -> None:
+    world = (dynamodb, settings, clock, index)
+    roomy = sized(world, 3000, 1000, 0)
+    put_facts(roomy.repository, [fact(ALICE, ALLERGY, START_MS - DAY_MS)])
+    notes = [
+        said(BOB, f"Note {n}: peanuts are not safe for Alice to eat, keep them away", START_MS + n)
+        for n in range(6)
+    ]
+    consolidated(roomy, notes)
+    passages = passage_lines(ask(roomy, QUERY)["memory"])
+    # Passages that fill their own budget but for 5 characters: no room for a date there.
+    three = len(PASSAGE_HEADING) + 1 + sum(len(line) + 1 for line in passages[:3]) + 5
+
+    # The eval's ablation (eval/folds.py): the passages get no spare room.
+    with rules.applied(rules.TODAY.without("passages_take_spare")):
+        body = ask(sized(world, three, 1000, 0), QUERY)
+
+    assert passage_lines(body["memory"]) == passages[:3]
     assert fact_lines(body["memory"]) == [f'  - "{ALLERGY}" (said 2025-12-31)']

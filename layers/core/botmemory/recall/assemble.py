@@ -92,7 +92,8 @@ def assemble(
     summary_section = Section(SUMMARY_HEADING, settings.recall_summary_chars)
     shown_summary = _summary_line(summary_section, summary) if summary else None
     fact_section = Section(FACT_HEADING, settings.recall_fact_chars)
-    facts_at = _FactsAt(settings.recall_fact_chars, names, persona, tz)
+    keeps = not rules.current().passages_take_spare
+    facts_at = _FactsAt(settings.recall_fact_chars, names, persona, tz, keeps)
     first = [tier.first for tier in tiers]
     # Facts are chosen and placed undated: their dates come after the passages (below).
     chosen = _chosen_facts(fact_section, first, names, persona)
@@ -251,6 +252,7 @@ class _FactsAt:
     names: dict[str, str]
     persona: Persona | None
     zone: tzinfo
+    keeps_unused: bool = False  # its unused room was not given to the passages
 
 
 def _dated(
@@ -260,9 +262,10 @@ def _dated(
     facts dated while that room holds their dates: the section, what it shows, the facts
     dated and the room still left."""
     before = section.size()
-    section = Section(FACT_HEADING, min(at.budget, before + left))
+    own = section.unused() if at.keeps_unused else 0
+    section = Section(FACT_HEADING, min(at.budget, before + own + left))
     shown, dated = _fact_lines(section, chosen, at.names, at.persona, at.zone, dated)
-    return section, shown, dated, left - (section.size() - before)
+    return section, shown, dated, left - max(section.size() - before - own, 0)
 
 
 def _chosen_facts(
