@@ -140,6 +140,11 @@ def test_the_last_day_words_give_follows_the_documented_rule(
     assert last_day(words, date(2026, 3, 2), back=back) == last
 
 
+def test_a_last_day_past_the_calendar_s_end_is_none() -> None:
+    assert last_day("until the end of the month", date(9999, 12, 30)) is None
+    assert last_day("until next Monday", date(9999, 12, 30)) is None
+
+
 def test_the_rules_model_states_the_date_beside_the_words_in_the_server_s_zone() -> None:
     # Sunday 23:30 UTC is Monday 08:30 in Tokyo: "last week" is resolved from Monday.
     said = ms(2026, 3, 1, 23, 30)

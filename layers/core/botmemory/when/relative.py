@@ -179,14 +179,18 @@ def last_day(words: str, said: date, *, back: bool = False) -> date | None:
     "back on Monday": the Sunday before), by the rule above; None when they give none, or
     one before the day said."""
     until = _UNTIL.search(words)
-    if until:
-        day = _end_day(until, said)
-        # "until next week": holds until it starts, so through the Sunday before.
-        day = day - timedelta(days=1) if day and until["next_week"] else day
-    elif back and (returns := _BACK.search(words)):
-        found = _end_day(returns, said)
-        day = found - timedelta(days=1) if found else None
-    else:
+    returns = _BACK.search(words) if back and not until else None
+    try:
+        if until:
+            day = _end_day(until, said)
+            # "until next week": holds until it starts, so through the Sunday before.
+            day = day - timedelta(days=1) if day and until["next_week"] else day
+        elif returns:
+            found = _end_day(returns, said)
+            day = found - timedelta(days=1) if found else None
+        else:
+            return None
+    except (OverflowError, ValueError):  # a day said at the end of the calendar
         return None
     return day if day is not None and day >= said else None
 
