@@ -1,8 +1,8 @@
 """Table 3t: what knowing when costs in characters (botmemory.when, docs/time.md).
 
-The memory block's dates come out of its section budgets, last: a fact line gets its
-"(said ...)" while the room the sections left holds it (never at a fact's or a passage's
-expense). They are counted here on table 3b's block (3 participants with 20 facts each, no
+The memory block's dates come out of its section budgets without costing a fact or a passage
+in rank order its place: a fact line gets its "(said ...)" in the room the sections left, the
+query's facts before the passages that only fill it (recall/assemble.py). They are counted here on table 3b's block (3 participants with 20 facts each, no
 query), with how many fact lines that room would hold undated. Passages, episodes and the other channels' lines were dated before (now
 in the server's zone: the same length). The memory model's batch and the answer prompt
 carry their dates beside the budgets: counted on a batch of MEMORY_MAX_BATCH typical lines, and
@@ -105,8 +105,8 @@ def bench_dates(lab: Lab) -> None:
         ["figure", "value", "note"],
         rows,
         [
-            "The block's dates come last, in the room its sections left: a date never costs a fact",
-            "or a passage its place. The batch's and the answer prompt's are beside their budgets",
+            "The block's dates take the room its sections left: a date never costs a fact or a",
+            "passage in rank order its place. The batch's and the answer prompt's are beside their budgets",
             "(a batch is cut by MEMORY_BATCH_MAX_TOKENS, whose per-line frames LINE_FRAME_TOKENS",
             "and FACT_FRAME_TOKENS count the stamps and times).",
         ],
