@@ -1,10 +1,12 @@
 """Table 3t: what knowing when costs in characters (botmemory.when, docs/time.md).
 
-The memory block's dates come out of its section budgets: each fact line's "(said ...)" is
-counted here on table 3b's block (3 participants with 20 facts each, no query), with how many
-fact lines that room would hold undated. Passages, episodes and the other channels' lines were dated before (now
+The memory block's dates come out of its section budgets without costing a fact or a passage
+in rank order its place: a fact line gets its "(said ...)" in the room the sections left, the
+query's facts before the passages that only fill it (recall/assemble.py). They are counted here on table 3b's block (3 participants with 20 facts each, no
+query), with how many fact lines that room would hold undated. Passages, episodes and the other channels' lines were dated before (now
 in the server's zone: the same length). The memory model's batch and the answer prompt
-carry their dates beside the budgets: counted on a batch of MEMORY_MAX_BATCH typical lines.
+carry their dates beside the budgets: counted on a batch of MEMORY_MAX_BATCH typical lines, and
+on one current fact's line (first and last said, valid until).
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from tables import print_table
 from world import SPEAKERS, Lab, recall_world
 
 from botmemory.answering.prompt import TODAY_NOTE
-from botmemory.consolidation.model.contract import ModelInput, NumberedObservation, render_batch
+from botmemory.consolidation.model.contract import (
+    KnownFact,
+    ModelInput,
+    NumberedObservation,
+    render_batch,
+)
 from botmemory.recall.block import FACT_HEADING
 from botmemory.recall.contract import RecallRequest
 from botmemory.settings.config import Settings
@@ -49,6 +56,18 @@ def _batch_chars(dated: bool, lines: int) -> int:
     return len(render_batch(batch))
 
 
+def _known_fact_times() -> int:
+    """What a current fact's times add to its line in the batch."""
+    now = 1_772_445_600_000
+    fact = KnownFact(fact_id="01JQ3K8Z7X9V2M4N6P8R0T2W4Y", user_id="1", kind="fact", text="x")
+    timed = fact.model_copy(
+        update={"first_said_ms": now, "last_said_ms": now + 86_400_000, "valid_until_ms": now}
+    )
+    return len(
+        render_batch(ModelInput(channel_id=gw.CHANNEL, observations=[], facts=[timed]))
+    ) - len(render_batch(ModelInput(channel_id=gw.CHANNEL, observations=[], facts=[fact])))
+
+
 def bench_dates(lab: Lab) -> None:
     world = recall_world(lab, 100, 20)
     result = world.services.recaller.recall(
@@ -78,6 +97,7 @@ def bench_dates(lab: Lab) -> None:
         (f"batch of {lines} lines, dated (chars)", dated, ""),
         ("  undated (chars)", plain, ""),
         ("  what its dates and zone cost", dated - plain, f"{(dated - plain) / plain:.1%}"),
+        ("a current fact's times in the batch (chars)", _known_fact_times(), "FACT_FRAME_TOKENS"),
         ("answer prompt's today line (chars)", today, ""),
     ]
     print_table(
@@ -85,8 +105,9 @@ def bench_dates(lab: Lab) -> None:
         ["figure", "value", "note"],
         rows,
         [
-            "The block's dates are inside MEMORY_RECALL_FACT_CHARS: the same budget holds fewer",
-            "facts. The batch's and the answer prompt's are beside their budgets (a batch is cut by",
-            "MEMORY_BATCH_MAX_TOKENS, whose per-line frame LINE_FRAME_TOKENS counts the stamp).",
+            "The block's dates take the room its sections left: a date never costs a fact or a",
+            "passage in rank order its place. The batch's and the answer prompt's are beside their budgets",
+            "(a batch is cut by MEMORY_BATCH_MAX_TOKENS, whose per-line frames LINE_FRAME_TOKENS",
+            "and FACT_FRAME_TOKENS count the stamps and times).",
         ],
     )

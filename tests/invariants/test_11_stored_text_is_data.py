@@ -226,7 +226,19 @@ def test_the_memory_model_is_shown_names_and_texts_as_quoted_data() -> None:
                 text=CLOSE_AND_ORDER,
             ),
         ],
-        facts=[KnownFact(fact_id="f1", user_id=gw.BOB, kind="fact", text=FORGERY)],
+        facts=[
+            KnownFact(fact_id="f1", user_id=gw.BOB, kind="fact", text=FORGERY),
+            # Its times are our values, before its text: nothing of them is a member's.
+            KnownFact(
+                fact_id="f2",
+                user_id=gw.ALICE,
+                kind="fact",
+                text=CLOSE_AND_ORDER,
+                first_said_ms=T0,
+                last_said_ms=T0 + 86_400_000,
+                valid_until_ms=T0 + 3 * 86_400_000,
+            ),
+        ],
         pins=[CLOSE_AND_ORDER, "Be kind."],
         summary=f"So far: {FORGERY}",  # the rolling summary: model output, from members' words
     )
@@ -249,7 +261,8 @@ def test_the_memory_model_is_shown_names_and_texts_as_quoted_data() -> None:
     stamp = r"\d{4}-\d\d-\d\d \w{3} \d\d:\d\d"
     observation = re.compile(rf"#\d+ \[\w+\] (?:{stamp} )?{_QUOTED} \(user_id \d+\): {_QUOTED}")
     now = re.compile(rf"Now: {stamp}\.")
-    fact = re.compile(rf"- [\w-]+ \(user_id \d+, \w+\): {_QUOTED}")
+    times = rf"(?:, first said {stamp}, last said {stamp}, valid until \d{{4}}-\d\d-\d\d)?"
+    fact = re.compile(rf"- [\w-]+ \(user_id \d+, \w+{times}\): {_QUOTED}")
     pin = re.compile(rf"- {_QUOTED}")
     for line in lines:
         assert (
@@ -261,6 +274,7 @@ def test_the_memory_model_is_shown_names_and_texts_as_quoted_data() -> None:
         ), line
     assert [line[:3] for line in lines if line.startswith("#")] == ["#1 ", "#2 "]
     assert '- "Be kind."' in lines
+    assert sum("valid until" in line for line in lines) == 1
     assert lines[-1].startswith('- "So far: ')
 
 

@@ -291,7 +291,7 @@ def test_a_persona_is_shown_what_it_knows_and_never_another_personas_memories(
         (MemoryScope.PERSONA_USER, gw.ALICE, "Alice was told tutor"),
     ]
     rendered = render_batch(learn.calls[-1])
-    assert f"(user_id {gw.ALICE}, fact, persona_user): " in rendered
+    assert f"(user_id {gw.ALICE}, fact, persona_user, said " in rendered
     assert "coach" not in rendered
 
 

@@ -232,7 +232,8 @@ def test_an_older_statement_arriving_late_does_not_supersede_a_newer_one(
     bot: Deployment, model: ScriptedMemoryModel
 ) -> None:
     def lives(batch: str) -> list[dict[str, Any]]:
-        known = re.search(r"^- (\w+) \(user_id \d+, fact\): \"Alice lives in Berlin\"", batch, re.M)
+        line = r"^- (\w+) \(user_id \d+, fact, said [^)]*\): \"Alice lives in Berlin\""
+        known = re.search(line, batch, re.M)
         if "I live in Paris" in batch:
             replaced = [known.group(1)] if known else []
             return [fact(batch, "I live in Paris", "Alice lives in Paris", supersedes=replaced)]
@@ -258,6 +259,38 @@ def test_an_older_statement_arriving_late_does_not_supersede_a_newer_one(
         "Alice lives in Berlin": FactStatus.SUPERSEDED,
         "Alice lives in Paris": FactStatus.ACTIVE,
     }
+
+
+def test_the_current_facts_in_a_batch_carry_when_they_were_said_and_until_when(
+    bot: Deployment, model: ScriptedMemoryModel
+) -> None:
+    staff_command(bot, "timezone", {"zone": "Asia/Tokyo"})
+
+    def in_tokyo(batch: str) -> list[dict[str, Any]]:
+        if "in Tokyo until" not in batch:
+            return []
+        day = datetime.strptime(said(batch, "in Tokyo until")[2][:10], "%Y-%m-%d").date()
+        until = str(day + timedelta(days=2))
+        return [fact(batch, "in Tokyo until", "Alice is in Tokyo", valid_until=until)]
+
+    model.script = in_tokyo
+    bot.say(bot.message(gw.ALICE, "I'm in Tokyo until Wednesday", CHANNEL))
+    first = bot.at
+    bot.later(minutes=24 * 60)
+    bot.say(bot.message(gw.ALICE, "still in Tokyo until Sunday", CHANNEL))
+    last = bot.at
+    bot.later(minutes=60)
+    bot.say(bot.message(gw.ALICE, "the food is great", CHANNEL))
+
+    (kept,) = bot.services().repository.all_facts(gw.GUILD, gw.ALICE)
+    stamps = [f"{local(t, 'Asia/Tokyo'):%Y-%m-%d %a %H:%M}" for t in (first, last)]
+    until = local(last, "Asia/Tokyo").date() + timedelta(days=2)
+    # Our values, in the batch's zone, before the fact's text, which stays one quoted value.
+    expected = (
+        f"- {kept.fact_id} (user_id {gw.ALICE}, fact, first said {stamps[0]}, "
+        f'last said {stamps[1]}, valid until {until}): "Alice is in Tokyo"'
+    )
+    assert expected in model.batches[-1].splitlines()
 
 
 @pytest.mark.parametrize("zone", [None, "Asia/Kolkata"])

@@ -9,13 +9,19 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from botmemory.consolidation.model.contract import ModelInput, NumberedObservation
+from botmemory.consolidation.batch import FACT_FRAME_TOKENS, estimated_tokens
+from botmemory.consolidation.model.contract import (
+    KnownFact,
+    ModelInput,
+    NumberedObservation,
+    render_batch,
+)
 from botmemory.consolidation.model.rules import RulesModel
-from botmemory.records import Fact, FactKind, FactSource, ObservationKind
+from botmemory.records import Fact, FactKind, FactSource, MemoryScope, ObservationKind
 from botmemory.storage import keys
 from botmemory.when import zones
 from botmemory.when.facts import merged, said_first, said_last
-from botmemory.when.relative import with_dates
+from botmemory.when.relative import last_day, with_dates
 from botmemory.when.window import (
     DISCORD_EPOCH_MS,
     FUTURE_TOLERANCE_MS,
@@ -108,6 +114,37 @@ def test_relative_dates_are_resolved_against_the_day_they_were_said() -> None:
     assert with_dates("today (2026-03-02) it is", monday) == "today (2026-03-02) it is"
 
 
+@pytest.mark.parametrize(
+    ("words", "back", "last"),
+    [
+        ("in Tokyo until Friday", False, date(2026, 3, 6)),
+        ("until next Friday", False, date(2026, 3, 6)),
+        ("until Monday", False, date(2026, 3, 9)),  # said on a Monday: the next one
+        ("until this Monday", False, date(2026, 3, 2)),
+        ("'til tomorrow", False, date(2026, 3, 3)),
+        ("till next week", False, date(2026, 3, 8)),  # the Sunday before it
+        ("through the end of the month", False, date(2026, 3, 31)),
+        ("until 10 March", False, date(2026, 3, 10)),
+        ("until the 10th of March 2027", False, date(2027, 3, 10)),
+        ("until March 1", False, date(2027, 3, 1)),  # passed this year: next year's
+        ("until 31 February", False, None),
+        ("until 5pm", False, None),
+        ("back on Monday", True, date(2026, 3, 8)),  # away through the day before
+        ("back on Monday", False, None),  # "back" only where the caller says it is clear
+        ("back today", True, None),  # a last day before the day said
+    ],
+)
+def test_the_last_day_words_give_follows_the_documented_rule(
+    words: str, back: bool, last: date | None
+) -> None:
+    assert last_day(words, date(2026, 3, 2), back=back) == last
+
+
+def test_a_last_day_past_the_calendar_s_end_is_none() -> None:
+    assert last_day("until the end of the month", date(9999, 12, 30)) is None
+    assert last_day("until next Monday", date(9999, 12, 30)) is None
+
+
 def test_the_rules_model_states_the_date_beside_the_words_in_the_server_s_zone() -> None:
     # Sunday 23:30 UTC is Monday 08:30 in Tokyo: "last week" is resolved from Monday.
     said = ms(2026, 3, 1, 23, 30)
@@ -178,3 +215,22 @@ def test_a_fact_stored_before_reads_its_times_from_its_evidence_else_from_when_w
     )
     late = merged(old, later.model_copy(update={"valid_until_ms": said + 3 * DAY}))
     assert late.valid_until_ms == said + 3 * DAY  # older words do not undo a newer end
+
+
+def test_a_current_fact_s_frame_with_its_times_is_counted_whole() -> None:
+    # The longest frame: a ULID, a snowflake, the longest kind and scope, every time.
+    known = KnownFact(
+        fact_id="01JQ3K8Z7X9V2M4N6P8R0T2W4Y",
+        user_id="13000000000000000100",
+        kind="preference",
+        text="",
+        scope=MemoryScope.PERSONA_USER,
+        first_said_ms=ms(2026, 3, 2, 10),
+        last_said_ms=ms(2026, 3, 8, 4, 53),
+        valid_until_ms=ms(2026, 3, 14),
+    )
+    rendered = render_batch(ModelInput(channel_id="c", observations=[], facts=[known]))
+    (line,) = [line for line in rendered.splitlines() if line.startswith("- 01")]
+
+    assert "first said 2026-03-02 Mon 10:00" in line and "valid until 2026-03-13" in line
+    assert estimated_tokens(line) <= FACT_FRAME_TOKENS

@@ -4,6 +4,8 @@ batch, stored text shown as text (`shown`), lines cut to what one Discord messag
 
 from __future__ import annotations
 
+from datetime import UTC, tzinfo
+
 from botmemory.clock import day, moment, ttl_alive
 from botmemory.memory.visibility import place_label
 from botmemory.records import Fact, FactChange, FactHistory, FactStatus, HistoryActor, Quarantine
@@ -11,6 +13,7 @@ from botmemory.services import MemoryServices
 from botmemory.storage.keys import message_of
 from botmemory.text import as_discord_text, scrub
 from botmemory.when.facts import is_past
+from botmemory.when.zones import local_day, zone_of
 
 MAX_LISTED = 25
 
@@ -72,14 +75,23 @@ def history_line(entry: FactHistory) -> str:
     return f"{moment(entry.at_ms)}, {who}: {word} {what}".rstrip()
 
 
-def status_mark(fact: Fact, now_ms: int | None = None) -> str:
+def status_mark(fact: Fact, now_ms: int | None = None, zone: tzinfo = UTC) -> str:
     """How a listing marks a fact recall does not show: demoted, superseded, or (active)
-    past the last day it held (botmemory.when.facts), with that day."""
+    past the last day it held (botmemory.when.facts), with that day in the server's zone."""
     if fact.status != FactStatus.ACTIVE:
         return f" [{fact.status.value}]"
     if now_ms is not None and fact.valid_until_ms is not None and is_past(fact, now_ms):
-        return f" [past: held until {day(fact.valid_until_ms - 1)}]"
+        # It ends at the midnight after its last day: the millisecond before is that day.
+        return f" [past: held until {local_day(fact.valid_until_ms - 1, zone)}]"
     return ""
+
+
+def zone_for(services: MemoryServices, scope: str, facts: list[Fact]) -> tzinfo:
+    """The zone a listing of these facts dates their last days in: the server's, read only
+    when one of them has a last day (UTC otherwise, and in direct messages)."""
+    if not any(f.valid_until_ms is not None for f in facts):
+        return UTC
+    return zone_of(services.repository.server_zone(scope))
 
 
 def user_facts_listing(services: MemoryServices, scope: str, user_id: str) -> str:
@@ -99,5 +111,6 @@ def user_facts_listing(services: MemoryServices, scope: str, user_id: str) -> st
             -f.updated_ms,
         )
     )
-    lines = [fact_line(f) + status_mark(f, now) for f in facts]
+    zone = zone_for(services, scope, facts)
+    lines = [fact_line(f) + status_mark(f, now, zone) for f in facts]
     return listing(f"Facts about <@{user_id}> ({len(facts)}):", lines)

@@ -17,7 +17,7 @@ from botmemory.commands.invocation import (
     ephemeral_reply,
     webhook_edit,
 )
-from botmemory.commands.listing import fact_line, listing, shown, status_mark
+from botmemory.commands.listing import fact_line, listing, shown, status_mark, zone_for
 from botmemory.commands.notes import dm_notes_line
 from botmemory.commands.paging import paged
 from botmemory.discord.interactions import InteractionResponseType
@@ -96,12 +96,13 @@ class MemberCommands:
         facts = [fact for _, scoped in by_scope for fact in scoped]
         lines: list[str] = []
         now = self._services.clock.now_ms()
+        zone = zone_for(self._services, invocation.scope, facts)
         for persona, scoped in by_scope:
             heading = "About you (every persona here):"
             if persona is not None:
                 removed = "" if persona.active else " (removed: kept until staff purge it)"
                 heading = f"What {shown(persona.name)} knows about you{removed}:"
-            lines += [heading] + [fact_line(f) + status_mark(f, now) for f in scoped]
+            lines += [heading] + [fact_line(f) + status_mark(f, now, zone) for f in scoped]
         mentions = self._mentions_here(invocation)
         notes = (
             dm_notes_line(self._services, invocation.user_id)

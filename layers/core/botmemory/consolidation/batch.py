@@ -54,6 +54,9 @@ ROOM_FOR_ANSWER = 26
 BACKLOG_MAX_OBSERVATIONS = 1_000
 # What an observation's line costs beside its words: its number, kind, time, quotes and user id.
 LINE_FRAME_TOKENS = 22
+# What a current fact's line costs beside its words: its id, user id, kind and scope, and when
+# it was first and last said and until when it holds (contract.render_batch).
+FACT_FRAME_TOKENS = 45
 
 # People named by others a round guards in its transaction (two checks each); pointers to
 # anyone beyond are written after the commit, for those not barred by then. A message naming
@@ -481,7 +484,7 @@ class BatchReader:
             for theirs in everyone:
                 if turn >= len(theirs):
                     continue
-                budget -= estimated_tokens(theirs[turn].text) + LINE_FRAME_TOKENS
+                budget -= estimated_tokens(theirs[turn].text) + FACT_FRAME_TOKENS
                 if budget < 0:
                     return known
                 known[theirs[turn].fact_id] = theirs[turn]

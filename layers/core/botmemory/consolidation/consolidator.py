@@ -21,16 +21,15 @@ from collections.abc import Callable
 from botocore.exceptions import BotoCoreError, ClientError
 
 from botmemory.clock import Clock, ttl_alive
-from botmemory.consolidation import backlog
+from botmemory.consolidation import backlog, dating
 from botmemory.consolidation import summary as channel_summary
 from botmemory.consolidation.attempts import MINUTE_MS, RetryPolicy
-from botmemory.consolidation.batch import Batch, BatchReader, deleted_in, memory_scope, speakers_of
+from botmemory.consolidation.batch import Batch, BatchReader, deleted_in, speakers_of
 from botmemory.consolidation.failures import FailedRounds
 from botmemory.consolidation.indexing import index_round
 from botmemory.consolidation.judgement import Judge, Judgement
 from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
-    KnownFact,
     MemoryModel,
     ModelInput,
     PersonaBrief,
@@ -436,16 +435,7 @@ class Consolidator:
             channel_id=outcome.channel_id,
             observations=batch.numbered,
             persona=PersonaBrief(id=persona.persona_id, name=persona.name) if persona else None,
-            facts=[
-                KnownFact(
-                    fact_id=f.fact_id,
-                    user_id=f.user_id,
-                    kind=f.kind.value,
-                    text=f.text,
-                    scope=memory_scope(f),
-                )
-                for f in known.values()
-            ],
+            facts=[dating.known_fact(f) for f in known.values()],
             pins=self._reader.pin_texts(batch.scope, outcome.channel_id),
             now_ms=batch.now_ms,
             zone=batch.zone,

@@ -8,9 +8,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from botmemory.consolidation.batch import Batch
+from botmemory.consolidation.batch import Batch, memory_scope
+from botmemory.consolidation.model.contract import KnownFact
 from botmemory.records import Fact, Observation
-from botmemory.when.facts import said_last
+from botmemory.when.facts import said_first, said_last
 from botmemory.when.window import said_at, unresolvable, until_ms
 from botmemory.when.zones import zone_of
 
@@ -46,6 +47,21 @@ def with_times(
         )
     return fact.model_copy(
         update={"first_said_ms": min(said), "last_said_ms": max(said), "valid_until_ms": until}
+    )
+
+
+def known_fact(fact: Fact) -> KnownFact:
+    """A current fact as the model is shown it: with when it was first and last said and
+    until when it holds, so that it can judge supersession and expiry."""
+    return KnownFact(
+        fact_id=fact.fact_id,
+        user_id=fact.user_id,
+        kind=fact.kind.value,
+        text=fact.text,
+        scope=memory_scope(fact),
+        first_said_ms=said_first(fact),
+        last_said_ms=said_last(fact),
+        valid_until_ms=fact.valid_until_ms,
     )
 
 

@@ -12,6 +12,7 @@ angle bracket. Only the block's own lines start a line: the markers, the heading
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from datetime import tzinfo
 
 from botmemory.memory.notes import Note
@@ -91,8 +92,12 @@ def assemble(
     summary_section = Section(SUMMARY_HEADING, settings.recall_summary_chars)
     shown_summary = _summary_line(summary_section, summary) if summary else None
     fact_section = Section(FACT_HEADING, settings.recall_fact_chars)
+    keeps = not rules.current().passages_take_spare
+    facts_at = _FactsAt(settings.recall_fact_chars, names, persona, tz, keeps)
     first = [tier.first for tier in tiers]
-    shown_facts = _fact_lines(fact_section, first, names, persona, tz)
+    # Facts are chosen and placed undated: their dates come after the passages (below).
+    chosen = _chosen_facts(fact_section, first, names, persona)
+    shown_facts, dated = _fact_lines(fact_section, chosen, names, persona)
     elsewhere_section = Section(ELSEWHERE_HEADING, settings.recall_short_term_chars)
     shown_elsewhere = _elsewhere_lines(elsewhere_section, elsewhere, names, tz)
     episode_section = Section(EPISODE_HEADING, settings.recall_episode_chars)
@@ -103,17 +108,23 @@ def assemble(
     if not rules.current().passages_take_spare:
         spare = 0
     passage_section = Section(PASSAGE_HEADING, settings.recall_search_chars + spare)
+    # The dates of the facts the query is about are kept room before the passages that only
+    # fill what the best ones left (those after the first that did not fit), never before
+    # those: at small budgets the passages in rank order carry most answers, and are dated.
+    reserve = sum(len(_fact_line(f, tz)) - len(_fact_line(f)) for f in chosen.order)
     shown_passages = (
-        _passage_lines(passage_section, messages, request.query, tz) if messages else []
+        _passage_lines(passage_section, messages, request.query, tz, reserve) if messages else []
     )
-    # What the query is not about (a person's most used facts, the latest episode) gets the
-    # room the passages left, each section within its own budget: the sum still holds.
     left = passage_section.unused()
+    fact_section, shown_facts, dated, left = _dated(fact_section, chosen, dated, left, facts_at)
+    # What the query is not about (a person's most used facts, the latest episode) gets the
+    # room left, each section within its own budget: the sum still holds.
     if_room = [tier.if_room for tier in tiers if tier.if_room]
     if if_room:
         before = fact_section.size()
         fact_section = Section(FACT_HEADING, min(settings.recall_fact_chars, before + left))
-        shown_facts = _fact_lines(fact_section, first + if_room, names, persona, tz)
+        chosen = _chosen_facts(fact_section, first + if_room, names, persona, dated)
+        shown_facts, dated = _fact_lines(fact_section, chosen, names, persona, tz, dated, False)
         left -= fact_section.size() - before
     if episodes.if_room:
         before = episode_section.size()
@@ -121,6 +132,9 @@ def assemble(
             EPISODE_HEADING, min(settings.recall_episode_chars, before + left)
         )
         shown_episodes = _episode_lines(episode_section, episodes.all(), tz)
+        left -= episode_section.size() - before
+    # Last, the other facts' dates, in what is left.
+    fact_section, shown_facts, dated, left = _dated(fact_section, chosen, dated, left, facts_at)
     # What search found for this very message opens the block: models attend most to the
     # start (and the end) of a long prompt, least to its middle.
     sections = [
@@ -213,34 +227,103 @@ def _episode_lines(
     ]
 
 
-def _fact_lines(
+@dataclass
+class _Chosen:
+    """The facts a section shows, by subject in the order they are shown, and in the order
+    they were chosen (their tiers' priority)."""
+
+    subjects: dict[str, list[Fact]] = field(default_factory=dict)
+    order: list[Fact] = field(default_factory=list)
+
+
+@dataclass
+class _Dates:
+    """The facts dated so far, and the characters their dates take."""
+
+    ids: set[str] = field(default_factory=set)
+    chars: int = 0
+
+
+@dataclass(frozen=True)
+class _FactsAt:
+    """What re-making the facts section takes: its budget, who is who, the zone."""
+
+    budget: int
+    names: dict[str, str]
+    persona: Persona | None
+    zone: tzinfo
+    keeps_unused: bool = False  # its unused room was not given to the passages
+
+
+def _dated(
+    section: Section, chosen: _Chosen, dated: _Dates, left: int, at: _FactsAt
+) -> tuple[Section, dict[str, list[RecalledFact]], _Dates, int]:
+    """The facts section re-made with `left` more room (within its budget), the chosen
+    facts dated while that room holds their dates: the section, what it shows, the facts
+    dated and the room still left."""
+    before = section.size()
+    own = section.unused() if at.keeps_unused else 0
+    section = Section(FACT_HEADING, min(at.budget, before + own + left))
+    shown, dated = _fact_lines(section, chosen, at.names, at.persona, at.zone, dated)
+    return section, shown, dated, left - max(section.size() - before - own, 0)
+
+
+def _chosen_facts(
     section: Section,
     tiers: list[dict[str, list[Fact]]],
     names: dict[str, str],
-    persona: Persona | None = None,
-    zone: tzinfo | None = None,
-) -> dict[str, list[RecalledFact]]:
-    """The facts section: tiers fill the budget in priority order (with a persona: what it
-    knows of each person, then its own knowledge, then the people's own facts; without one,
-    the people's own facts alone), each fact while it fits with its subject's heading line;
-    then each subject's lines are shown together under that heading, in the tiers' order. A
-    subject none of whose facts fit is left out entirely."""
-    chosen: dict[str, list[Fact]] = {}
-    room = section.room() + 1  # what the section can still take, line breaks included
+    persona: Persona | None,
+    dated: _Dates | None = None,
+) -> _Chosen:
+    """Tiers fill the section's budget in priority order (with a persona: what it knows of
+    each person, then its own knowledge, then the people's own facts; without one, the
+    people's own facts alone), each fact, undated, while it fits with its subject's heading
+    line beside the dates already given (`dated`). A subject none of whose facts fit is
+    left out entirely."""
+    chosen = _Chosen()
+    room = section.room() + 1 - (dated.chars if dated else 0)
     for tier in tiers:
         for subject, facts in tier.items():
             for fact in facts:
-                cost = len(_fact_line(fact, zone)) + 1
-                if subject not in chosen:
+                cost = len(_fact_line(fact)) + 1
+                if subject not in chosen.subjects:
                     cost += len(_subject_line(subject, names, persona)) + 1
                 if cost <= room:
                     room -= cost
-                    chosen.setdefault(subject, []).append(fact)
+                    chosen.subjects.setdefault(subject, []).append(fact)
+                    chosen.order.append(fact)
+    return chosen
+
+
+def _fact_lines(
+    section: Section,
+    chosen: _Chosen,
+    names: dict[str, str],
+    persona: Persona | None = None,
+    zone: tzinfo | None = None,
+    dated: _Dates | None = None,
+    more: bool = True,
+) -> tuple[dict[str, list[RecalledFact]], _Dates]:
+    """The facts section: each subject's chosen facts together under its heading line; with
+    a zone, those dated already keep their dates and (`more`) the others are dated while the
+    section's room holds their dates, in the order chosen."""
+    kept = _Dates()
+    room = section.room() + 1
+    for subject, facts in chosen.subjects.items():
+        room -= len(_subject_line(subject, names, persona)) + 1
+        room -= sum(len(_fact_line(f)) + 1 for f in facts)
+    already = dated.ids if dated else set()
+    for fact in sorted(chosen.order, key=lambda f: f.fact_id not in already) if zone else []:
+        cost = len(_fact_line(fact, zone)) - len(_fact_line(fact))
+        if cost <= room and (more or fact.fact_id in already):
+            room -= cost
+            kept.ids.add(fact.fact_id)
+            kept.chars += cost
     shown: dict[str, list[RecalledFact]] = {}
-    for subject, facts in chosen.items():
+    for subject, facts in chosen.subjects.items():
         section.add(_subject_line(subject, names, persona))
         for fact in facts:
-            section.add(_fact_line(fact, zone))
+            section.add(_fact_line(fact, zone if fact.fact_id in kept.ids else None))
         shown[subject] = [
             RecalledFact(
                 id=f.fact_id,
@@ -252,7 +335,7 @@ def _fact_lines(
             )
             for f in facts
         ]
-    return shown
+    return shown, kept
 
 
 def _subject_line(subject: str, names: dict[str, str], persona: Persona | None) -> str:
@@ -261,7 +344,7 @@ def _subject_line(subject: str, names: dict[str, str], persona: Persona | None) 
     return f"- {_who(names.get(subject, ''))} (user {subject}):"
 
 
-def _fact_line(fact: Fact, zone: tzinfo | None) -> str:
+def _fact_line(fact: Fact, zone: tzinfo | None = None) -> str:
     """`  - "Alice lives in Lyon" (said 2026-05-09)`: when it was said, beside it."""
     said = f" ({said_label(fact, zone)})" if zone is not None else ""
     return f"  - {quote_for_prompt(fact.text)}{said}"
@@ -315,19 +398,30 @@ def _who(name: str) -> str:
 
 
 def _passage_lines(
-    section: Section, messages: list[FoundMessage], query: str | None, zone: tzinfo
+    section: Section,
+    messages: list[FoundMessage],
+    query: str | None,
+    zone: tzinfo,
+    reserve: int = 0,
 ) -> list[FoundMessage]:
-    """Best first while they fit, each message once. A long message is shown as its
+    """Best first while they fit, each message once; once one does not, the next that fit
+    beside `reserve` characters kept for the facts' dates. A long message is shown as its
     snippet for the query (search_leg.query_snippet)."""
     query_tokens = set(tokens(query or ""))
     shown: list[FoundMessage] = []
     seen: set[str] = set()
+    filling = False
     for found in messages:
         if found.message.sk in seen:
             continue
-        if section.add(_passage_line(found, query_tokens, zone)):
+        line = _passage_line(found, query_tokens, zone)
+        if filling and len(line) > section.room() - reserve:
+            continue
+        if section.add(line):
             shown.append(found)
             seen.add(found.message.sk)
+        else:
+            filling = True
     return shown
 
 

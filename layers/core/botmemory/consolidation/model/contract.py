@@ -12,6 +12,7 @@ more, separate pass (`MemoryModel.recompress`); that is the only second call a r
 from __future__ import annotations
 
 import json
+from datetime import tzinfo
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from botmemory.records import FactKind, FactPriority, MemoryScope
 from botmemory.storage.keys import PERSONA_SUBJECT
 from botmemory.text import quote_for_prompt
-from botmemory.when.zones import DEFAULT_ZONE, label, stamp, zone_of
+from botmemory.when.zones import DEFAULT_ZONE, label, local_day, stamp, zone_of
 
 
 class MemoryModelError(RuntimeError):
@@ -49,6 +50,11 @@ class KnownFact(BaseModel):
     kind: str
     text: str
     scope: MemoryScope = MemoryScope.USER
+    # When it was first and last said, and the end of the last day it holds (epoch ms, shown
+    # in the batch's zone): what supersession and expiry are decided by. None: not shown.
+    first_said_ms: int | None = None
+    last_said_ms: int | None = None
+    valid_until_ms: int | None = None
 
 
 class PersonaBrief(BaseModel):
@@ -297,6 +303,9 @@ the day said ("this" counts the day itself), so "next Friday" said on Monday 202
 written with the Monday it starts on ("next week (week of 2026-03-09)"). Never invent a date
 the words do not give. When the evidence says until when a fact holds ("in Tokyo until 10
 March"), give that last day as valid_until (YYYY-MM-DD); otherwise leave valid_until empty.
+Each current fact shows when it was first and last said and, when it has one, the last day
+it holds ("valid until"): a statement supersedes a current fact only when it was said after
+that fact was last said; a fact whose last day is past no longer holds unless restated.
 Restating a fact on another day is the same fact: write its text the same way."""
 
 INSTRUCTIONS = f"""You maintain the long-term memory of a Discord bot.
@@ -374,8 +383,8 @@ def render_batch(batch: ModelInput) -> str:
         )
     lines += ["", "Current facts:"]
     lines += [
-        f"- {f.fact_id} (user_id {f.user_id}, {f.kind}{_scope_label(f.scope)}): "
-        f"{quote_for_prompt(f.text)}"
+        f"- {f.fact_id} (user_id {f.user_id}, {f.kind}{_scope_label(f.scope)}"
+        f"{_known_times(f, zone)}): {quote_for_prompt(f.text)}"
         for f in batch.facts
     ] or ["- none"]
     lines += ["", "Pins:"]
@@ -391,6 +400,19 @@ def render_batch(batch: ModelInput) -> str:
 def _scope_label(scope: MemoryScope) -> str:
     """How a known fact's scope is shown: a person's own facts as ever, the others named."""
     return "" if scope == MemoryScope.USER else f", {scope.value}"
+
+
+def _known_times(fact: KnownFact, zone: tzinfo) -> str:
+    """When a current fact was said and until when it holds, our values in the batch's zone
+    (", first said 2026-03-02 Mon 14:05, last said 2026-05-09 Sat 10:00, valid until
+    2026-03-10"): never stored text, so nothing to quote."""
+    said = sorted({t for t in (fact.first_said_ms, fact.last_said_ms) if t is not None})
+    times = ", said " + stamp(said[0], zone) if len(said) == 1 else ""
+    if len(said) == 2:
+        times = f", first said {stamp(said[0], zone)}, last said {stamp(said[1], zone)}"
+    if fact.valid_until_ms is not None:  # the next midnight: the day before it is the last
+        times += f", valid until {local_day(fact.valid_until_ms - 1, zone)}"
+    return times
 
 
 def render_recompression(summary: str, target_chars: int) -> str:

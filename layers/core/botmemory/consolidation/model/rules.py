@@ -16,6 +16,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import date
+from itertools import takewhile
 
 from botmemory.consolidation.model.contract import (
     ConsolidationAnswer,
@@ -70,7 +72,7 @@ from botmemory.consolidation.model.rules_patterns import (
 )
 from botmemory.memory.behaviour import behaviour_request
 from botmemory.records import FactKind, FactPriority, MemoryScope
-from botmemory.when.relative import with_dates
+from botmemory.when.relative import last_day, with_dates
 from botmemory.when.window import said_day
 from botmemory.when.zones import zone_of
 
@@ -96,6 +98,11 @@ class _Statement:
     text: str
     kind: FactKind
     slot: str | None
+    passing: bool = False  # kept only with the day it ends
+    # Where the day it holds until may be said: its own clause ("until Friday"), then the
+    # sentence's next clauses up to another statement ("..., back on Monday").
+    clause: str = ""
+    after: str = ""
 
 
 class RulesModel:
@@ -110,9 +117,12 @@ class RulesModel:
                 continue
             said = said_day(obs.at_ms, zone) if obs.at_ms is not None else None
             for statement in _statements(obs.text, _name_of(obs)):
+                until = _until(statement, said) if said is not None else None
+                if statement.passing and until is None:
+                    continue  # "I'm in Tokyo" with no end says nothing durable
                 if said is not None:  # "next Friday" kept, its date beside it (the contract's rule)
                     statement = replace(statement, text=with_dates(statement.text, said))
-                _propose(facts, obs, statement, known_slots)
+                _propose(facts, obs, statement, known_slots, until.isoformat() if until else "")
         episode = _episode(batch)
         return ConsolidationAnswer(
             facts=list(facts.values())[:FACTS_PER_ANSWER],
@@ -144,18 +154,30 @@ def _newest_sentences(text: str, max_chars: int) -> str:
     return " ".join(kept)
 
 
+def _until(statement: _Statement, said: date) -> date | None:
+    """The last day a statement holds, when its words give one (botmemory.when.relative);
+    "back on Monday" only for a passing state, where what ends is clear."""
+    found = last_day(statement.clause, said)
+    if found is None and statement.passing:
+        found = last_day(f"{statement.clause} {statement.after}", said, back=True)
+    return found
+
+
 def _propose(
     facts: dict[tuple[str, str], ProposedFact],
     obs: NumberedObservation,
     statement: _Statement,
     known_slots: dict[tuple[str, str], str],
+    valid_until: str = "",
 ) -> None:
-    """Add a fact, or cite one more message for a fact already proposed."""
+    """Add a fact, or cite one more message for a fact already proposed (its end as the
+    later message says it: a restatement without one clears it)."""
     key = (obs.author_id, statement.text.casefold())
     same = facts.get(key)
     if same is not None:
         if obs.number not in same.evidence and len(same.evidence) < _MAX_EVIDENCE:
             same.evidence.append(obs.number)
+            same.valid_until = valid_until
         return
     slot = statement.slot
     old = known_slots.get((obs.author_id, slot)) if slot else None
@@ -166,6 +188,7 @@ def _propose(
         evidence=[obs.number],
         supersedes=[old] if old else [],
         priority=_priority_of(statement),
+        valid_until=valid_until,
     )
 
 
@@ -225,8 +248,10 @@ def _statements(text: str, name: str) -> list[_Statement]:
     """The facts one message states about its author, in order, one per clause at most and
     at most FACTS_PER_OBSERVATION."""
     found: list[_Statement] = []
-    for clause, quotes in _clauses(text):
+    for clause, quotes, after in _clauses(text):
         statement = _statement(clause, quotes, name)
+        if statement is not None:
+            statement = replace(statement, clause=clause, after=after)
         if statement is None or behaviour_request(statement.text):
             continue  # "I prefer to be called master" asks the bot something: not a fact
         if all(s.text.casefold() != statement.text.casefold() for s in found):
@@ -236,9 +261,11 @@ def _statements(text: str, name: str) -> list[_Statement]:
     return found
 
 
-def _clauses(text: str) -> Iterator[tuple[str, list[str]]]:
+def _clauses(text: str) -> Iterator[tuple[str, list[str], str]]:
     """Clauses that may state something: not in a question, a quote, reported speech or a
-    hypothetical. Quoted spans are masked so that their words never start a statement."""
+    hypothetical; each with the clauses after it up to the next that may (what they say
+    belongs to it: "I'm away, back on Monday"). Quoted spans are masked so that their words
+    never start a statement."""
     # Markdown emphasis ("I **love** pottery") is not part of the words.
     body = PREFIX.sub("", text.replace("’", "'").replace("*", "").replace("~~", "").strip())
     for line in body.splitlines():
@@ -246,7 +273,7 @@ def _clauses(text: str) -> Iterator[tuple[str, list[str]]]:
             continue  # a Discord quote or code: someone else's words, or not prose
         masked, quotes = _masked(line)
         for sentence in SENTENCE_SPLIT.split(masked):
-            yield from ((clause, quotes) for clause in _sentence_clauses(sentence))
+            yield from ((clause, quotes, after) for clause, after in _sentence_clauses(sentence))
 
 
 def _masked(line: str) -> tuple[str, list[str]]:
@@ -262,15 +289,20 @@ def _masked(line: str) -> tuple[str, list[str]]:
     return QUOTED.sub(mask, line), quotes
 
 
-def _sentence_clauses(sentence: str) -> Iterator[str]:
+def _sentence_clauses(sentence: str) -> Iterator[tuple[str, str]]:
     if re.search(r"\?\W*$", sentence) or REPORTED.search(sentence) or UNSAFE.search(sentence):
         return  # a question states nothing; reported speech is someone else's words
-    for part in CLAUSE_SPLIT.split(sentence):
-        clause = LEAD_IN.sub("", part.strip())
+    clauses = [LEAD_IN.sub("", part.strip()) for part in CLAUSE_SPLIT.split(sentence)]
+    for index, clause in enumerate(clauses):
         if HYPOTHETICAL_START.match(clause):
             return  # the rest of the sentence is conditional
-        if clause[:2].lower() in ("i ", "i'", "my") and not MODAL.search(clause):
-            yield clause
+        if _first_person(clause) and not MODAL.search(clause):
+            after = list(takewhile(lambda c: not _first_person(c), clauses[index + 1 :]))
+            yield clause, ", ".join(after)
+
+
+def _first_person(clause: str) -> bool:
+    return clause[:2].lower() in ("i ", "i'", "my")
 
 
 def _statement(clause: str, quotes: list[str], name: str) -> _Statement | None:
@@ -297,7 +329,7 @@ def _render(
     if len(text) > FACT_CHARS or _content_words(text) < 2:
         return None
     kind = _kind_of(pattern, groups)
-    return _Statement(text=text, kind=kind, slot=pattern.slot)
+    return _Statement(text=text, kind=kind, slot=pattern.slot, passing=pattern.passing)
 
 
 def _object(rest: str, quotes: list[str]) -> str | None:

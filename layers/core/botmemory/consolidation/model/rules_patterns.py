@@ -140,6 +140,8 @@ class Pattern:
     takes_rest: bool = True
     # True when the verb alone says something ("I'm married"): the rest may be empty.
     rest_optional: bool = False
+    # A passing state ("I'm in Tokyo"): kept only with the day it ends (botmemory.when).
+    passing: bool = False
 
 
 def _p(
@@ -151,9 +153,10 @@ def _p(
     core: tuple[str, ...] = (),
     takes_rest: bool = True,
     rest_optional: bool = False,
+    passing: bool = False,
 ) -> Pattern:
     regex = re.compile(pattern, re.IGNORECASE)
-    return Pattern(regex, template, kind, slot, core, takes_rest, rest_optional)
+    return Pattern(regex, template, kind, slot, core, takes_rest, rest_optional, passing)
 
 
 PATTERNS: list[Pattern] = [
@@ -262,6 +265,24 @@ PATTERNS: list[Pattern] = [
         "{ns} {what} {w} {x}",
         FactKind.FACT,
     ),
+    # Passing states, last: said with the day they end ("I'm in Tokyo until Friday", "I'm
+    # away, back on Monday") they are facts until then; without one, nothing durable.
+    _p(
+        _AM + r"(?P<w>away|abroad|travell?ing|working\s+(?:from\s+home|remotely)|"
+        r"on\s+(?:holiday|vacation|leave|a\s+trip)|"
+        r"off\s+(?:work|sick)|out\s+of\s+(?:town|the\s+office|office))\b",
+        "{n} is {w} {x}",
+        FactKind.FACT,
+        core=("w",),
+        rest_optional=True,
+        passing=True,
+    ),
+    _p(
+        _AM + r"(?P<w>in|at|visiting|staying\s+(?:in|at|with))\s+",
+        "{n} is {w} {x}",
+        FactKind.FACT,
+        passing=True,
+    ),
 ]
 
 SLOT_OF = re.compile(
@@ -306,7 +327,7 @@ LEAD_IN = re.compile(
 OBJECT_END = re.compile(
     r"[,;:!?()\[\]\n…]|\.(?:\s|$)|\s[-–—]+\s|[–—]|-\s"
     r"|\s(?:but|because|cause|'cause|so|which|who|whom|whose|when|while|if|unless|though|"
-    r"although|until|whereas|lol|haha|i|i'm|i've|i'd|i'll|ever\s+since|"
+    r"although|until|till|'?til|whereas|lol|haha|i|i'm|i've|i'd|i'll|ever\s+since|"
     r"since\s+(?:we|you|he|she|they|then|last|our|my)|"
     r"and\s+(?:it|we|they|he|she|you|that|this|so|then|now|also|my))\b",
     re.IGNORECASE,
