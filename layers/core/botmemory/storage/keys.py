@@ -98,6 +98,11 @@ REMOVED_SK = "CTRL#REMOVED"
 PURGE_PK = "PURGE"
 # When a member last started an export (`/memory export`: rate-limited), by keyed hash.
 EXPORT_PK = "EXPORT"
+# The relay's partition (relay/relay/store.py writes it; its keys are checked equal to these
+# by tests/relay/test_gap_keys.py): a gap a shard could not receive, by when it ended and
+# which shard, with the shard's guilds; catching up (botmemory.catchup) reads and claims it.
+RELAY_PK = "RELAY"
+RELAY_GAP_PREFIX = "GAP#"
 
 
 class ItemKind(StrEnum):
