@@ -212,7 +212,7 @@ class Store:
             TableName=self._table,
             Item={
                 **guilds,
-                **self._key(f"{GAP_PREFIX}{to_ms:013d}#{shard_id:05d}"),
+                **self._key(self.gaps_sk(to_ms, shard_id)),
                 "shard_id": {"N": str(shard_id)},
                 "shard_count": {"N": str(shard_count)},
                 "from_ms": {"N": str(from_ms)},
@@ -220,6 +220,11 @@ class Store:
                 "expires_at": {"N": str(int(self.clock()) + GAP_DAYS * 86_400)},
             },
         )
+
+    @staticmethod
+    def gaps_sk(to_ms: int, shard_id: int) -> str:
+        """A gap's key: when it ended, then the shard (botmemory.catchup reads it)."""
+        return f"{GAP_PREFIX}{to_ms:013d}#{shard_id:05d}"
 
     def gaps(self) -> list[dict[str, int]]:
         """The gaps recorded, oldest first (for the tests; a catch-up worker would read them)."""

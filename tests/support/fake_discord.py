@@ -186,10 +186,13 @@ class FakeDiscordRest:
     def fail_once(self, status: int = 500, *, method: str | None = None) -> None:
         self.script(status, {"message": "500: Internal Server Error", "code": 0}, method=method)
 
-    def enforce_buckets(self, limit: int = 5, window: float = 0.2) -> None:
-        """From now on each channel's message posts obey `limit` a `window` seconds."""
+    def enforce_buckets(
+        self, limit: int = 5, window: float = 0.2, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """From now on each channel's message posts obey `limit` a `window` seconds (of
+        `clock`: a test may move its own)."""
         with self._changed:
-            self._buckets = _Buckets(limit, window)
+            self._buckets = _Buckets(limit, window, clock)
 
     def close_dms(self, user_id: str) -> None:
         """The user's DMs are closed to the bot: posts there are refused (403, 50007)."""
@@ -420,14 +423,15 @@ class FakeDiscordRest:
 class _Buckets:
     """Per channel, a fixed window of `limit` posts, as Discord's per-route buckets count."""
 
-    def __init__(self, limit: int, window: float) -> None:
+    def __init__(self, limit: int, window: float, clock: Callable[[], float]) -> None:
         self.limit = limit
         self.window = window
+        self._clock = clock
         self._windows: dict[str, tuple[float, int]] = {}  # channel -> (start, posts taken)
 
     def take(self, channel_id: str) -> int | None:
         """The posts left after this one, or None when this one is over the limit."""
-        now = time.monotonic()
+        now = self._clock()
         start, taken = self._windows.get(channel_id, (now, 0))
         if now >= start + self.window:
             start, taken = now, 0
@@ -440,7 +444,7 @@ class _Buckets:
     def reset_after(self, channel_id: str) -> float:
         start, _ = self._windows[channel_id]
         # Rounded up to the millisecond: a client waiting this long is never early.
-        return math.ceil(max(start + self.window - time.monotonic(), 0.0) * 1000) / 1000
+        return math.ceil(max(start + self.window - self._clock(), 0.0) * 1000) / 1000
 
     def headers(self, channel_id: str) -> dict[str, str]:
         _, taken = self._windows[channel_id]

@@ -87,7 +87,8 @@ class CatchUpStore(Table):
             self._client.update_item(
                 TableName=self.table_name,
                 Key=key(keys.RELAY_PK, sk),
-                UpdateExpression="ADD " + ", ".join(f"{name} :{name}" for name in added),
+                UpdateExpression="ADD " + ", ".join(f"#{name} :{name}" for name in added),
+                ExpressionAttributeNames={f"#{name}": name for name in added},
                 ConditionExpression="attribute_exists(pk)",  # an expired gap is not made again
                 ExpressionAttributeValues={f":{name}": {"N": str(n)} for name, n in added.items()},
             )
