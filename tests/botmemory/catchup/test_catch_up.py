@@ -145,7 +145,7 @@ def test_a_thirty_minute_gap_is_read_back_once_with_its_edits_and_deletes(
     assert not observations(dynamodb, QUIET)
     gap = CatchUpStore(dynamodb, TABLE).gaps_waiting(10)
     assert gap == []  # planned once
-    counters = CatchUpStore(dynamodb, TABLE).counters(Store(dynamodb, TABLE).gaps_sk(gap_to, 0))
+    counters = CatchUpStore(dynamodb, TABLE).counters(Store.gaps_sk(gap_to, 0))
     assert counters["channels"] == 2 and counters["skipped"] == 1 and counters["pages"] == 3
     # The third page waited for the bucket's reset instead of earning a 429.
     assert fake_discord.rate_limited == []
@@ -158,3 +158,64 @@ def test_a_thirty_minute_gap_is_read_back_once_with_its_edits_and_deletes(
     Store(dynamodb, TABLE).record_gap(0, 1, gap_from, gap_to + 1, (gw.GUILD,))
     stack.catch_up()
     assert len(observations(dynamodb, GENERAL)) == stored
+
+
+def gap_of_one_channel(
+    stack: Stack, dynamodb: Any, channel: str = GENERAL, said: int = 3
+) -> tuple[list[str], int]:
+    """A channel active before a gap, `said` messages in the gap; the gap recorded."""
+    history = stack.discord.history
+    stack.local.invoke("IngestFunction", {"events": [guild_create([channel], [])]})
+    now = int(time.time() * 1000)
+    gap_from, gap_to = now - 40 * MINUTE_MS, now - 10 * MINUTE_MS
+    stack.live(channel, history.say(channel, now - 3 * 60 * MINUTE_MS, gw.ALICE, "before"))
+    ids = [history.say(channel, gap_from + i * 1_000, gw.BOB, f"gap {i}") for i in range(said)]
+    Store(dynamodb, TABLE).record_gap(0, 1, gap_from, gap_to, (gw.GUILD,))
+    return ids, gap_to
+
+
+def test_a_429_puts_the_page_back_after_its_retry_after_and_never_asks_at_once(
+    monkeypatch: pytest.MonkeyPatch, dynamodb: Any, fake_discord: FakeDiscordRest
+) -> None:
+    stack = Stack(monkeypatch, fake_discord)
+    ids, _ = gap_of_one_channel(stack, dynamodb)
+    refusal = {"message": "You are being rate limited.", "retry_after": 12.5, "global": False}
+    fake_discord.script(429, refusal, {"Retry-After": "13"}, method="GET")
+    stack.catch_up()
+    reads = fake_discord.requests_matching("GET", f"/channels/{GENERAL}/messages")
+    assert len(reads) == 2  # the refused one, then one after the wait
+    assert stack.waited == [13]
+    assert set(ids) <= set(of_kind(observations(dynamodb, GENERAL), ObservationKind.MESSAGE))
+
+
+def test_a_channel_gone_or_closed_to_the_bot_is_skipped_after_one_request_and_counted(
+    monkeypatch: pytest.MonkeyPatch, dynamodb: Any, fake_discord: FakeDiscordRest
+) -> None:
+    stack = Stack(monkeypatch, fake_discord)
+    _, gap_to = gap_of_one_channel(stack, dynamodb)
+    fake_discord.history.forget_channel(GENERAL)
+    stack.catch_up()
+    assert len(fake_discord.requests_matching("GET", f"/channels/{GENERAL}/messages")) == 1
+    counters = CatchUpStore(dynamodb, TABLE).counters(Store.gaps_sk(gap_to, 0))
+    assert counters == {"channels": 1, "skipped": 1}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "not json",
+        '{"kind": "page", "gap": "GAP#1#1", "guild_id": "1", "from_ms": 0, "to_ms": 1}',
+        '{"kind": "page", "gap": "GAP#0000000000001#00001", "guild_id": "1", "from_ms": 0,'
+        ' "to_ms": 1}',
+        '{"kind": "guild", "gap": "GAP#0000000000001#00001", "guild_id": "../1",'
+        ' "from_ms": 0, "to_ms": 1}',
+        "x" * 2_000,
+    ],
+)
+def test_a_message_that_is_not_a_task_is_skipped_not_retried(
+    monkeypatch: pytest.MonkeyPatch, dynamodb: Any, fake_discord: FakeDiscordRest, body: str
+) -> None:
+    stack = Stack(monkeypatch, fake_discord)
+    answer = stack.local.invoke(CATCH_UP, local_event(body, "catchup", 1))
+    assert answer == {"batchItemFailures": []}
+    assert stack.queued == [] and fake_discord.requests == []
