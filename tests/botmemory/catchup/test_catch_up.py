@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+from botocore.client import BaseClient
 
 from botmemory.catchup.tasks import register_local_catchup_queue
 from botmemory.consolidation.work import local_event
@@ -25,6 +26,7 @@ from tests.conftest import TABLE
 from tests.support.deployment import guild_create
 from tests.support.fake_discord import BOT_TOKEN, FakeDiscordRest
 from tests.support.lambda_local import LocalLambda, sample_env
+from tests.support.sam_tools import translated_template
 
 GENERAL = "200000000000000101"
 QUIET = "200000000000000102"
@@ -45,6 +47,23 @@ class Stack:
         }
         self.local = LocalLambda(monkeypatch, env)
         self.discord = discord
+        # Every AWS call CatchUpFunction makes: (action, partition key or None).
+        self.calls: list[tuple[str, str | None]] = []
+        self._running = False
+        make_api_call = BaseClient._make_api_call
+        stack = self
+
+        def recording(client: BaseClient, operation: str, params: dict[str, Any]) -> Any:
+            if stack._running:
+                model = client.meta.service_model
+                key = params.get("Key") or {}
+                pk = key.get("pk", {}).get("S") or params.get("Item", {}).get("pk", {}).get("S")
+                values = params.get("ExpressionAttributeValues", {})
+                pk = pk or values.get(":pk", {}).get("S")
+                stack.calls.append((f"{model.signing_name}:{operation}", pk))
+            return make_api_call(client, operation, params)
+
+        monkeypatch.setattr(BaseClient, "_make_api_call", recording)
         self.queued: list[tuple[str, int]] = []
         self.waited: list[int] = []
         # The fake Discord's bucket clock: a delayed message moves it, nothing sleeps.
@@ -61,6 +80,13 @@ class Stack:
 
     def catch_up(self) -> None:
         """The schedule, then every task the queue holds, each after its delay (SQS's)."""
+        self._running = True
+        try:
+            self._catch_up()
+        finally:
+            self._running = False
+
+    def _catch_up(self) -> None:
         self.local.invoke(CATCH_UP, {"source": "aws.events", "detail-type": "Scheduled Event"})
         sequence = 0
         while self.queued:
@@ -71,6 +97,18 @@ class Stack:
             sequence += 1
             answer = self.local.invoke(CATCH_UP, local_event(body, "catchup", sequence))
             assert answer == {"batchItemFailures": []}
+
+
+def granted(function: str) -> set[str]:
+    """The actions the function's role allows, in the translated template."""
+    template = translated_template()
+    role = template["Resources"][function]["Properties"]["Role"]["Fn::GetAtt"][0]
+    actions: set[str] = set()
+    for policy in template["Resources"][role]["Properties"].get("Policies", []):
+        for statement in policy["PolicyDocument"]["Statement"]:
+            listed = statement["Action"]
+            actions |= {listed} if isinstance(listed, str) else set(listed)
+    return actions
 
 
 def observations(dynamodb: Any, channel: str) -> list[dict[str, Any]]:
@@ -152,6 +190,21 @@ def test_a_thirty_minute_gap_is_read_back_once_with_its_edits_and_deletes(
     assert stack.waited == [30]
     reads = fake_discord.requests_matching("GET", f"/channels/{GENERAL}/messages")
     assert len(reads) == 3
+
+    # Every call it made is one its role allows, on the partitions the role names.
+    made = {action for action, _ in stack.calls}
+    assert {"dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"} <= made
+    assert made <= granted(CATCH_UP), made - granted(CATCH_UP)
+    for action, pk in stack.calls:
+        if action.startswith("dynamodb:"):
+            assert pk is not None and (
+                pk in (keys.RELAY_PK, keys.OPT_OUT_PK, keys.PAUSE_PK)
+                or pk.startswith((keys.GUILD_PREFIX, keys.CHANNEL_PREFIX))
+            ), (action, pk)
+        if action in ("dynamodb:UpdateItem",):
+            assert pk == keys.RELAY_PK
+        if action == "dynamodb:PutItem":
+            assert pk is not None and pk.startswith(keys.CHANNEL_PREFIX)
 
     # A second run of the same pages stores nothing twice.
     stored = len(observations(dynamodb, GENERAL))
