@@ -1,10 +1,11 @@
 """Catching up on a gap (botmemory.catchup) through CatchUpFunction as template.yaml wires
-it: the relay's store records an unresumable session's 30-minute gap with its guilds, the
-schedule plans it, and the queue's tasks read the fake Discord's history (which enforces its
-per-channel buckets) into the ingest path. Every message of the gap is stored once, a
-message deleted in the gap is deleted, one edited in the gap has its current text, a
-channel the bot can no longer read is skipped and counted, and no request is refused with
-a 429: the next page waits for the wait the headers announced.
+it (tests/support/catch_up.py): the relay's store records an unresumable session's
+30-minute gap with its guilds, the schedule plans it, and the queue's tasks read the fake
+Discord's history (which enforces its per-channel buckets) into the ingest path. Every
+message of the gap is stored once, a message deleted in the gap is deleted, one edited in
+the gap has its current text, a channel the bot can no longer read is skipped and counted,
+and no request is refused with a 429: the next page waits for the wait the headers
+announced.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ import time
 from typing import Any
 
 import pytest
-from botocore.client import BaseClient
 
-from botmemory.catchup.tasks import register_local_catchup_queue
 from botmemory.consolidation.work import local_event
 from botmemory.records import ObservationKind
 from botmemory.storage import keys
@@ -23,152 +22,33 @@ from botmemory.storage.catchup import CatchUpStore
 from localrun import gateway as gw
 from relay.store import Store
 from tests.conftest import TABLE
+from tests.support.catch_up import (
+    CATCH_UP,
+    GENERAL,
+    MINUTE_MS,
+    QUIET,
+    Stack,
+    granted,
+    observations,
+    of_kind,
+    thirty_minute_gap,
+)
 from tests.support.deployment import guild_create
-from tests.support.fake_discord import BOT_TOKEN, FakeDiscordRest
-from tests.support.lambda_local import LocalLambda, sample_env
-from tests.support.sam_tools import translated_template
-
-GENERAL = "200000000000000101"
-QUIET = "200000000000000102"
-LOCKED = "200000000000000103"
-MINUTE_MS = 60_000
-CATCH_UP = "CatchUpFunction"
-QUEUE = "CatchUpQueue"  # CATCHUP_QUEUE_URL as the template resolves locally
-
-
-class Stack:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, discord: FakeDiscordRest) -> None:
-        env = sample_env()
-        env[CATCH_UP] = {
-            **env.get(CATCH_UP, {}),
-            "DISCORD_API_BASE": discord.url,
-            "DISCORD_BOT_TOKEN": BOT_TOKEN,
-            "DISCORD_BOT_TOKEN_SECRET": "",
-        }
-        self.local = LocalLambda(monkeypatch, env)
-        self.discord = discord
-        # Every AWS call CatchUpFunction makes: (action, partition key or None).
-        self.calls: list[tuple[str, str | None]] = []
-        self._running = False
-        make_api_call = BaseClient._make_api_call
-        stack = self
-
-        def recording(client: BaseClient, operation: str, params: dict[str, Any]) -> Any:
-            if stack._running:
-                model = client.meta.service_model
-                key = params.get("Key") or {}
-                pk = key.get("pk", {}).get("S") or params.get("Item", {}).get("pk", {}).get("S")
-                values = params.get("ExpressionAttributeValues", {})
-                pk = pk or values.get(":pk", {}).get("S")
-                stack.calls.append((f"{model.signing_name}:{operation}", pk))
-            return make_api_call(client, operation, params)
-
-        monkeypatch.setattr(BaseClient, "_make_api_call", recording)
-        self.queued: list[tuple[str, int]] = []
-        self.waited: list[int] = []
-        # The fake Discord's bucket clock: a delayed message moves it, nothing sleeps.
-        self.seconds = 0.0
-        register_local_catchup_queue(QUEUE, lambda body, delay: self.queued.append((body, delay)))
-
-    def live(self, channel: str, *message_ids: str) -> None:
-        """Messages the relay received as they were said."""
-        history = self.discord.history.channels[channel]
-        events = [
-            {"t": "MESSAGE_CREATE", "d": {**history[m], "guild_id": gw.GUILD}} for m in message_ids
-        ]
-        self.local.invoke("IngestFunction", {"events": events})
-
-    def catch_up(self) -> None:
-        """The schedule, then every task the queue holds, each after its delay (SQS's)."""
-        self._running = True
-        try:
-            self._catch_up()
-        finally:
-            self._running = False
-
-    def _catch_up(self) -> None:
-        self.local.invoke(CATCH_UP, {"source": "aws.events", "detail-type": "Scheduled Event"})
-        sequence = 0
-        while self.queued:
-            body, delay = self.queued.pop(0)
-            if delay:
-                self.waited.append(delay)
-                self.seconds += delay
-            sequence += 1
-            answer = self.local.invoke(CATCH_UP, local_event(body, "catchup", sequence))
-            assert answer == {"batchItemFailures": []}
-
-
-def granted(function: str) -> set[str]:
-    """The actions the function's role allows, in the translated template."""
-    template = translated_template()
-    role = template["Resources"][function]["Properties"]["Role"]["Fn::GetAtt"][0]
-    actions: set[str] = set()
-    for policy in template["Resources"][role]["Properties"].get("Policies", []):
-        for statement in policy["PolicyDocument"]["Statement"]:
-            listed = statement["Action"]
-            actions |= {listed} if isinstance(listed, str) else set(listed)
-    return actions
-
-
-def observations(dynamodb: Any, channel: str) -> list[dict[str, Any]]:
-    answer = dynamodb.query(
-        TableName=TABLE,
-        KeyConditionExpression="pk = :pk AND begins_with(sk, :obs)",
-        ExpressionAttributeValues={
-            ":pk": {"S": keys.channel_pk(channel)},
-            ":obs": {"S": keys.OBS_PREFIX},
-        },
-    )
-    items: list[dict[str, Any]] = answer["Items"]
-    return items
-
-
-def of_kind(items: list[dict[str, Any]], kind: ObservationKind) -> dict[str, list[str]]:
-    """Message id -> the contents of its observations of this kind."""
-    found: dict[str, list[str]] = {}
-    for item in items:
-        parts = keys.observation_parts(item["sk"]["S"])
-        if parts and parts[1] == kind.value:
-            found.setdefault(parts[2][0], []).append(item.get("content", {}).get("S", ""))
-    return found
+from tests.support.fake_discord import FakeDiscordRest
 
 
 def test_a_thirty_minute_gap_is_read_back_once_with_its_edits_and_deletes(
     monkeypatch: pytest.MonkeyPatch, dynamodb: Any, fake_discord: FakeDiscordRest
 ) -> None:
     stack = Stack(monkeypatch, fake_discord)
-    history = fake_discord.history
-    stack.local.invoke("IngestFunction", {"events": [guild_create([GENERAL, QUIET, LOCKED], [])]})
-    now = int(time.time() * 1000)
-    gap_from, gap_to = now - 40 * MINUTE_MS, now - 10 * MINUTE_MS
-
-    # The day before the gap, received live: one message is deleted in the gap, one edited.
-    before = [
-        history.say(GENERAL, now - 5 * 60 * MINUTE_MS + i * MINUTE_MS, gw.ALICE, f"earlier {i}")
-        for i in range(5)
-    ]
-    stack.live(GENERAL, *before)
-    locked = history.say(LOCKED, now - 3 * 60 * MINUTE_MS, gw.BOB, "in a room the bot leaves")
-    stack.live(LOCKED, locked)
-    # The gap: 250 messages (three pages), one of them edited since, one said and deleted.
-    said = [
-        history.say(GENERAL, gap_from + 1_000 + i * 6_000, gw.BOB, f"in the gap {i}")
-        for i in range(250)
-    ]
-    history.edit(GENERAL, said[7], "in the gap 7, corrected", gap_from + 20 * MINUTE_MS)
-    fleeting = history.say(GENERAL, gap_from + 2 * MINUTE_MS + 500, gw.ALICE, "oops, wrong room")
-    history.delete(GENERAL, fleeting)
-    history.delete(GENERAL, before[1])
-    history.edit(GENERAL, before[3], "earlier 3, edited in the gap", gap_from + 5 * MINUTE_MS)
-    # After the new READY: received live again.
-    after = history.say(GENERAL, now - 5 * MINUTE_MS, gw.ALICE, "back online")
-    stack.live(GENERAL, after)
-    # The quiet channel was not active in the day before the gap: not read.
-    history.say(QUIET, gap_from + MINUTE_MS, gw.BOB, "nobody here")
-    history.lose_access(LOCKED)
-
-    Store(dynamodb, TABLE).record_gap(0, 1, gap_from, gap_to, (gw.GUILD,))
+    gap = thirty_minute_gap(stack, dynamodb)
+    said, before, fleeting, gap_from, gap_to = (
+        gap.said,
+        gap.before,
+        gap.fleeting,
+        gap.gap_from,
+        gap.gap_to,
+    )
     fake_discord.enforce_buckets(limit=2, window=30.0, clock=lambda: stack.seconds)
     stack.catch_up()
 
