@@ -13,6 +13,7 @@ delayed the next pages), one channel; channels go in parallel, two workers at mo
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import sys
@@ -34,15 +35,12 @@ from botmemory.storage.catchup import CatchUpStore  # noqa: E402
 from botmemory.storage.schema import create_table  # noqa: E402
 from localrun.fakeaws import REGION, fake_aws_environment  # noqa: E402
 from relay.store import Store  # noqa: E402
-from tests.support.catch_up import (  # noqa: E402
-    GENERAL,
-    Stack,
-    observations,
-    of_kind,
-    thirty_minute_gap,
-)
 from tests.support.fake_discord import FakeDiscordRest  # noqa: E402
-from tests.support.lambda_local import TABLE  # noqa: E402
+
+# The tests' harness, imported by name: its own imports (the test suite's support) are not
+# type-checked with the bench.
+harness: Any = importlib.import_module("tests.support.catch_up")
+TABLE: str = harness.TABLE
 
 SAID = 1_000
 EDITED = "in the gap 7, corrected"  # tests/support/catch_up.py's edit
@@ -62,8 +60,8 @@ def catch_up_rows() -> list[tuple[object, ...]]:
                 patch.setenv(name, value)
         client = boto3.client("dynamodb", region_name=REGION)
         create_table(client, TABLE)
-        stack = Stack(patch, discord)
-        gap = thirty_minute_gap(stack, client, SAID)
+        stack = harness.Stack(patch, discord)
+        gap = harness.thirty_minute_gap(stack, client, SAID)
         discord.enforce_buckets(*BUCKET, clock=lambda: stack.seconds)
         started = time.perf_counter()
         # The functions' metrics and log lines (JSON on stdout) are not the bench's output.
@@ -75,18 +73,18 @@ def catch_up_rows() -> list[tuple[object, ...]]:
             warnings.simplefilter("ignore")
             stack.catch_up()
         elapsed = time.perf_counter() - started
-        items = observations(client, GENERAL)
+        items = harness.observations(client, harness.GENERAL)
         counters = CatchUpStore(client, TABLE).counters(Store.gaps_sk(gap.gap_to, 0))
-        reads = discord.requests_matching("GET", f"/channels/{GENERAL}/messages")
+        reads = discord.requests_matching("GET", f"/channels/{harness.GENERAL}/messages")
         refused = len(discord.rate_limited)
-    held = of_kind(items, ObservationKind.MESSAGE)
+    held = harness.of_kind(items, ObservationKind.MESSAGE)
     lost = [m for m in gap.said if m not in held]
     waited = stack.seconds
     return [
         ("messages said in the gap", len(gap.said)),
         ("lost after catching up (target 0)", len(lost)),
         ("edited in the gap, kept as its current text", int(held.get(gap.said[7]) == [EDITED])),
-        ("deleted in the gap, forgotten", len(of_kind(items, ObservationKind.DELETE))),
+        ("deleted in the gap, forgotten", len(harness.of_kind(items, ObservationKind.DELETE))),
         ("said and deleted in the gap, kept", int(gap.fleeting in held)),
         ("REST pages read (100 messages a page)", len(reads)),
         ("requests refused with 429", refused),

@@ -54,12 +54,9 @@ class Stack:
 
         def recording(client: BaseClient, operation: str, params: dict[str, Any]) -> Any:
             if stack._running:
-                model = client.meta.service_model
-                key = params.get("Key") or {}
-                pk = key.get("pk", {}).get("S") or params.get("Item", {}).get("pk", {}).get("S")
-                values = params.get("ExpressionAttributeValues", {})
-                pk = pk or values.get(":pk", {}).get("S")
-                stack.calls.append((f"{model.signing_name}:{operation}", pk))
+                action = f"{client.meta.service_model.signing_name}:{operation}"
+                for pk in _partitions(params):
+                    stack.calls.append((action, pk))
             return make_api_call(client, operation, params)
 
         monkeypatch.setattr(BaseClient, "_make_api_call", recording)
@@ -96,6 +93,19 @@ class Stack:
             sequence += 1
             answer = self.local.invoke(CATCH_UP, local_event(body, "catchup", sequence))
             assert answer == {"batchItemFailures": []}
+
+
+def _partitions(params: dict[str, Any]) -> list[str | None]:
+    """The partition keys a call names (one None when it names none)."""
+    keys_: list[dict[str, Any]] = []
+    for request in params.get("RequestItems", {}).values():
+        keys_ += request.get("Keys", []) if isinstance(request, dict) else []
+    keys_ += [params[k] for k in ("Key", "Item") if k in params]
+    found: list[str | None] = [k["pk"]["S"] for k in keys_ if "pk" in k]
+    pk = params.get("ExpressionAttributeValues", {}).get(":pk", {}).get("S")
+    if pk is not None:
+        found.append(pk)
+    return found or [None]
 
 
 def granted(function: str) -> set[str]:

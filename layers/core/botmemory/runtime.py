@@ -188,6 +188,7 @@ def catch_up_from_environment() -> CatchUp:
         TaskQueue(settings.catchup_queue_url),
         history,
         services.clock,
+        services.opt_outs.hash_of,
     )
 
 

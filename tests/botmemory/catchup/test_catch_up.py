@@ -10,18 +10,22 @@ announced.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import pytest
 
 from botmemory.consolidation.work import local_event
+from botmemory.people.erasure import Eraser
 from botmemory.records import ObservationKind
+from botmemory.runtime import build_services
+from botmemory.settings.config import Settings
 from botmemory.storage import keys
 from botmemory.storage.catchup import CatchUpStore
 from localrun import gateway as gw
 from relay.store import Store
-from tests.conftest import TABLE
+from tests.conftest import TABLE, scan_all
 from tests.support.catch_up import (
     CATCH_UP,
     GENERAL,
@@ -78,7 +82,7 @@ def test_a_thirty_minute_gap_is_read_back_once_with_its_edits_and_deletes(
     for action, pk in stack.calls:
         if action.startswith("dynamodb:"):
             assert pk is not None and (
-                pk in (keys.RELAY_PK, keys.OPT_OUT_PK, keys.PAUSE_PK)
+                pk in (keys.RELAY_PK, keys.OPT_OUT_PK, keys.PAUSE_PK, keys.LEDGER_PK)
                 or pk.startswith((keys.GUILD_PREFIX, keys.CHANNEL_PREFIX))
             ), (action, pk)
         if action in ("dynamodb:UpdateItem",):
@@ -101,7 +105,7 @@ def gap_of_one_channel(
     stack.local.invoke("IngestFunction", {"events": [guild_create([channel], [])]})
     now = int(time.time() * 1000)
     gap_from, gap_to = now - 40 * MINUTE_MS, now - 10 * MINUTE_MS
-    stack.live(channel, history.say(channel, now - 3 * 60 * MINUTE_MS, gw.ALICE, "before"))
+    stack.live(channel, history.say(channel, now - 3 * 60 * MINUTE_MS, gw.BOB, "before"))
     ids = [history.say(channel, gap_from + i * 1_000, gw.BOB, f"gap {i}") for i in range(said)]
     Store(dynamodb, TABLE).record_gap(0, 1, gap_from, gap_to, (gw.GUILD,))
     return ids, gap_to
@@ -152,3 +156,27 @@ def test_a_message_that_is_not_a_task_is_skipped_not_retried(
     answer = stack.local.invoke(CATCH_UP, local_event(body, "catchup", 1))
     assert answer == {"batchItemFailures": []}
     assert stack.queued == [] and fake_discord.requests == []
+
+
+def test_a_member_who_erased_their_memory_since_does_not_come_back(
+    monkeypatch: pytest.MonkeyPatch, dynamodb: Any, fake_discord: FakeDiscordRest
+) -> None:
+    stack = Stack(monkeypatch, fake_discord)
+    bobs, gap_to = gap_of_one_channel(stack, dynamodb)
+    alices = [
+        fake_discord.history.say(GENERAL, gap_to - 60_000 + i, gw.ALICE, f"alice {i}")
+        for i in range(3)
+    ]
+    # Alice runs /forgetme after the gap, before it is caught up (the erasure the command's
+    # deferred work runs, with the deployment's person hash).
+    services = build_services(Settings(table_name=TABLE, memory_model="rules"), dynamodb=dynamodb)
+    Eraser(services.repository, hash_of=services.opt_outs.hash_of).erase(gw.ALICE)
+    ledger = [i for i in scan_all(dynamodb) if i["pk"]["S"] == keys.LEDGER_PK]
+    assert [i["sk"]["S"] for i in ledger] == [
+        keys.ledger_person_sk(services.opt_outs.hash_of(gw.ALICE))
+    ]
+    assert gw.ALICE not in json.dumps(ledger)  # a keyed hash, no id
+    stack.catch_up()
+    held = of_kind(observations(dynamodb, GENERAL), ObservationKind.MESSAGE)
+    assert set(bobs) <= set(held)
+    assert not set(alices) & set(held)

@@ -75,7 +75,9 @@ class CatchUp:
         queue: TaskQueue,
         history: Callable[[], HistoryApi],
         clock: Clock,
+        hash_of: Callable[[str], str],
     ) -> None:
+        self._hash_of = hash_of
         self._recorder = recorder
         self._store = store
         self._queue = queue
@@ -128,7 +130,8 @@ class CatchUp:
             return self._refused(task, error)
         full = len(messages) == PAGE_LIMIT
         last = messages[-1]["id"] if full else None
-        events = self._said(task, messages) + self._gone(task, task.after, messages, last)
+        said = self._not_erased(self._said(task, messages))
+        events = said + self._gone(task, task.after, messages, last)
         result = self._recorder.record(events, ingest_id=ingest_id)
         kinds = [str(e["t"]) for e in events]
         done = PageDone(
@@ -183,6 +186,27 @@ class CatchUp:
             elif _edited_ms(message) >= task.from_ms:
                 events.append({"t": "MESSAGE_UPDATE", "d": payload})
         return events
+
+    def _not_erased(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Without what a person erased: their messages made before they last ran /forgetme
+        (the erasure ledger, by keyed person hash) are not imported back."""
+        authors = {
+            str(e["d"]["author"]["id"])
+            for e in events
+            if isinstance(e["d"].get("author"), dict)
+            and isinstance(e["d"]["author"].get("id"), str)
+        }
+        hashes = {author: self._hash_of(author) for author in authors}
+        erased = self._store.erased_at(hashes.values())
+        if not erased:
+            return events
+        kept = []
+        for event in events:
+            author = event["d"].get("author") or {}
+            when = erased.get(hashes.get(str(author.get("id")), ""))
+            if when is None or snowflake_ms(event["d"]["id"]) > when:
+                kept.append(event)
+        return kept
 
     def _gone(
         self, task: CatchUpTask, after: str, messages: list[dict[str, Any]], last: str | None

@@ -15,7 +15,8 @@ from botocore.exceptions import ClientError
 from botmemory.records import ObservationKind
 from botmemory.storage import keys
 from botmemory.storage.items import key
-from botmemory.storage.table import Table, error_code
+from botmemory.storage.ledger import LedgerStore
+from botmemory.storage.table import error_code
 
 # The observations that stand for a message having been said (its creation).
 _SAID = (ObservationKind.MESSAGE.value, ObservationKind.ANSWER.value)
@@ -33,8 +34,8 @@ class Gap:
     guild_ids: tuple[str, ...]
 
 
-class CatchUpStore(Table):
-    """The gaps and the reads catching up needs."""
+class CatchUpStore(LedgerStore):
+    """The gaps and the reads catching up needs, and the erasure ledger it checks."""
 
     def gaps_waiting(self, limit: int) -> list[Gap]:
         """Gaps nobody has planned yet, oldest first (the relay's partition, one Query)."""

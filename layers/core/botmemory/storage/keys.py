@@ -103,6 +103,10 @@ EXPORT_PK = "EXPORT"
 # which shard, with the shard's guilds; catching up (botmemory.catchup) reads and claims it.
 RELAY_PK = "RELAY"
 RELAY_GAP_PREFIX = "GAP#"
+# What was erased, kept for good so that reading the past again (catching up, a backfill)
+# never brings it back: a person who ran /forgetme, by keyed person hash, with when.
+LEDGER_PK = "LEDGER"
+LEDGER_PERSON_PREFIX = "P#"
 
 
 class ItemKind(StrEnum):
@@ -297,6 +301,10 @@ def forgotten_sk(fact_id: str) -> str:
 def named_sk(channel_id: str, target_sk: str) -> str:
     """A pointer, under the named person's partition, to a channel's item naming them."""
     return f"{NAMED_PREFIX}{channel_id}#{target_sk}"
+
+
+def ledger_person_sk(user_hash: str) -> str:
+    return f"{LEDGER_PERSON_PREFIX}{user_hash}"
 
 
 def spoke_sk(channel_id: str) -> str:
