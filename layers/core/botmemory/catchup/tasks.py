@@ -29,12 +29,15 @@ MAX_PAGES = 10_000
 
 class CatchUpTask(BaseModel):
     """`guild`: find the guild's active channels; `page`: read one page of `channel_id`
-    after `after`. `from_ms`/`to_ms` are the gap's; `page` counts the channel's pages."""
+    after `after`. `from_ms`/`to_ms` are the gap's; `page` counts the channel's pages.
+    `backfill`: one page of a server's backfill run `run` (botmemory.catchup.backfill),
+    which imports what was said from `from_ms` to `to_ms`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["guild", "page"]
-    gap: str = Field(pattern=r"^GAP#[0-9]{13}#[0-9]{5}$")
+    kind: Literal["guild", "page", "backfill"]
+    gap: str | None = Field(default=None, pattern=r"^GAP#[0-9]{13}#[0-9]{5}$")
+    run: int | None = Field(default=None, ge=0, le=2**53)
     guild_id: Snowflake
     from_ms: int = Field(ge=0, le=2**53)
     to_ms: int = Field(ge=0, le=2**53)
@@ -54,8 +57,12 @@ def task_of(body: Any) -> CatchUpTask:
         task = CatchUpTask.model_validate_json(body)
     except ValidationError as error:
         raise BadTask(f"not a catch-up task: {error.error_count()} errors") from None
-    if task.kind == "page" and (task.channel_id is None or task.after is None):
+    if task.kind != "guild" and (task.channel_id is None or task.after is None):
         raise BadTask("a page task names its channel and where it starts")
+    if (task.kind == "backfill") != (task.run is not None) or (task.gap is None) != (
+        task.kind == "backfill"
+    ):
+        raise BadTask("a gap's task names its gap, a backfill's its run")
     return task
 
 

@@ -102,6 +102,8 @@ class CatchUp:
     def run(self, task: CatchUpTask, ingest_id: str | None = None) -> PageDone:
         if task.kind == "guild":
             return self._guild(task)
+        if task.kind == "backfill":
+            return self._backfill(task, ingest_id)
         return self._page(task, ingest_id)
 
     def _guild(self, task: CatchUpTask) -> PageDone:
@@ -156,6 +158,49 @@ class CatchUp:
                 extra={"gap": task.gap, "channel_id": task.channel_id, "pages": task.page + 1},
             )
         return done
+
+    def _backfill(self, task: CatchUpTask, ingest_id: str | None) -> PageDone:
+        """One page of a server's backfill run, unless the run was cancelled, ended or
+        replaced (the chain of its pages stops there)."""
+        guild, run_ms, channel, after = task.guild_id, task.run, task.channel_id, task.after
+        if run_ms is None or channel is None or after is None:
+            raise BadTask("a backfill task names its run, channel and start")
+        run = self._store.backfill_run(guild)
+        if run is None or run.run_ms != run_ms or not run.running:
+            return PageDone()
+        history = self._history()
+        try:
+            messages = history.channel_messages(channel, after)
+        except DiscordApiError as error:
+            if error.status in _GONE:
+                self._channel_done(guild, run_ms, skipped=1)
+                return PageDone(skipped=1)
+            return self._refused(task, error)
+        made = [m for m in messages if task.from_ms <= snowflake_ms(m["id"]) <= task.to_ms]
+        events = [
+            {"t": "MESSAGE_CREATE", "d": {**m, "guild_id": guild, "channel_id": channel}}
+            for m in made[: max(run.cap - run.messages, 0)]
+        ]
+        result = self._recorder.record(self._not_erased(events), ingest_id=ingest_id)
+        now = self._store.count_backfill(guild, run_ms, messages=result.stored, pages=1)
+        done = PageDone(stored=result.stored)
+        if now is None:
+            return done  # cancelled meanwhile
+        if now.messages >= now.cap:
+            self._store.end_backfill(guild, run_ms, "capped")
+            return done
+        last = messages[-1]["id"] if len(messages) == PAGE_LIMIT else None
+        if last is not None and snowflake_ms(last) <= task.to_ms and task.page + 1 < MAX_PAGES:
+            following = task.model_copy(update={"after": last, "page": task.page + 1})
+            done.sent = self._queue.send([following], history.wait_before(channel))
+        else:
+            self._channel_done(guild, run_ms)
+        return done
+
+    def _channel_done(self, guild: str, run_ms: int, skipped: int = 0) -> None:
+        now = self._store.count_backfill(guild, run_ms, channels_done=1, skipped=skipped)
+        if now is not None and now.channels_done >= now.channels:
+            self._store.end_backfill(guild, run_ms, "done")
 
     def _refused(self, task: CatchUpTask, error: DiscordApiError) -> PageDone:
         if error.status in _GONE:

@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 
 from botmemory.records import ObservationKind
 from botmemory.storage import keys
+from botmemory.storage.backfill import BackfillStore
 from botmemory.storage.items import key
 from botmemory.storage.ledger import LedgerStore
 from botmemory.storage.table import error_code
@@ -34,8 +35,9 @@ class Gap:
     guild_ids: tuple[str, ...]
 
 
-class CatchUpStore(LedgerStore):
-    """The gaps and the reads catching up needs, and the erasure ledger it checks."""
+class CatchUpStore(LedgerStore, BackfillStore):
+    """The gaps and the reads catching up needs, the erasure ledger it checks, and the
+    servers' backfill runs."""
 
     def gaps_waiting(self, limit: int) -> list[Gap]:
         """Gaps nobody has planned yet, oldest first (the relay's partition, one Query)."""
@@ -78,11 +80,11 @@ class CatchUpStore(LedgerStore):
             raise
         return True
 
-    def count(self, sk: str, **counts: int) -> None:
+    def count(self, sk: str | None, **counts: int) -> None:
         """Add to the gap's counters (channels, pages, stored, deleted, edited, skipped):
         what operations and the bench read of a catch-up."""
         added = {name: n for name, n in counts.items() if n and name in _COUNTERS}
-        if not added:
+        if not added or sk is None:
             return
         try:
             self._client.update_item(

@@ -106,6 +106,8 @@ RELAY_GAP_PREFIX = "GAP#"
 # What was erased, kept for good so that reading the past again (catching up, a backfill)
 # never brings it back: a person who ran /forgetme, by keyed person hash, with when.
 LEDGER_PK = "LEDGER"
+# Under a guild's partition: the server's backfill run (botmemory.catchup.backfill), one item.
+BACKFILL_SK = "BACKFILL"
 LEDGER_PERSON_PREFIX = "P#"
 
 
