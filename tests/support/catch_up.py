@@ -9,6 +9,7 @@ one said and deleted), an older message deleted in it and one edited in it.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +19,12 @@ from botocore.client import BaseClient
 
 from botmemory.catchup.tasks import register_local_catchup_queue
 from botmemory.consolidation.work import local_event
+from botmemory.discord.interactions import InteractionResponseType, InteractionType, OptionType
 from botmemory.records import ObservationKind
 from botmemory.storage import keys
 from localrun import gateway as gw
 from relay.store import Store
+from tests.invariants.test_09_bad_input import signed_at
 from tests.support.deployment import guild_create
 from tests.support.fake_discord import BOT_TOKEN, FakeDiscordRest
 from tests.support.lambda_local import TABLE, LocalLambda, sample_env
@@ -31,6 +34,7 @@ GENERAL = "200000000000000101"
 QUIET = "200000000000000102"
 LOCKED = "200000000000000103"
 MINUTE_MS = 60_000
+STAFF_MEMBER = "300000000000000009"  # has Manage Server
 CATCH_UP = "CatchUpFunction"
 QUEUE = "CatchUpQueue"  # CATCHUP_QUEUE_URL as the template resolves locally
 
@@ -60,11 +64,57 @@ class Stack:
             return make_api_call(client, operation, params)
 
         monkeypatch.setattr(BaseClient, "_make_api_call", recording)
+        self._interactions = 0
         self.queued: list[tuple[str, int]] = []
         self.waited: list[int] = []
         # The fake Discord's bucket clock: a delayed message moves it, nothing sleeps.
         self.seconds = 0.0
         register_local_catchup_queue(QUEUE, lambda body, delay: self.queued.append((body, delay)))
+
+    def staff(self, sub: str, options: dict[str, Any] | None = None) -> str:
+        """`/memory-staff backfill <sub>` from a member with Manage Server, signed as
+        Discord signs it, through InteractionsFunction; the ephemeral reply's text."""
+        given = [
+            {
+                "name": name,
+                "type": OptionType.CHANNEL if name == "channel" else OptionType.INTEGER,
+                "value": value,
+            }
+            for name, value in (options or {}).items()
+        ]
+        self._interactions += 1
+        interaction_id = str(1_650_000_000_000_000_000 + self._interactions)
+        interaction = {
+            "id": interaction_id,
+            "application_id": gw.BOT,
+            "token": f"token-{interaction_id}",
+            "version": 1,
+            "guild_id": gw.GUILD,
+            "channel_id": GENERAL,
+            "member": {"user": gw.user(STAFF_MEMBER), "roles": [], "permissions": "32"},
+            "type": InteractionType.APPLICATION_COMMAND,
+            "data": {
+                "id": "1400000000000000001",
+                "name": "memory-staff",
+                "type": 1,
+                "options": [
+                    {
+                        "name": "backfill",
+                        "type": OptionType.SUB_COMMAND_GROUP,
+                        "options": [
+                            {"name": sub, "type": OptionType.SUB_COMMAND, "options": given}
+                        ],
+                    }
+                ],
+            },
+        }
+        body = json.dumps(interaction, separators=(",", ":"))
+        event = signed_at(body, str(int(time.time())), f"r{interaction_id}")
+        response = self.local.invoke("InteractionsFunction", event)
+        assert response["statusCode"] == 200, response
+        answer = json.loads(response["body"])
+        assert answer["type"] == InteractionResponseType.CHANNEL_MESSAGE_WITH_SOURCE, answer
+        return str(answer["data"]["content"])
 
     def live(self, channel: str, *message_ids: str) -> None:
         """Messages the relay received as they were said."""
@@ -82,10 +132,14 @@ class Stack:
         finally:
             self._running = False
 
-    def _catch_up(self) -> None:
+    def _catch_up(self, limit: int | None = None) -> None:
         self.local.invoke(CATCH_UP, {"source": "aws.events", "detail-type": "Scheduled Event"})
+        self.drain(limit)
+
+    def drain(self, limit: int | None = None) -> None:
+        """Deliver the queue's tasks (at most `limit` of them), each after its delay."""
         sequence = 0
-        while self.queued:
+        while self.queued and (limit is None or sequence < limit):
             body, delay = self.queued.pop(0)
             if delay:
                 self.waited.append(delay)
