@@ -1,8 +1,8 @@
 """CatchUpFunction as template.yaml wires it, on the test's in-process AWS and the fake
 Discord's history (tests/support/fake_history.py): what tests/botmemory/catchup and
 `make bench` (table 10c) run. `Stack.catch_up` runs the schedule, then every task its queue
-holds, each after its delay; a delay moves the fake Discord's bucket clock (`seconds`), so
-nothing sleeps. `thirty_minute_gap` writes the scenario of issue 52's test: a channel
+holds, each after its delay; a delay moves the fake Discord's bucket clock
+(`bucket_clock`: real time plus the delays), so nothing sleeps. `thirty_minute_gap` writes the scenario of issue 52's test: a channel
 active the day before an unresumable 30-minute gap, messages said in it (one edited since,
 one said and deleted), an older message deleted in it and one edited in it.
 """
@@ -67,9 +67,14 @@ class Stack:
         self._interactions = 0
         self.queued: list[tuple[str, int]] = []
         self.waited: list[int] = []
-        # The fake Discord's bucket clock: a delayed message moves it, nothing sleeps.
+        # The fake Discord's bucket clock (`bucket_clock`): real time, plus every delay the
+        # queue gave a message (SQS's delay, which nothing here sleeps).
         self.seconds = 0.0
+        self._started = time.monotonic()
         register_local_catchup_queue(QUEUE, lambda body, delay: self.queued.append((body, delay)))
+
+    def bucket_clock(self) -> float:
+        return time.monotonic() - self._started + self.seconds
 
     def staff(self, sub: str, options: dict[str, Any] | None = None) -> str:
         """`/memory-staff backfill <sub>` from a member with Manage Server, signed as

@@ -77,7 +77,7 @@ def test_a_backfill_of_10000_messages_keeps_every_rule_of_live_events(
     deleted, _ = said[CHANNELS[0]][10]
     fake_discord.history.delete(CHANNELS[0], deleted)
     memory.repository.set_channel_memory(gw.GUILD, OFF, off=True, staff_id=gw.ALICE, now_ms=now)
-    fake_discord.enforce_buckets(limit=5, window=5.0, clock=lambda: stack.seconds)
+    fake_discord.enforce_buckets(limit=5, window=5.0, clock=stack.bucket_clock)
 
     started = stack.staff("start", {"days": 7})
     assert started.startswith("Backfill started: the last 7 days of 5 channels")

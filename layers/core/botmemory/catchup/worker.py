@@ -130,6 +130,8 @@ class CatchUp:
             messages = history.channel_messages(task.channel_id, task.after)
         except DiscordApiError as error:
             return self._refused(task, error)
+        # The bucket's wait as its answer announced it, before this page's work uses time.
+        wait = history.wait_before(task.channel_id)
         full = len(messages) == PAGE_LIMIT
         last = messages[-1]["id"] if full else None
         said = self._not_erased(self._said(task, messages))
@@ -151,7 +153,7 @@ class CatchUp:
         more = last is not None and snowflake_ms(last) <= task.to_ms
         if more and last is not None and task.page + 1 < PAGES_PER_CHANNEL:
             following = task.model_copy(update={"after": last, "page": task.page + 1})
-            done.sent = self._queue.send([following], history.wait_before(task.channel_id))
+            done.sent = self._queue.send([following], wait)
         elif more:
             log.warning(
                 "channel's catch-up stopped at its page cap",
@@ -176,6 +178,7 @@ class CatchUp:
                 self._channel_done(guild, run_ms, skipped=1)
                 return PageDone(skipped=1)
             return self._refused(task, error)
+        wait = history.wait_before(channel)
         made = [m for m in messages if task.from_ms <= snowflake_ms(m["id"]) <= task.to_ms]
         events = [
             {"t": "MESSAGE_CREATE", "d": {**m, "guild_id": guild, "channel_id": channel}}
@@ -192,7 +195,7 @@ class CatchUp:
         last = messages[-1]["id"] if len(messages) == PAGE_LIMIT else None
         if last is not None and snowflake_ms(last) <= task.to_ms and task.page + 1 < MAX_PAGES:
             following = task.model_copy(update={"after": last, "page": task.page + 1})
-            done.sent = self._queue.send([following], history.wait_before(channel))
+            done.sent = self._queue.send([following], wait)
         else:
             self._channel_done(guild, run_ms)
         return done
