@@ -30,11 +30,8 @@ import boto3  # noqa: E402
 import pytest  # noqa: E402
 from moto import mock_aws  # noqa: E402
 from tables import print_table  # noqa: E402
-from world import CountingModel  # noqa: E402
 
 from botmemory.records import ObservationKind  # noqa: E402
-from botmemory.runtime import build_services  # noqa: E402
-from botmemory.settings.config import Settings  # noqa: E402
 from botmemory.storage.catchup import CatchUpStore  # noqa: E402
 from botmemory.storage.schema import create_table  # noqa: E402
 from localrun.fakeaws import REGION, fake_aws_environment  # noqa: E402
@@ -49,27 +46,6 @@ TABLE: str = harness.TABLE
 SAID = 1_000
 EDITED = "in the gap 7, corrected"  # tests/support/catch_up.py's edit
 BUCKET = (5, 5.0)  # reads a window, seconds
-ROUNDS = 2
-
-
-def consolidated(client: Any, channel: str) -> tuple[int, int]:
-    """The memory model calls (counted rules model) of the first rounds that consolidate
-    the channel once it was read back, as the worker runs them; and the observations they
-    consumed."""
-    model = CountingModel()
-    settings = Settings(table_name=TABLE, memory_model="rules")  # no search index
-    services = build_services(settings, dynamodb=client, model=model)
-    consumed = 0
-    # Rounds of a backlog are alike (each a full batch): the first few give the rate, and
-    # moto reads the whole partition per round (minutes for them all).
-    for _ in range(ROUNDS):
-        outcomes = services.consolidator.consolidate(
-            channel, force=True, time_left_ms=lambda: 300_000
-        )
-        consumed += sum(o.consumed for o in outcomes)
-        if not outcomes or not outcomes[-1].again:
-            break
-    return model.calls, max(consumed, 1)
 
 
 def catch_up_rows() -> list[tuple[object, ...]]:
@@ -77,29 +53,27 @@ def catch_up_rows() -> list[tuple[object, ...]]:
         pytest.MonkeyPatch.context() as patch,
         mock_aws(),
         FakeDiscordRest.running() as discord,
+        # The functions' metrics and log lines (JSON on stdout) are not the bench's output.
+        open(os.devnull, "w") as quiet,
+        contextlib.redirect_stdout(quiet),
+        warnings.catch_warnings(),
     ):
+        warnings.simplefilter("ignore")
         for name, value in fake_aws_environment("bench-person-hash-key-0123456789").items():
             if value is None:
                 patch.delenv(name, raising=False)
             else:
                 patch.setenv(name, value)
+        patch.setenv("POWERTOOLS_LOG_LEVEL", "ERROR")
         client = boto3.client("dynamodb", region_name=REGION)
         create_table(client, TABLE)
         stack = harness.Stack(patch, discord)
         gap = harness.thirty_minute_gap(stack, client, SAID)
         discord.enforce_buckets(*BUCKET, clock=stack.bucket_clock)
         started, clock_started = time.perf_counter(), stack.bucket_clock()
-        # The functions' metrics and log lines (JSON on stdout) are not the bench's output.
-        with (
-            open(os.devnull, "w") as quiet,
-            contextlib.redirect_stdout(quiet),
-            warnings.catch_warnings(),
-        ):
-            warnings.simplefilter("ignore")
-            stack.catch_up()
+        stack.catch_up()
         elapsed = time.perf_counter() - started
         reading = stack.bucket_clock() - clock_started
-        calls, consumed = consolidated(client, harness.GENERAL)
         items = harness.observations(client, harness.GENERAL)
         counters = CatchUpStore(client, TABLE).counters(Store.gaps_sk(gap.gap_to, 0))
         reads = discord.requests_matching("GET", f"/channels/{harness.GENERAL}/messages")
@@ -120,11 +94,6 @@ def catch_up_rows() -> list[tuple[object, ...]]:
         ("seconds to read it all (run time here + queue delays)", round(reading, 1)),
         ("messages read back a second, one channel", round(SAID / max(reading, 0.001))),
         ("wall seconds here (moto, 127.0.0.1)", round(elapsed, 1)),
-        ("model calls to consolidate what was read", calls),
-        (
-            "  per 1,000 messages (live: 25.2; target 50 or fewer)",
-            round(calls * 1000 / consumed, 1),
-        ),
     ]
 
 
