@@ -44,7 +44,8 @@ from localrun.fakeaws import REGION, use_fake_aws  # noqa: E402
 use_fake_aws("bench-person-hash-key-0123456789")
 
 import boto3  # noqa: E402
-from cold_start import bench_cold_start  # noqa: E402  (beside this script)
+from catch_up import bench_catch_up  # noqa: E402  (beside this script)
+from cold_start import bench_cold_start  # noqa: E402
 from cost import bench_cost  # noqa: E402
 from dates import bench_dates  # noqa: E402
 from deployed_recall import bench_deployed_recall  # noqa: E402
@@ -96,6 +97,7 @@ def main() -> int:
         bench_raid(lab)  # table 9d: the raid of 10,000 (the tests run 1,000)
         lab.close()
     bench_relay_fleet()  # table 10: restarts and IDENTIFY storms of the relay's fleet
+    bench_catch_up()  # table 10c: an unresumable gap read back through REST
     print(f"(bench finished in {time.perf_counter() - started:.1f} s)")
     return 0
 

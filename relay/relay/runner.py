@@ -115,7 +115,9 @@ def run_fleet(config: RelayConfig, forwarder: Forwarder, token: str, client: Any
             connect=connector.connect,
             forwarder=forwarder,
             # Logged by the client as a relay_gap line, and kept in the table.
-            on_gap=lambda shard, start, end: store.record_gap(shard, count, start, end),
+            on_gap=lambda shard, start, end, guilds: store.record_gap(
+                shard, count, start, end, guilds
+            ),
             offload=in_thread,
             drain=lambda: forwarder.close(config.shutdown_seconds),
             alive_file=config.spool_dir / ALIVE_FILE,

@@ -72,7 +72,8 @@ class _Next(enum.Enum):
     STOP = "stop"
 
 
-Gap = Callable[[int, int, int], None]  # shard id, from ms, to ms
+# shard id, from ms, to ms, the shard's guild ids (READY's): what catching up reads back
+Gap = Callable[[int, int, int, tuple[str, ...]], None]
 
 
 @dataclass
@@ -347,9 +348,20 @@ class ShardClient:
                     GAP_EVENT, {"shard": self.shard_id, "from_ms": gap_from, "to_ms": now}
                 ),
             )
-            await self._offload(partial(self._on_gap, self.shard_id, gap_from, now))
+            guilds = _guild_ids(data.get("guilds"))
+            await self._offload(partial(self._on_gap, self.shard_id, gap_from, now, guilds))
         self._last_event_ms = now
         self.ready.set()
         snapshot = self.snapshot()
         owner = self._settings.owner
         await self._offload(lambda: self._store.save(self.shard_id, owner, snapshot))
+
+
+def _guild_ids(guilds: Any) -> tuple[str, ...]:
+    """The ids of READY's guilds (unavailable guild objects): the servers this shard holds."""
+    if not isinstance(guilds, list):
+        return ()
+    ids = (g.get("id") for g in guilds if isinstance(g, dict))
+    return tuple(
+        dict.fromkeys(i for i in ids if isinstance(i, str) and i.isdigit() and len(i) <= 20)
+    )

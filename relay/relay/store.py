@@ -196,13 +196,23 @@ class Store:
             last_event_ms=int(item.get("last_event_ms", {}).get("N", 0)),
         )
 
-    def record_gap(self, shard_id: int, shard_count: int, from_ms: int, to_ms: int) -> None:
-        """Keep a gap (from the last event received to the new READY) for catching up; it
-        expires after GAP_DAYS (the table's TTL attribute `expires_at`)."""
+    def record_gap(
+        self,
+        shard_id: int,
+        shard_count: int,
+        from_ms: int,
+        to_ms: int,
+        guild_ids: tuple[str, ...] = (),
+    ) -> None:
+        """Keep a gap (from the last event received to the new READY) for catching up
+        (CatchUpFunction reads the shard's guilds back, by key); it expires after GAP_DAYS
+        (the table's TTL attribute `expires_at`)."""
+        guilds = {"guilds": {"SS": list(guild_ids)}} if guild_ids else {}
         self._client.put_item(
             TableName=self._table,
             Item={
-                **self._key(f"{GAP_PREFIX}{to_ms:013d}#{shard_id:05d}"),
+                **guilds,
+                **self._key(self.gaps_sk(to_ms, shard_id)),
                 "shard_id": {"N": str(shard_id)},
                 "shard_count": {"N": str(shard_count)},
                 "from_ms": {"N": str(from_ms)},
@@ -210,6 +220,11 @@ class Store:
                 "expires_at": {"N": str(int(self.clock()) + GAP_DAYS * 86_400)},
             },
         )
+
+    @staticmethod
+    def gaps_sk(to_ms: int, shard_id: int) -> str:
+        """A gap's key: when it ended, then the shard (botmemory.catchup reads it)."""
+        return f"{GAP_PREFIX}{to_ms:013d}#{shard_id:05d}"
 
     def gaps(self) -> list[dict[str, int]]:
         """The gaps recorded, oldest first (for the tests; a catch-up worker would read them)."""

@@ -18,7 +18,7 @@ from tests.relay.virtual_time import run_virtual
 
 
 def record(
-    gaps: list[tuple[int, int, int]] | None, store: Store, count: int, gap: tuple[int, int, int]
+    gaps: list[tuple[Any, ...]] | None, store: Store, count: int, gap: tuple[Any, ...]
 ) -> None:
     """What relay.runner does with a gap (keep it in the table), and the test's own list."""
     if gaps is not None:
@@ -99,7 +99,7 @@ def test_a_refused_session_identifies_and_reports_the_gap(dynamodb: Any) -> None
     (gaps, fake, last_event_ms, store), _ = run_virtual(main())
     assert fake.resumes == [(-1, False)]
     assert len(fake.identifies) == 1
-    ((shard, start, end),) = gaps
+    ((shard, start, end, _guilds),) = gaps
     assert shard == 0 and start == last_event_ms
     assert end - start >= 30 * 60 * 1000
     # Kept in the table for catching up, with the shard count it belongs to.

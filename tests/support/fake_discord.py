@@ -8,6 +8,8 @@ It serves what the bot uses, under the same paths as `https://discord.com/api/v1
     POST     /webhooks/{app}/{token}                       a follow-up message
     POST     /channels/{channel}/messages                  needs the bot token; a message
     POST     /channels/{channel}/typing                    needs the bot token; 204
+    GET      /channels/{channel}/messages?after=           a channel's past (`history`:
+                                                           tests/support/fake_history.py)
 
 Commands are stored per application and guild, so GET answers what the last PUT stored,
 with the server-side fields a real answer carries (ids kept across overwrites by name
@@ -18,10 +20,11 @@ the message it created, and creates none). Every request is recorded; a test can
 the next answers (`rate_limit_once`, `fail_once`, `script`), refuse every post to a channel
 (`forbid`), and wait for a request that a background thread makes (`wait_for`).
 
-Off by default, `enforce_buckets(limit, window)` makes channel posts obey a rate limit as
-Discord's do: each channel's `POST /channels/{id}/messages` allows `limit` posts a
-`window`, answers carry `X-RateLimit-*` headers, and a post over the limit gets a 429
-(counted in `rate_limited`).
+Off by default, `enforce_buckets(limit, window)` makes channel posts and history reads obey
+a rate limit as Discord's do: each channel's `POST` (and, apart, `GET`)
+`/channels/{id}/messages` allows `limit` requests a `window`, answers carry
+`X-RateLimit-*` headers, and a request over the limit gets a 429 (counted in
+`rate_limited`).
 
 Use the `fake_discord` fixture and point the code at `fake_discord.url` (for instance
 through `DISCORD_API_BASE`). To make the fixture visible in a test module, import it under
@@ -55,6 +58,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from tests.support.fake_history import ChannelHistory
+
 API_PREFIX = "/api/v10"
 BOT_TOKEN = "fake-bot-token.Xy9.secret-part"
 APPLICATION_ID = "500000000000000001"
@@ -71,6 +76,7 @@ _DM_CHANNELS = "/users/@me/channels"
 _NAME = re.compile(r"^[-_\w]{1,32}$")
 # The bucket hash the channel messages route answers with (any opaque string, as Discord's).
 MESSAGES_BUCKET = "80c17d2f203122d936070c88c8d10f33"
+HISTORY_BUCKET = "2f8a1d6c7e0b4a5f9c3d8e1b6a7f0c21"
 
 
 @dataclass
@@ -109,6 +115,8 @@ class FakeDiscordRest:
         self.forbidden: dict[str, int] = {}
         # user id -> the bot's DM channel with them (POST /users/@me/channels)
         self.dm_channels: dict[str, str] = {}
+        # channel id -> its messages as they stand now (GET /channels/{id}/messages)
+        self.history = ChannelHistory()
         self._script: list[ScriptedReply] = []
         self._buckets: _Buckets | None = None
         # the channel posts refused with a 429 by `enforce_buckets`
@@ -178,10 +186,13 @@ class FakeDiscordRest:
     def fail_once(self, status: int = 500, *, method: str | None = None) -> None:
         self.script(status, {"message": "500: Internal Server Error", "code": 0}, method=method)
 
-    def enforce_buckets(self, limit: int = 5, window: float = 0.2) -> None:
-        """From now on each channel's message posts obey `limit` a `window` seconds."""
+    def enforce_buckets(
+        self, limit: int = 5, window: float = 0.2, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """From now on each channel's message posts obey `limit` a `window` seconds (of
+        `clock`: a test may move its own)."""
         with self._changed:
-            self._buckets = _Buckets(limit, window)
+            self._buckets = _Buckets(limit, window, clock)
 
     def close_dms(self, user_id: str) -> None:
         """The user's DMs are closed to the bot: posts there are refused (403, 50007)."""
@@ -237,15 +248,16 @@ class FakeDiscordRest:
                 ):
                     del self._script[i]
                     return reply.status, reply.body, reply.headers
-            posting = _CHANNEL_MESSAGES.match(request.path) and request.method == "POST"
-            if self._buckets is None or not posting:
+            limited = _CHANNEL_MESSAGES.match(request.path) and request.method in ("POST", "GET")
+            if self._buckets is None or not limited:
                 return self._route(request)
-            channel_id = request.path.split("/")[2]
-            left = self._buckets.take(channel_id)
-            headers = self._buckets.headers(channel_id)
+            # A channel's posts and its history reads are two buckets, as Discord's.
+            bucket = f"{request.method} {request.path.split('/')[2]}"
+            left = self._buckets.take(bucket)
+            headers = self._buckets.headers(bucket)
             if left is None:
                 self.rate_limited.append(request)
-                refusal = self._buckets.refusal(channel_id)
+                refusal = self._buckets.refusal(bucket)
                 retry = str(math.ceil(refusal["retry_after"]))
                 headers.update({"Retry-After": retry, "X-RateLimit-Scope": "user"})
                 return 429, refusal, headers
@@ -299,10 +311,14 @@ class FakeDiscordRest:
     def _channel_post(
         self, request: RecordedRequest, channel_id: str
     ) -> tuple[int, Any, dict[str, str]]:
-        if request.method != "POST":
+        reading = request.method == "GET" and not request.path.endswith("/typing")
+        if request.method != "POST" and not reading:
             return 405, {"message": "405: Method Not Allowed", "code": 0}, {}
         if request.authorization != f"Bot {self.bot_token}":
             return 401, {"message": "401: Unauthorized", "code": 0}, {}
+        if reading:
+            status, answer = self.history.answer(channel_id, request.query)
+            return status, answer, {}
         if channel_id in self.forbidden:
             code = self.forbidden[channel_id]
             text = {50001: "Missing Access", 50007: "Cannot send messages to this user"}.get(
@@ -407,14 +423,15 @@ class FakeDiscordRest:
 class _Buckets:
     """Per channel, a fixed window of `limit` posts, as Discord's per-route buckets count."""
 
-    def __init__(self, limit: int, window: float) -> None:
+    def __init__(self, limit: int, window: float, clock: Callable[[], float]) -> None:
         self.limit = limit
         self.window = window
+        self._clock = clock
         self._windows: dict[str, tuple[float, int]] = {}  # channel -> (start, posts taken)
 
     def take(self, channel_id: str) -> int | None:
         """The posts left after this one, or None when this one is over the limit."""
-        now = time.monotonic()
+        now = self._clock()
         start, taken = self._windows.get(channel_id, (now, 0))
         if now >= start + self.window:
             start, taken = now, 0
@@ -427,7 +444,7 @@ class _Buckets:
     def reset_after(self, channel_id: str) -> float:
         start, _ = self._windows[channel_id]
         # Rounded up to the millisecond: a client waiting this long is never early.
-        return math.ceil(max(start + self.window - time.monotonic(), 0.0) * 1000) / 1000
+        return math.ceil(max(start + self.window - self._clock(), 0.0) * 1000) / 1000
 
     def headers(self, channel_id: str) -> dict[str, str]:
         _, taken = self._windows[channel_id]
@@ -437,7 +454,9 @@ class _Buckets:
             "X-RateLimit-Remaining": str(max(self.limit - taken, 0)),
             "X-RateLimit-Reset": f"{time.time() + reset_after:.3f}",
             "X-RateLimit-Reset-After": f"{reset_after:.3f}",
-            "X-RateLimit-Bucket": MESSAGES_BUCKET,
+            "X-RateLimit-Bucket": HISTORY_BUCKET
+            if channel_id.startswith("GET")
+            else MESSAGES_BUCKET,
         }
 
     def refusal(self, channel_id: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from botmemory.storage.repository import open_repository
 if TYPE_CHECKING:
     from botmemory.answering.answerer import Answerer
     from botmemory.answering.requests import AnswerRequests
+    from botmemory.catchup.worker import CatchUp
     from botmemory.discord.rest import DiscordApi
 
 
@@ -160,6 +161,43 @@ def work_dispatcher_from_environment() -> WorkDispatcher:
     return WorkDispatcher(WorkQueue(settings.consolidate_queue_url, clock), repository, clock)
 
 
+@lru_cache(maxsize=1)
+def catch_up_from_environment() -> CatchUp:
+    """CatchUpFunction's work (botmemory.catchup): the ingest path, the relay's gaps, the
+    catch-up queue (CATCHUP_QUEUE_URL) and Discord's REST API with the bot token, built on
+    the first page (planning needs no token)."""
+    from botmemory.catchup.tasks import TaskQueue
+    from botmemory.catchup.worker import CatchUp
+    from botmemory.discord.history import HistoryApi
+    from botmemory.discord.rest import api_base_from_environment, bot_token_from_environment
+    from botmemory.invocation import time_left_ms
+    from botmemory.storage.catchup import CatchUpStore
+
+    services = services_from_environment()
+    settings = services.settings
+    if not settings.catchup_queue_url:
+        raise ConfigError("CATCHUP_QUEUE_URL is not set: catching up has no queue")
+
+    @lru_cache(maxsize=1)
+    def history() -> HistoryApi:
+        return HistoryApi(
+            bot_token_from_environment(),
+            base_url=api_base_from_environment(),
+            time_left_ms=time_left_ms,
+            # A longer wait goes back to the queue as a delayed message, not a sleep.
+            max_retry_wait=2.0,
+        )
+
+    return CatchUp(
+        services.recorder,
+        CatchUpStore(services.repository.client, services.repository.table_name),
+        TaskQueue(settings.catchup_queue_url),
+        history,
+        services.clock,
+        services.opt_outs.hash_of,
+    )
+
+
 def forget_environment() -> None:
     """Drop everything built from the environment (a local run or a test that changes it
     starts over, as a new Lambda sandbox would)."""
@@ -169,3 +207,4 @@ def forget_environment() -> None:
     discord_from_environment.cache_clear()
     answer_requests_from_environment.cache_clear()
     work_dispatcher_from_environment.cache_clear()
+    catch_up_from_environment.cache_clear()

@@ -20,3 +20,8 @@ DISCORD_EPOCH_MS = 1_420_070_400_000
 def snowflake_ms(snowflake: str) -> int:
     """When a snowflake was made, in epoch milliseconds."""
     return (int(snowflake) >> 22) + DISCORD_EPOCH_MS
+
+
+def snowflake_at(at_ms: int) -> str:
+    """The smallest snowflake of a millisecond: `after=` it finds what was made from then on."""
+    return str(max(at_ms - DISCORD_EPOCH_MS, 0) << 22)

@@ -164,6 +164,7 @@ def test_member_and_staff_layout() -> None:
         "persona",
         "notes",
         "channel",
+        "backfill",
         "consent",
     ]
     assert list(staff_subs) == [
@@ -211,8 +212,20 @@ def test_member_and_staff_layout() -> None:
     assert options(staff_subs["history"]) == [("id", 3, True, None, True, [])]
     assert options(staff_subs["reset-summary"]) == []
     # /memory-staff persona ...: a subcommand group (type 2) holding subcommands (type 1).
-    assert list(staff_groups) == [specs.PERSONA_GROUP, specs.NOTES_GROUP, specs.CHANNEL_GROUP]
-    assert list(staff_groups) == ["persona", "notes", "channel"]
+    assert list(staff_groups) == [
+        specs.PERSONA_GROUP,
+        specs.NOTES_GROUP,
+        specs.CHANNEL_GROUP,
+        specs.BACKFILL_GROUP,
+    ]
+    assert list(staff_groups) == ["persona", "notes", "channel", "backfill"]
+    backfill = by_name(staff_groups["backfill"]["options"])
+    assert list(backfill) == ["start", "status", "cancel"]
+    assert options(backfill["start"]) == [
+        ("channel", 7, False, None, False, []),
+        ("days", 4, False, None, False, []),
+    ]
+    assert [(o["min_value"], o["max_value"]) for o in backfill["start"]["options"][1:]] == [(1, 30)]
     persona_subs = by_name(staff_groups["persona"]["options"])
     assert list(persona_subs) == list(specs.PERSONA_SUBCOMMANDS)
     assert list(persona_subs) == ["set", "list", "remove", "purge", "teach"]

@@ -44,6 +44,7 @@ BAD: dict[str, str] = {
     "MEMORY_IDLE_FLUSH_MINUTES": "-1",
     "MEMORY_TINY_FLUSH_MINUTES": "-5",
     "CONSOLIDATE_QUEUE_URL": "not a queue",
+    "CATCHUP_QUEUE_URL": "not a queue",
     "MEMORY_FACTS_PER_PERSON_IN_MODEL": "51",
     "MEMORY_OBSERVATION_CHARS": "10",
     "MEMORY_FACT_CHARS": "5000",

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from botmemory.commands import specs as spec
+from botmemory.commands.backfill import BackfillCommands
 from botmemory.commands.context import CommandContext, Deferrer
 from botmemory.commands.controls import (
     CANCEL_CHANNEL_FORGET,
@@ -109,6 +110,7 @@ class Commands:
         self._notes = NotesCommands(self._context)
         self._controls = ControlCommands(self._context)
         self._zone = ZoneCommands(self._context)
+        self._backfill = BackfillCommands(self._context)
 
     # Entry points -------------------------------------------------------------------
 
@@ -197,6 +199,7 @@ class Commands:
             (spec.ASK_COMMAND, "", ""): self._ask_question,
             **self._control_routes(),
             (spec.STAFF_COMMAND, "", spec.TIMEZONE): self._zone.timezone,
+            **self._backfill_routes(),
         }
         route = routes.get(invocation.path)
         if route is None:
@@ -225,6 +228,16 @@ class Commands:
             (*channel, spec.CHANNEL_STATUS): controls.channel_status,
             (*channel, spec.CHANNEL_FORGET): controls.channel_forget,
             (spec.STAFF_COMMAND, "", spec.CONSENT): controls.consent,
+        }
+
+    def _backfill_routes(
+        self,
+    ) -> dict[tuple[str, str, str], Callable[[Invocation], dict[str, Any]]]:
+        backfill = (spec.STAFF_COMMAND, spec.BACKFILL_GROUP)
+        return {
+            (*backfill, spec.BACKFILL_START): self._backfill.start,
+            (*backfill, spec.BACKFILL_STATUS): self._backfill.status,
+            (*backfill, spec.BACKFILL_CANCEL): self._backfill.cancel,
         }
 
     def _export(self, invocation: Invocation) -> dict[str, Any]:

@@ -12,6 +12,7 @@ Layout, and why there are two `/memory...` commands:
     /memory-staff consent mode                                      (botmemory.commands.controls)
     /memory privacy | pause duration | forget-recent minutes | export   every member
     /memory-staff timezone [zone]
+    /memory-staff backfill start [channel] [days] | status | cancel (a subcommand group)
     /forgetme                                                       every member
     /ask question                                                   every member
 
@@ -135,6 +136,13 @@ CHANNEL_ON = "on"
 CHANNEL_STATUS = "status"
 CHANNEL_FORGET = "forget"
 CHANNEL_SUBCOMMANDS = (CHANNEL_OFF, CHANNEL_ON, CHANNEL_STATUS, CHANNEL_FORGET)
+# The backfill subcommand group of /memory-staff (botmemory.commands.backfill).
+BACKFILL_GROUP = "backfill"
+BACKFILL_START = "start"
+BACKFILL_STATUS = "status"
+BACKFILL_CANCEL = "cancel"
+OPTION_DAYS = "days"  # backfill start
+MAX_BACKFILL_DAYS = 30
 CONSENT = "consent"
 MODE_OPT_IN = "opt-in"
 MODE_OPT_OUT = "opt-out"
@@ -345,6 +353,7 @@ def _staff_command() -> dict[str, Any]:
             _persona_group(),
             _notes_group(),
             _channel_group(),
+            _backfill_group(),
             _subcommand(
                 CONSENT,
                 "Record every member (opt-out) or only those who ran /memory optin here (opt-in)",
@@ -385,6 +394,34 @@ def _channel_group() -> dict[str, Any]:
                 "Erase everything kept from a channel (asks you to confirm first)",
                 [target],
             ),
+        ],
+    }
+
+
+def _backfill_group() -> dict[str, Any]:
+    """`/memory-staff backfill ...`: this server's past imported, by staff's choice."""
+    channel = {
+        "type": OptionType.CHANNEL,
+        "name": OPTION_CHANNEL,
+        "description": "One channel (every channel the bot knows here when left out)",
+        "required": False,
+    }
+    days = {
+        "type": OptionType.INTEGER,
+        "name": OPTION_DAYS,
+        "description": f"How many days back (1 to {MAX_BACKFILL_DAYS}; 7 when left out)",
+        "required": False,
+        "min_value": 1,
+        "max_value": MAX_BACKFILL_DAYS,
+    }
+    return {
+        "type": OptionType.SUB_COMMAND_GROUP,
+        "name": BACKFILL_GROUP,
+        "description": "Import what was said here before the bot joined (every memory rule applies)",
+        "options": [
+            _subcommand(BACKFILL_START, "Import the last days of messages", [channel, days]),
+            _subcommand(BACKFILL_STATUS, "How far the import is, and what it costs"),
+            _subcommand(BACKFILL_CANCEL, "Stop the import under way"),
         ],
     }
 

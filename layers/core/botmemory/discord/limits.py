@@ -135,6 +135,17 @@ class RateLimits:
             self._sent.append(now)
             return None
 
+    def bucket_wait(self, key: RouteKey) -> float:
+        """How long this route's bucket holds the next request back (0 when it has requests
+        left or nothing is known), without reserving one: a worker that hands the next
+        page to a queue delays that message by it."""
+        with self._lock:
+            now = self._clock()
+            bucket = self._buckets.get(self._state_key(key))
+            if bucket is None or bucket.remaining > 0 or bucket.reset_at <= now:
+                return max(self._global_until - now, 0.0)
+            return max(bucket.reset_at - now, self._global_until - now)
+
     def waited(self, until: float) -> None:
         """A wait that was to last until `until` is over: what it waited for has reset,
         whatever the clock says (a test's clock may not move while it "sleeps")."""

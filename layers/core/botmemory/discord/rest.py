@@ -342,7 +342,7 @@ class DiscordApi:
                 raise DiscordConfigError(f"{route} needs the bot token, and none was given")
             headers["Authorization"] = f"Bot {self._token}"
         secrets = [s for s in (self._token, secret) if s]
-        key = route_key(method, path)
+        key = route_key(method, path.partition("?")[0])  # a query is no part of the route
 
         last_problem = "no attempt made"
         for attempt in range(self._max_attempts):

@@ -181,6 +181,8 @@ class Eraser:
         now = self._clock.now_ms()
         marker = self._hash_of(user_id)
         self._repository.mark_erasing(marker, now, epoch_seconds(now + MARKER_TTL_MS))
+        # For good: reading the past again (catching up, a backfill) never brings it back.
+        self._repository.record_erased(marker, now)
         run = _Run.from_json(checkpoint) if checkpoint else self._start(user_id, extra_names, now)
         while run.phase != _DONE:
             if time_left_ms is not None and time_left_ms() < RESERVE_MS:

@@ -94,6 +94,10 @@ class Settings(BaseModel):
     consolidate_queue_url: str | None = Field(
         default=None, pattern=r"^(https?://\S+|[A-Za-z0-9_.-]{1,80})$"
     )
+    # CatchUpFunction's queue (botmemory.catchup): one page of a channel's history a message.
+    catchup_queue_url: str | None = Field(
+        default=None, pattern=r"^(https?://\S+|[A-Za-z0-9_.-]{1,80})$"
+    )
     facts_per_person_in_model: int = Field(default=15, ge=0, le=50)
     # Facts a person may gain in one batch (restated ones do not count): one chatty batch
     # cannot flood their memory.
@@ -340,6 +344,7 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_IDLE_FLUSH_MINUTES": "idle_flush_minutes",
     "MEMORY_TINY_FLUSH_MINUTES": "tiny_flush_minutes",
     "CONSOLIDATE_QUEUE_URL": "consolidate_queue_url",
+    "CATCHUP_QUEUE_URL": "catchup_queue_url",
     "MEMORY_FACTS_PER_PERSON_IN_MODEL": "facts_per_person_in_model",
     "MEMORY_NEW_FACTS_PER_PERSON": "new_facts_per_person",
     "MEMORY_HOT_FACTS_PER_PERSON": "hot_facts_per_person",

@@ -98,6 +98,17 @@ REMOVED_SK = "CTRL#REMOVED"
 PURGE_PK = "PURGE"
 # When a member last started an export (`/memory export`: rate-limited), by keyed hash.
 EXPORT_PK = "EXPORT"
+# The relay's partition (relay/relay/store.py writes it; its keys are checked equal to these
+# by tests/relay/test_gap_keys.py): a gap a shard could not receive, by when it ended and
+# which shard, with the shard's guilds; catching up (botmemory.catchup) reads and claims it.
+RELAY_PK = "RELAY"
+RELAY_GAP_PREFIX = "GAP#"
+# What was erased, kept for good so that reading the past again (catching up, a backfill)
+# never brings it back: a person who ran /forgetme, by keyed person hash, with when.
+LEDGER_PK = "LEDGER"
+# Under a guild's partition: the server's backfill run (botmemory.catchup.backfill), one item.
+BACKFILL_SK = "BACKFILL"
+LEDGER_PERSON_PREFIX = "P#"
 
 
 class ItemKind(StrEnum):
@@ -292,6 +303,10 @@ def forgotten_sk(fact_id: str) -> str:
 def named_sk(channel_id: str, target_sk: str) -> str:
     """A pointer, under the named person's partition, to a channel's item naming them."""
     return f"{NAMED_PREFIX}{channel_id}#{target_sk}"
+
+
+def ledger_person_sk(user_hash: str) -> str:
+    return f"{LEDGER_PERSON_PREFIX}{user_hash}"
 
 
 def spoke_sk(channel_id: str) -> str:

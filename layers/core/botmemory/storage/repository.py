@@ -13,7 +13,8 @@ when the memory model last answered, deployment-wide, in model_health.py; every 
 server, found and deleted, in server_purge.py; the answer rate counters in rate_counters.py;
 what the migration of facts without channels reads and writes in fact_channels.py; members'
 and staff's controls over what is kept (channel switches, consent, pauses) in controls.py; a
-server's removal and its scheduled purge, by key, in lifecycle.py; the client and the shared
+server's removal and its scheduled purge, by key, in lifecycle.py; the erasure ledger
+(who erased their memory, when: checked by whatever reads the past again) in ledger.py; the client and the shared
 helpers in table.py. No module outside this package calls the table
 (tests/botmemory/storage/test_storage_owns_the_table.py). What search reads back of the
 table is in botmemory.search.sources.
@@ -31,6 +32,7 @@ from botmemory.storage.episodes import EpisodeStore
 from botmemory.storage.fact_channels import FactChannelStore
 from botmemory.storage.facts import FactStore
 from botmemory.storage.index_purges import IndexPurgeStore
+from botmemory.storage.ledger import LedgerStore
 from botmemory.storage.lifecycle import ServerLifecycleStore
 from botmemory.storage.model_health import ModelHealthStore
 from botmemory.storage.notes import NotesRepository
@@ -66,6 +68,7 @@ class MemoryRepository(
     ControlsStore,
     ServerLifecycleStore,
     ZoneStore,
+    LedgerStore,
 ):
     """The table, as every flow reaches it: the stores above, over one client and name."""
 
