@@ -24,11 +24,12 @@ from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.ingest.channels import GUILD_CREATE, GUILD_DELETE, GUILD_EVENTS, ChannelVisibility
 from botmemory.people.controls import RecordingGate
 from botmemory.people.optout import OptOuts
+from botmemory.people.retention import Kept, Retention
 from botmemory.people.server_removal import guild_back, guild_removed
 from botmemory.records import Observation, ObservationKind, scope_of
 from botmemory.settings.config import Settings
 from botmemory.snowflake import Snowflake, snowflake_ms
-from botmemory.storage.keys import observation_sk
+from botmemory.storage.keys import observation_sk, server_scope_of
 from botmemory.storage.repository import MemoryRepository
 from botmemory.text import clean, content_hash
 from botmemory.when.window import FUTURE_TOLERANCE_MS
@@ -360,7 +361,10 @@ class ObservationRecorder:
         return at_ms
 
     def _observation(self, **fields: Any) -> Observation:
-        retention_ms = self._settings.observation_retention_days * DAY_MS
+        server = server_scope_of(str(fields.get("scope") or ""))
+        # The server's retention, as staff shortened it (cached with its other controls).
+        chosen = self.gate.controls(server).retention if server and server != scope_of(None) else {}
+        retention_ms = Retention.of(self._settings, chosen).days(Kept.MESSAGES) * DAY_MS
         fields["content"] = clean(fields.get("content") or "", self._settings.observation_chars)
         if fields.get("author_name"):
             fields["author_name"] = clean(fields["author_name"], 80)

@@ -98,6 +98,10 @@ REMOVED_SK = "CTRL#REMOVED"
 PURGE_PK = "PURGE"
 # When a member last started an export (`/memory export`: rate-limited), by keyed hash.
 EXPORT_PK = "EXPORT"
+# A server whose staff shortened its retention: a pointer by guild id (when the background
+# job may start, its checkpoint), so the scheduled job finds them by key
+# (botmemory.people.retention_job).
+RETAIN_PK = "RETAIN"
 
 
 class ItemKind(StrEnum):

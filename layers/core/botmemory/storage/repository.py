@@ -38,6 +38,7 @@ from botmemory.storage.observations import ObservationStore
 from botmemory.storage.people import PeopleRepository
 from botmemory.storage.personas import PersonaRepository
 from botmemory.storage.rate_counters import RateCounterStore
+from botmemory.storage.retention import RetentionStore
 from botmemory.storage.round_people import RoundPeopleStore
 from botmemory.storage.server_purge import ServerPurgeStore
 from botmemory.storage.short_term import ShortTermRepository
@@ -66,6 +67,7 @@ class MemoryRepository(
     ControlsStore,
     ServerLifecycleStore,
     ZoneStore,
+    RetentionStore,
 ):
     """The table, as every flow reaches it: the stores above, over one client and name."""
 

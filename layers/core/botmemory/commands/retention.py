@@ -1,0 +1,96 @@
+"""How long this server keeps memory (botmemory.people.retention):
+
+    /memory-staff retention facts | messages | episodes <days>   shorten (or restore) one kind
+    /memory-staff retention status                               this server's and the maximums
+
+Staff may shorten each kind, never lengthen it past the deployment's setting (the maximum):
+a longer value is refused, naming the maximum; the maximum itself restores the deployment's.
+Recall and what is written here follow a change within the controls' minute (at once in the
+container that ran the command); what was stored before is brought in line by the
+background job (botmemory.people.retention_job) within about an hour.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from botmemory.commands import specs as spec
+from botmemory.commands.context import CommandContext
+from botmemory.commands.invocation import CommandError, Invocation, ephemeral_reply
+from botmemory.people.optout import CACHE_MS
+from botmemory.people.retention import Kept, Retention, with_days
+
+log = logging.getLogger(__name__)
+
+_WHAT = {Kept.FACTS: "facts", Kept.MESSAGES: "recorded messages", Kept.EPISODES: "summaries"}
+
+
+def describe(retention: Retention, most: Retention) -> str:
+    """One line: each kind's days here, and the maximum where it is shorter."""
+    parts = []
+    for kind in Kept:
+        days = retention.days(kind)
+        note = f" (deployment: {most.days(kind)})" if days < most.days(kind) else ""
+        parts.append(f"{_WHAT[kind]} {days} days{note}")
+    return ", ".join(parts)
+
+
+class RetentionCommands:
+    def __init__(self, context: CommandContext) -> None:
+        self._services = context.services
+
+    def _current(self, guild_id: str) -> Retention:
+        chosen = self._services.repository.guild_controls(guild_id).retention
+        return Retention.of(self._services.settings, chosen)
+
+    def status(self, invocation: Invocation) -> dict[str, Any]:
+        assert invocation.guild_id is not None  # nosec B101 # staff commands run in servers only
+        settings = self._services.settings
+        return ephemeral_reply(
+            f"This server keeps {describe(self._current(invocation.guild_id), Retention.deployment(settings))}. "
+            "Staff may shorten each with `/memory-staff retention facts|messages|episodes "
+            "<days>`, up to the deployment's."
+        )
+
+    def set_days(self, invocation: Invocation) -> dict[str, Any]:
+        assert invocation.guild_id is not None  # nosec B101 # staff commands run in servers only
+        kind = Kept(invocation.subcommand)
+        days = _days(invocation.options.get(spec.OPTION_DAYS))
+        settings = self._services.settings
+        most = Retention.deployment(settings)
+        if days > most.days(kind):
+            raise CommandError(
+                f"This deployment keeps {_WHAT[kind]} at most {most.days(kind)} days; a server "
+                f"may keep them shorter, not longer. Choose 1 to {most.days(kind)}."
+            )
+        guild = invocation.guild_id
+        before = self._current(guild)
+        after = with_days(before, kind, days)
+        now = self._services.clock.now_ms()
+        self._services.repository.set_server_retention(
+            guild, after.shortened(settings), staff_id=invocation.user_id, now_ms=now
+        )
+        if days < before.days(kind):
+            # Once every container writes with the new expiry, one pass brings the rest in.
+            self._services.repository.schedule_retention_run(guild, now + CACHE_MS)
+        self._services.recorder.gate.forget(guild)
+        log.info(
+            "server retention set",
+            extra={"kind": kind.value, "days": days, "before": before.days(kind)},
+        )
+        return ephemeral_reply(
+            f"This server now keeps {_WHAT[kind]} {days} days. Recall shows nothing older "
+            f"and what is written here expires by it (within {CACHE_MS // 60_000} minute); "
+            "what was stored before is brought in line within about an hour. Now: "
+            f"{describe(after, most)}."
+        )
+
+
+def _days(value: object) -> int:
+    """A whole number of days as Discord sends it (a forged request may send anything)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 3650:
+        raise CommandError("Please give a whole number of days, 1 or more.")
+    return value
