@@ -209,6 +209,7 @@ class Recaller:
         found.messages = [
             m for m in found.messages if retention.kept(Kept.MESSAGES, m.message.at_ms, now)
         ]
+        found.facts = retention.facts_kept(found.facts, now)
         found = shown_here(found, visibility)
         found.messages = named_first(
             found.messages, named_people, date_mentions(query), asks_when(query)
