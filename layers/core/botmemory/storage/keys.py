@@ -96,6 +96,9 @@ PAUSE_PK = "PAUSE"
 # the PURGE partition sorted by when it is due, so the scheduled purge finds them by key.
 REMOVED_SK = "CTRL#REMOVED"
 PURGE_PK = "PURGE"
+# The servers the deployment knows (a GUILD_CREATE seen), by guild id: a guild missing from a
+# shard's READY is one the bot was removed from while the relay was down.
+SERVERS_PK = "SERVERS"
 # When a member last started an export (`/memory export`: rate-limited), by keyed hash.
 EXPORT_PK = "EXPORT"
 # A server whose staff shortened its retention: a pointer by guild id (when the background

@@ -88,13 +88,32 @@ class ServerLifecycleStore(Table):
         )
 
     def finish_server_purge(self, guild_id: str, purge_at_ms: int) -> None:
-        """The server's purge is done: its marker (in its guild partition) and pointer go."""
+        """The server's purge is done: its marker (in its guild partition), its pointer and
+        its entry among the servers the deployment knows go."""
         self._delete_keys(
             [
                 key(keys.guild_pk(guild_id), keys.REMOVED_SK),
                 key(keys.PURGE_PK, keys.purge_sk(purge_at_ms, guild_id)),
+                key(keys.SERVERS_PK, guild_id),
             ]
         )
+
+    # The servers the deployment knows -------------------------------------------------------
+
+    def know_server(self, guild_id: str, now_ms: int) -> None:
+        """A GUILD_CREATE: the deployment knows this server (names nobody)."""
+        values = {"pk": keys.SERVERS_PK, "sk": guild_id, "seen_ms": now_ms}
+        self._client.put_item(TableName=self.table_name, Item=to_item(values))
+
+    def known_servers(self) -> list[str]:
+        """Every server the deployment knows (one paged Query of keys)."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": keys.SERVERS_PK}},
+            "ProjectionExpression": "sk",
+        }
+        return [item["sk"]["S"] for item in self._query_all(request)]
 
     # Finding a server's partitions by key ---------------------------------------------------
 
