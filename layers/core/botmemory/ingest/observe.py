@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.ingest.channels import GUILD_CREATE, GUILD_DELETE, GUILD_EVENTS, ChannelVisibility
-from botmemory.ingest.lifecycle import LIFECYCLE_EVENTS, READY, record_ready
+from botmemory.ingest.lifecycle import LIFECYCLE_EVENTS, LifecycleEvents
 from botmemory.people.controls import RecordingGate
 from botmemory.people.optout import OptOuts
 from botmemory.people.retention import Kept, Retention
@@ -243,6 +243,7 @@ class ObservationRecorder:
         # Channel switches, consent and pauses (botmemory.people.controls); the answer path
         # asks it too, for its short-term line.
         self.gate = RecordingGate(repository, clock, lambda person: self._opt_outs.hash_of(person))
+        self._lifecycle_events = LifecycleEvents(repository, settings, clock, self.gate)
         self._parsers: dict[str, Callable[[dict[str, Any]], Observation]] = {
             "MESSAGE_CREATE": self._message_create,
             "MESSAGE_UPDATE": self._message_update,
@@ -327,8 +328,8 @@ class ObservationRecorder:
     ) -> None:
         """A guild, role, channel or thread event updates visibility or staff; no observation.
         A guild removed schedules its purge, a guild back cancels it."""
-        if label == READY:
-            self._record_ready(index, label, event, result)
+        if label in LIFECYCLE_EVENTS:
+            self._lifecycle(index, label, event, result)
             return
         try:
             if label == GUILD_DELETE:
@@ -344,21 +345,18 @@ class ObservationRecorder:
             result.ignored.append(Skip(index=index, event=label, reason=change.ignored))
         result.channels += change.items
 
-    def _record_ready(
+    def _lifecycle(
         self, index: int, label: str, event: dict[str, Any], result: IngestResult
     ) -> None:
-        """A shard's READY: a known server it does not list was removed meanwhile."""
+        """A shard's READY, a member who left (botmemory.ingest.lifecycle)."""
         try:
-            scheduled = record_ready(
-                self._repository,
-                _payload_of(event),
-                now_ms=self._clock.now_ms(),
-                days=self._settings.server_purge_days,
-            )
-        except (ValueError, TypeError) as why:
-            _reject(result, index, label, why)
+            done, why = self._lifecycle_events.record(label, _payload_of(event))
+        except (ValueError, TypeError) as error:
+            _reject(result, index, label, error)
             return
-        result.channels += len(scheduled)
+        if why is not None:
+            result.ignored.append(Skip(index=index, event=label, reason=why))
+        result.channels += done
 
     def _guild_delete(
         self, index: int, label: str, event: dict[str, Any], result: IngestResult

@@ -34,6 +34,9 @@ class GuildControls:
     opt_in: bool = False
     # What staff shortened: "facts" | "messages" | "episodes" -> days (botmemory.people.retention).
     retention: dict[str, int] = field(default_factory=dict)
+    # Members who leave are erased from the server this many days later (0: never;
+    # botmemory.people.departures).
+    leavers_days: int = 0
 
 
 class ControlsStore(Table):
@@ -42,6 +45,7 @@ class ControlsStore(Table):
         off: dict[str, int] = {}
         opt_in = False
         retention: dict[str, int] = {}
+        leavers = 0
         for item in self._items_under(keys.guild_pk(guild_id), keys.CONTROL_PREFIX):
             sk = str(item["sk"])
             if sk.startswith(keys.CHANNEL_OFF_PREFIX):
@@ -50,7 +54,9 @@ class ControlsStore(Table):
                 opt_in = item.get("mode") == "opt-in"
             elif sk == keys.RETENTION_SK and isinstance(item.get("days"), dict):
                 retention = {str(k): int(v) for k, v in item["days"].items()}
-        return GuildControls(off, opt_in, retention)
+            elif sk == keys.LEAVERS_SK:
+                leavers = int(item.get("days", 0))
+        return GuildControls(off, opt_in, retention, leavers)
 
     def set_channel_memory(
         self, guild_id: str, channel_id: str, *, off: bool, staff_id: str, now_ms: int

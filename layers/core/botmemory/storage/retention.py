@@ -39,6 +39,15 @@ class RetentionStore(Table):
         values = {"days": days, "staff_id": staff_id, "updated_ms": now_ms}
         self._client.put_item(TableName=self.table_name, Item={**ref, **to_item(values)})
 
+    def set_leavers_days(self, guild_id: str, days: int, *, staff_id: str, now_ms: int) -> None:
+        """Members who leave are erased `days` after (0: never)."""
+        ref = key(keys.guild_pk(guild_id), keys.LEAVERS_SK)
+        if days <= 0:
+            self._client.delete_item(TableName=self.table_name, Key=ref)
+            return
+        values = {"days": days, "staff_id": staff_id, "updated_ms": now_ms}
+        self._client.put_item(TableName=self.table_name, Item={**ref, **to_item(values)})
+
     def schedule_retention_run(self, guild_id: str, start_ms: int) -> None:
         """The job brings this server's stored items in line from `start_ms` on (a run under
         way starts again: the checkpoint goes)."""
