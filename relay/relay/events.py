@@ -43,7 +43,9 @@ GUILD_EVENTS: frozenset[str] = frozenset(
 # A shard's READY, trimmed to its guilds' ids and its shard: ingest compares it with the
 # servers the deployment knows, so a removal missed while the relay was down is purged too.
 # Never split (`split`): a part would miss guilds.
-LIFECYCLE_EVENTS: frozenset[str] = frozenset({"READY"})
+# GUILD_MEMBER_REMOVE (only sent with the GUILD_MEMBERS intent: RELAY_GUILD_MEMBERS_INTENT),
+# trimmed to its guild and the user's id: the member who left may be erased from it.
+LIFECYCLE_EVENTS: frozenset[str] = frozenset({"READY", "GUILD_MEMBER_REMOVE"})
 # The dispatch types IngestFunction records; every other dispatch is counted and dropped.
 FORWARDED_EVENTS: frozenset[str] = MESSAGE_EVENTS | GUILD_EVENTS | LIFECYCLE_EVENTS
 
@@ -157,7 +159,16 @@ def _ready(payload: dict[str, Any]) -> dict[str, Any]:
     return slim
 
 
-_LIFECYCLE_TRIMMERS: dict[str, Callable[[dict[str, Any]], Any]] = {"READY": _ready}
+def _member_remove(payload: dict[str, Any]) -> dict[str, Any]:
+    slim: dict[str, Any] = _only(payload, ("guild_id",))
+    slim["user"] = _only(payload.get("user"), ("id",))
+    return slim
+
+
+_LIFECYCLE_TRIMMERS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "READY": _ready,
+    "GUILD_MEMBER_REMOVE": _member_remove,
+}
 assert set(_LIFECYCLE_TRIMMERS) == LIFECYCLE_EVENTS  # nosec B101 # an import-time self-check of this module's own tables, never input
 assert set(_TRIMMERS) == GUILD_EVENTS  # nosec B101 # an import-time self-check of this module's own tables, never input; one trimmer for every guild event
 

@@ -69,7 +69,7 @@ def through_the_gateway(
 
 def test_the_readme_lists_exactly_the_types_the_relay_forwards() -> None:
     assert documented_types() == FORWARDED_EVENTS
-    assert len(FORWARDED_EVENTS) == 22
+    assert len(FORWARDED_EVENTS) == 23
     # Every guild event forwarded is one IngestFunction keeps something of, and no other.
     assert GUILD_EVENTS == INGESTED_GUILD_EVENTS
 
@@ -101,12 +101,17 @@ def test_every_documented_type_goes_through_the_gateway_and_every_dispatch_is_co
     messages = [e for e in documented if e["t"].startswith("MESSAGE_")]
     assert session.sink.events[-len(messages) :] == messages
     sent = {e["t"]: e["d"] for e in session.sink.events}
+    assert sent["GUILD_MEMBER_REMOVE"] == {"guild_id": gw.GUILD, "user": {"id": gw.CAROL}}
     assert "members" not in sent["GUILD_CREATE"] and "members" not in sent["THREAD_LIST_SYNC"]
     assert "topic" not in sent["CHANNEL_UPDATE"] and "name" not in sent["THREAD_CREATE"]
 
     # What arrived is what ingest needs: every event taken, none refused.
     result = services.recorder.record(session.sink.events)
-    assert result.rejected == [] and result.ignored == []
+    # A member's removal is read, and set aside: this deployment has no GUILD_MEMBERS intent.
+    assert result.rejected == []
+    assert [(s.event, s.reason) for s in result.ignored] == [
+        ("GUILD_MEMBER_REMOVE", "member removals are off (MEMORY_GUILD_MEMBERS_INTENT)")
+    ]
     repository = services.repository
     assert repository.channels_public(
         gw.GUILD, [ge.GENERAL, ge.DEV, ge.STAFF_ROOM, ge.THREAD, ge.HIDDEN_THREAD]
