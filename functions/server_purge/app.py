@@ -16,6 +16,7 @@ from botmemory.clock import SystemClock
 from botmemory.observability import logger, metrics
 from botmemory.people.retention_job import apply_due
 from botmemory.people.server_removal import purge_due
+from botmemory.runtime import departures_from_environment
 from botmemory.settings.config import get_settings
 from botmemory.storage.repository import open_repository
 
@@ -38,4 +39,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         name="RetentionItemsShortened", unit=MetricUnit.Count, value=retention.shortened
     )
     logger.info("server retention run", extra=asdict(retention))
-    return {**asdict(report), "retention": asdict(retention)}
+    # With the GUILD_MEMBERS intent: members who left, checked with Discord, then erased.
+    departed = departures_from_environment(repository, SystemClock().now_ms(), time_left)
+    metrics.add_metric(name="DepartedMembersErased", unit=MetricUnit.Count, value=departed.erased)
+    logger.info("departed members run", extra=asdict(departed))
+    return {**asdict(report), "retention": asdict(retention), "departed": asdict(departed)}

@@ -29,7 +29,7 @@ from botmemory.commands.invocation import (
     ephemeral_reply,
     webhook_edit,
 )
-from botmemory.commands.retention import describe
+from botmemory.commands.retention import describe, leavers_line
 from botmemory.discord.interactions import InteractionResponseType, MessageFlag
 from botmemory.people.channel_erasure import erase_channel
 from botmemory.people.optout import CACHE_MS
@@ -252,7 +252,8 @@ class ControlCommands:
                 here,
                 who,
                 f"**For how long, here:** {describe(retention, Retention.deployment(settings))}"
-                f", lately-notes {settings.short_term_hours} hours.",
+                f", lately-notes {settings.short_term_hours} hours. "
+                + leavers_line(settings.guild_members_intent, controls.leavers_days),
             ]
         else:
             lines.append(

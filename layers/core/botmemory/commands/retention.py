@@ -1,6 +1,7 @@
 """How long this server keeps memory (botmemory.people.retention):
 
     /memory-staff retention facts | messages | episodes <days>   shorten (or restore) one kind
+    /memory-staff retention leavers <days>                       members who left, erased later
     /memory-staff retention status                               this server's and the maximums
 
 Staff may shorten each kind, never lengthen it past the deployment's setting (the maximum):
@@ -8,6 +9,11 @@ a longer value is refused, naming the maximum; the maximum itself restores the d
 Recall and what is written here follow a change within the controls' minute (at once in the
 container that ran the command); what was stored before is brought in line by the
 background job (botmemory.people.retention_job) within about an hour.
+
+`leavers`: a member who leaves the server is erased from it (that server only) the given days
+later, once Discord confirms they are gone (botmemory.people.departures); 0, the default,
+never. Only with the deployment's GUILD_MEMBERS intent: without it Discord never says who
+left, and the command says so.
 """
 
 from __future__ import annotations
@@ -47,11 +53,34 @@ class RetentionCommands:
     def status(self, invocation: Invocation) -> dict[str, Any]:
         assert invocation.guild_id is not None  # nosec B101 # staff commands run in servers only
         settings = self._services.settings
+        controls = self._services.repository.guild_controls(invocation.guild_id)
+        kept = describe(Retention.of(settings, controls.retention), Retention.deployment(settings))
         return ephemeral_reply(
-            f"This server keeps {describe(self._current(invocation.guild_id), Retention.deployment(settings))}. "
-            "Staff may shorten each with `/memory-staff retention facts|messages|episodes "
-            "<days>`, up to the deployment's."
+            f"This server keeps {kept}. Staff may shorten each with `/memory-staff retention "
+            f"facts|messages|episodes <days>`, up to the deployment's. {leavers_line(settings.guild_members_intent, controls.leavers_days)}"
         )
+
+    def leavers(self, invocation: Invocation) -> dict[str, Any]:
+        assert invocation.guild_id is not None  # nosec B101 # staff commands run in servers only
+        if not self._services.settings.guild_members_intent:
+            return ephemeral_reply(
+                "Not available on this bot: it does not have Discord's GUILD_MEMBERS intent, "
+                "so it is never told who leaves. Members who leave can still erase themselves "
+                "(`/forgetme`), and staff can forget their facts."
+            )
+        value = invocation.options.get(spec.OPTION_DAYS)
+        days = 0 if value in (0, "0") else _days(value)
+        if days > spec.MAX_LEAVERS_DAYS:
+            raise CommandError(f"Choose 0 to {spec.MAX_LEAVERS_DAYS} days (0: never).")
+        self._services.repository.set_leavers_days(
+            invocation.guild_id,
+            days,
+            staff_id=invocation.user_id,
+            now_ms=self._services.clock.now_ms(),
+        )
+        self._services.recorder.gate.forget(invocation.guild_id)
+        log.info("leavers' grace period set", extra={"days": days})
+        return ephemeral_reply(leavers_line(True, days))
 
     def set_days(self, invocation: Invocation) -> dict[str, Any]:
         assert invocation.guild_id is not None  # nosec B101 # staff commands run in servers only
@@ -85,6 +114,18 @@ class RetentionCommands:
             "what was stored before is brought in line within about an hour. Now: "
             f"{describe(after, most)}."
         )
+
+
+def leavers_line(intent: bool, days: int) -> str:
+    """What happens to what members who leave said here, in one sentence."""
+    if not intent:
+        return "Members who leave are not erased on their own (this bot is not told who leaves)."
+    if days <= 0:
+        return "Members who leave are not erased on their own (`/memory-staff retention leavers`)."
+    return (
+        f"A member who leaves is erased from this server {days} days later, once Discord "
+        "confirms they are gone (not if they came back)."
+    )
 
 
 def _days(value: object) -> int:

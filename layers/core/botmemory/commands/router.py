@@ -235,6 +235,9 @@ class Commands:
             (spec.STAFF_COMMAND, spec.RETENTION_GROUP, spec.RETENTION_STATUS): (
                 self._retention.status
             ),
+            (spec.STAFF_COMMAND, spec.RETENTION_GROUP, spec.RETENTION_LEAVERS): (
+                self._retention.leavers
+            ),
         }
 
     def _export(self, invocation: Invocation) -> dict[str, Any]:

@@ -10,7 +10,7 @@ Layout, and why there are two `/memory...` commands:
     /memory-staff notes set text | show | clear                     (a subcommand group)
     /memory-staff channel off | on | status | forget [channel]      (a subcommand group)
     /memory-staff consent mode                                      (botmemory.commands.controls)
-    /memory-staff retention facts|messages|episodes days | status   (botmemory.commands.retention)
+    /memory-staff retention facts|messages|episodes|leavers days | status   (commands.retention)
     /memory privacy | pause duration | forget-recent minutes | export   every member
     /memory-staff timezone [zone]
     /forgetme                                                       every member
@@ -145,6 +145,8 @@ RETENTION_FACTS = "facts"
 RETENTION_MESSAGES = "messages"
 RETENTION_EPISODES = "episodes"
 RETENTION_STATUS = "status"
+RETENTION_LEAVERS = "leavers"  # members who left: erased after these days (0: never)
+MAX_LEAVERS_DAYS = 365
 RETENTION_KINDS = (RETENTION_FACTS, RETENTION_MESSAGES, RETENTION_EPISODES)
 
 # Option names, as they arrive in `data.options[0].options[*].name` (one level deeper in a
@@ -414,12 +416,23 @@ def _retention_group() -> dict[str, Any]:
         RETENTION_MESSAGES: "How long recorded messages are kept here",
         RETENTION_EPISODES: "How long channel summaries are kept here",
     }
+    leavers = {
+        **days,
+        "description": f"Days after a member leaves (0 to {MAX_LEAVERS_DAYS}; 0: never)",
+        "min_value": 0,
+        "max_value": MAX_LEAVERS_DAYS,
+    }
     return {
         "type": OptionType.SUB_COMMAND_GROUP,
         "name": RETENTION_GROUP,
         "description": "How long this server keeps memory (within the deployment's maximums)",
         "options": [_subcommand(kind, what[kind], [days]) for kind in RETENTION_KINDS]
-        + [_subcommand(RETENTION_STATUS, "This server's retention and the deployment's")],
+        + [
+            _subcommand(
+                RETENTION_LEAVERS, "Erase what was kept of members who leave, days later", [leavers]
+            ),
+            _subcommand(RETENTION_STATUS, "This server's retention and the deployment's"),
+        ],
     }
 
 
