@@ -47,6 +47,7 @@ import boto3  # noqa: E402
 from cold_start import bench_cold_start  # noqa: E402  (beside this script)
 from cost import bench_cost  # noqa: E402
 from dates import bench_dates  # noqa: E402
+from export import bench_export  # noqa: E402
 from deployed_recall import bench_deployed_recall  # noqa: E402
 from keyword_postgres import bench_keyword_postgres  # noqa: E402
 from layer_size import bench_layer  # noqa: E402
@@ -81,6 +82,7 @@ def main() -> int:
         bench_deployed_recall(lab)  # table 3g: the deployed path, embedding included
         bench_dates(lab)  # table 3t: what the dates cost in characters
         bench_erasure(lab)
+        bench_export(lab)  # table 4x: an export of 100,000 messages, its invocations
         lab.close()
     bench_keyword_postgres()  # tables 3f and 3h: the keyword leg on PostgreSQL
     bench_cold_start()

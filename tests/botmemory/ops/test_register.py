@@ -164,6 +164,7 @@ def test_member_and_staff_layout() -> None:
         "persona",
         "notes",
         "channel",
+        "retention",
         "consent",
     ]
     assert list(staff_subs) == [
@@ -211,8 +212,13 @@ def test_member_and_staff_layout() -> None:
     assert options(staff_subs["history"]) == [("id", 3, True, None, True, [])]
     assert options(staff_subs["reset-summary"]) == []
     # /memory-staff persona ...: a subcommand group (type 2) holding subcommands (type 1).
-    assert list(staff_groups) == [specs.PERSONA_GROUP, specs.NOTES_GROUP, specs.CHANNEL_GROUP]
-    assert list(staff_groups) == ["persona", "notes", "channel"]
+    assert list(staff_groups) == [
+        specs.PERSONA_GROUP,
+        specs.NOTES_GROUP,
+        specs.CHANNEL_GROUP,
+        specs.RETENTION_GROUP,
+    ]
+    assert list(staff_groups) == ["persona", "notes", "channel", "retention"]
     persona_subs = by_name(staff_groups["persona"]["options"])
     assert list(persona_subs) == list(specs.PERSONA_SUBCOMMANDS)
     assert list(persona_subs) == ["set", "list", "remove", "purge", "teach"]
@@ -244,6 +250,13 @@ def test_member_and_staff_layout() -> None:
     for sub in channel_subs.values():
         assert options(sub) == [("channel", 7, False, None, False, [])]  # this one by default
     assert options(staff_subs["consent"]) == [("mode", 3, True, None, False, ["opt-out", "opt-in"])]
+    # /memory-staff retention ...: this server's retention (botmemory.commands.retention).
+    retention_subs = by_name(staff_groups["retention"]["options"])
+    assert list(retention_subs) == ["facts", "messages", "episodes", "leavers", "status"]
+    for kind in ("facts", "messages", "episodes"):
+        assert retention_subs[kind]["options"][0]["min_value"] == 1
+    assert retention_subs["leavers"]["options"][0]["min_value"] == 0
+    assert options(retention_subs["status"]) == []
     assert options(member_subs["pause"]) == [("duration", 3, True, 16, False, [])]
     assert member_subs["forget-recent"]["options"][0]["max_value"] == 10_080
     # /ask is a command of its own (no subcommand): one required question, a message long.

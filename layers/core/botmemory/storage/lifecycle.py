@@ -150,6 +150,14 @@ class ServerLifecycleStore(Table):
         values = {"pk": keys.SERVERS_PK, "sk": guild_id, "seen_ms": now_ms}
         self._client.put_item(TableName=self.table_name, Item=to_item(values))
 
+    def forget_known_server(self, guild_id: str) -> bool:
+        """A server purged by hand (ops.purge_server): no longer one the deployment knows;
+        True when it was one."""
+        response = self._client.delete_item(
+            TableName=self.table_name, Key=key(keys.SERVERS_PK, guild_id), ReturnValues="ALL_OLD"
+        )
+        return bool(response.get("Attributes"))
+
     def known_servers(self) -> list[str]:
         """Every server the deployment knows (one paged Query of keys)."""
         request: dict[str, Any] = {
