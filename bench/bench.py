@@ -47,8 +47,8 @@ import boto3  # noqa: E402
 from cold_start import bench_cold_start  # noqa: E402  (beside this script)
 from cost import bench_cost  # noqa: E402
 from dates import bench_dates  # noqa: E402
-from export import bench_export  # noqa: E402
 from deployed_recall import bench_deployed_recall  # noqa: E402
+from export import bench_export  # noqa: E402
 from keyword_postgres import bench_keyword_postgres  # noqa: E402
 from layer_size import bench_layer  # noqa: E402
 from model_calls import bench_model_calls  # noqa: E402
