@@ -25,7 +25,7 @@ from botmemory.commands import specs as spec
 from botmemory.commands.context import CommandContext
 from botmemory.commands.invocation import CommandError, Invocation, ephemeral_reply
 from botmemory.people.optout import CACHE_MS
-from botmemory.people.retention import Kept, Retention, with_days
+from botmemory.people.retention import Kept, Retention
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class RetentionCommands:
             )
         guild = invocation.guild_id
         before = self._current(guild)
-        after = with_days(before, kind, days)
+        after = Retention.of(settings, {**before.shortened(settings), kind.value: days})
         now = self._services.clock.now_ms()
         self._services.repository.set_server_retention(
             guild, after.shortened(settings), staff_id=invocation.user_id, now_ms=now

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -61,11 +61,14 @@ _ITEMS: dict[keys.ItemKind, tuple[Kept, str]] = {
 
 @dataclass(frozen=True)
 class Retention:
-    """Days kept, by kind, in one server (or the deployment's)."""
+    """Days kept, by kind, in one server (or the deployment's). Only the kinds staff
+    shortened (`shortened_kinds`) are held to it here: the others keep to their TTL, as
+    before (a fact's may be refreshed past its last write)."""
 
     facts: int
     messages: int
     episodes: int
+    shortened_kinds: frozenset[Kept] = frozenset()
 
     @classmethod
     def deployment(cls, settings: Settings) -> Retention:
@@ -80,11 +83,15 @@ class Retention:
         """The deployment's maximums, shortened where staff chose (a stored value beyond the
         maximum, from before an operator lowered it, counts as the maximum)."""
         most = cls.deployment(settings)
+        days = {
+            kind: max(MIN_DAYS, min(most.days(kind), int(chosen.get(kind.value, 10**6))))
+            for kind in Kept
+        }
         return cls(
-            **{
-                kind.value: max(MIN_DAYS, min(most.days(kind), int(chosen.get(kind.value, 10**6))))
-                for kind in Kept
-            }
+            facts=days[Kept.FACTS],
+            messages=days[Kept.MESSAGES],
+            episodes=days[Kept.EPISODES],
+            shortened_kinds=frozenset(k for k in Kept if days[k] < most.days(k)),
         )
 
     def days(self, kind: Kept) -> int:
@@ -95,8 +102,8 @@ class Retention:
         return epoch_seconds(at_ms + self.days(kind) * DAY_MS)
 
     def kept(self, kind: Kept, at_ms: int, now_ms: int) -> bool:
-        """Whether it may still be shown (it is within this retention)."""
-        return at_ms + self.days(kind) * DAY_MS > now_ms
+        """Whether it may still be shown (within a retention staff shortened)."""
+        return kind not in self.shortened_kinds or at_ms + self.days(kind) * DAY_MS > now_ms
 
     def facts_kept(self, facts: list[Fact], now_ms: int) -> list[Fact]:
         """The facts recall may still show."""
@@ -114,6 +121,8 @@ class Retention:
         if found is None:
             return None
         kind, time_field = found
+        if kind not in self.shortened_kinds:
+            return None
         started = item.get(time_field)
         at_ms = int(started) if isinstance(started, int | float) else now_ms
         due = self.expiry(kind, at_ms)
@@ -129,7 +138,9 @@ def clamp_commit(commit: ConsolidationCommit, retention: Retention) -> None:
     retention (they were planned with the deployment's)."""
 
     def clamp(expires_at: int | None, kind: Kept, at_ms: int) -> int | None:
-        return None if expires_at is None else min(expires_at, retention.expiry(kind, at_ms))
+        if expires_at is None or kind not in retention.shortened_kinds:
+            return expires_at
+        return min(expires_at, retention.expiry(kind, at_ms))
 
     commit.facts = [
         f.model_copy(update={"expires_at": clamp(f.expires_at, Kept.FACTS, f.updated_ms)})
@@ -182,7 +193,3 @@ class RetentionReader:
     def forget(self, guild_id: str) -> None:
         with self._lock:
             self._cached.pop(guild_id, None)
-
-
-def with_days(retention: Retention, kind: Kept, days: int) -> Retention:
-    return replace(retention, **{kind.value: days})
