@@ -49,6 +49,7 @@ from cold_start import bench_cold_start  # noqa: E402
 from cost import bench_cost  # noqa: E402
 from dates import bench_dates  # noqa: E402
 from deployed_recall import bench_deployed_recall  # noqa: E402
+from export import bench_export  # noqa: E402
 from keyword_postgres import bench_keyword_postgres  # noqa: E402
 from layer_size import bench_layer  # noqa: E402
 from model_calls import bench_model_calls  # noqa: E402
@@ -82,6 +83,7 @@ def main() -> int:
         bench_deployed_recall(lab)  # table 3g: the deployed path, embedding included
         bench_dates(lab)  # table 3t: what the dates cost in characters
         bench_erasure(lab)
+        bench_export(lab)  # table 4x: an export of 100,000 messages, its invocations
         lab.close()
     bench_keyword_postgres()  # tables 3f and 3h: the keyword leg on PostgreSQL
     bench_cold_start()

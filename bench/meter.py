@@ -80,6 +80,11 @@ class DynamoMeter:
         request.ended = time.perf_counter()
         request.response = parsed
 
+    def peek(self) -> list[Request]:
+        """The requests made since the last take, without taking them."""
+        with self._lock:
+            return list(self._requests)
+
     def take(self) -> list[Request]:
         """The requests made since the last take."""
         with self._lock:

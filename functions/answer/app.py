@@ -47,8 +47,9 @@ def record_metrics(report: AnswerReport) -> None:
         metrics.add_metric(name="RecallHitsFailed", unit=MetricUnit.Count, value=1)
 
 
-def export(event: dict[str, Any]) -> dict[str, Any]:
+def export(event: dict[str, Any], function_name: str) -> dict[str, Any]:
     from botmemory.answering.exports import BadExportRequest, deliver_export, export_request_of
+    from botmemory.answering.requests import invoke_async
 
     try:
         request = export_request_of(event)
@@ -56,7 +57,12 @@ def export(event: dict[str, Any]) -> dict[str, Any]:
         logger.warning("rejected export request", extra={"reason": str(error)})
         return {"error": str(error)}
     report = deliver_export(
-        services_from_environment(), discord_from_environment(), request, invocation.time_left_ms
+        services_from_environment(),
+        discord_from_environment(),
+        request,
+        invocation.time_left_ms,
+        # What this invocation's time left unsent goes on in the next (it invokes itself).
+        continue_with=lambda payload: invoke_async(function_name, payload),
     )
     metrics.add_metric(name="ExportPartsSent", unit=MetricUnit.Count, value=report.parts)
     return asdict(report)
@@ -67,7 +73,7 @@ def export(event: dict[str, Any]) -> dict[str, Any]:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     invocation.begin(context)  # Discord rate-limit waits end before the invocation does
     if "export" in event:  # `/memory export` (botmemory.answering.exports)
-        return export(event)
+        return export(event, context.function_name)
     try:
         question, reply = question_of(event)
     except BadAnswerEvent as error:

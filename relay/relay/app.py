@@ -124,7 +124,9 @@ def run_single(config: RelayConfig, forwarder: Forwarder, token: str) -> int:
             loop.add_signal_handler(signum, stop.set)
         runner = GatewayRunner(
             token,
-            lambda: RelayClient(forwarder, ledger, shard=shard),
+            lambda: RelayClient(
+                forwarder, ledger, shard=shard, members=config.guild_members_intent
+            ),
             ledger,
             first_delay=0.0 if shard is None else shard.id * IDENTIFY_SPACING_SECONDS,
         )

@@ -62,6 +62,10 @@ class RelayConfig:
     log_level: str = "INFO"
     log_format: str = "text"
     shard: Shard | None = None
+    # The privileged GUILD_MEMBERS intent (enable Server Members Intent in the Developer
+    # Portal first): members leaving are forwarded (GUILD_MEMBER_REMOVE), for servers whose
+    # staff have them erased. The stack's GuildMembersIntent says the same.
+    guild_members_intent: bool = False
     # Discord's own endpoints unless set: a local fake Discord (tests, development). The
     # token is sent there, so only ever an address the operator controls.
     discord_api_base: str | None = None
@@ -103,6 +107,7 @@ class RelayConfig:
         config = cls(
             ingest_function_name=values.text("INGEST_FUNCTION_NAME"),
             ingest_url=values.text("INGEST_URL"),
+            guild_members_intent=values.flag("RELAY_GUILD_MEMBERS_INTENT"),
             batch_max_events=values.integer("RELAY_BATCH_MAX_EVENTS", 100, 1, 10_000),
             batch_max_bytes=values.integer(
                 "RELAY_BATCH_MAX_BYTES", DEFAULT_BATCH_BYTES, 1_000, MAX_BATCH_BYTES
@@ -193,6 +198,13 @@ class _Env:
     def text(self, name: str) -> str | None:
         value = self._env.get(name, "").strip()
         return value or None
+
+    def flag(self, name: str) -> bool:
+        """`true` or `false` (unset: false)."""
+        raw = (self.text(name) or "false").lower()
+        if raw not in ("true", "false"):
+            raise ConfigError(f"{name} must be true or false, got {raw!r}")
+        return raw == "true"
 
     def number(self, name: str, default: float, low: float, high: float) -> float:
         raw = self.text(name)

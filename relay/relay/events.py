@@ -40,8 +40,14 @@ GUILD_EVENTS: frozenset[str] = frozenset(
         "THREAD_LIST_SYNC",
     }
 )
+# A shard's READY, trimmed to its guilds' ids and its shard: ingest compares it with the
+# servers the deployment knows, so a removal missed while the relay was down is purged too.
+# Never split (`split`): a part would miss guilds.
+# GUILD_MEMBER_REMOVE (only sent with the GUILD_MEMBERS intent: RELAY_GUILD_MEMBERS_INTENT),
+# trimmed to its guild and the user's id: the member who left may be erased from it.
+LIFECYCLE_EVENTS: frozenset[str] = frozenset({"READY", "GUILD_MEMBER_REMOVE"})
 # The dispatch types IngestFunction records; every other dispatch is counted and dropped.
-FORWARDED_EVENTS: frozenset[str] = MESSAGE_EVENTS | GUILD_EVENTS
+FORWARDED_EVENTS: frozenset[str] = MESSAGE_EVENTS | GUILD_EVENTS | LIFECYCLE_EVENTS
 
 _CHANNEL_FIELDS = ("id", "type", "guild_id", "permission_overwrites")
 _THREAD_FIELDS = ("id", "type", "guild_id", "parent_id")
@@ -139,6 +145,31 @@ _TRIMMERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "THREAD_DELETE": _thread,
     "THREAD_LIST_SYNC": _thread_list_sync,
 }
+
+
+def _ready(payload: dict[str, Any]) -> dict[str, Any]:
+    """The ids of the guilds a READY lists (unavailable ones are the bot's too), its shard."""
+    guilds = payload.get("guilds")
+    slim: dict[str, Any] = _only(payload, ("shard",))
+    slim["guilds"] = (
+        [g["id"] for g in guilds if isinstance(g, dict) and isinstance(g.get("id"), str)]
+        if isinstance(guilds, list)
+        else []
+    )
+    return slim
+
+
+def _member_remove(payload: dict[str, Any]) -> dict[str, Any]:
+    slim: dict[str, Any] = _only(payload, ("guild_id",))
+    slim["user"] = _only(payload.get("user"), ("id",))
+    return slim
+
+
+_LIFECYCLE_TRIMMERS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "READY": _ready,
+    "GUILD_MEMBER_REMOVE": _member_remove,
+}
+assert set(_LIFECYCLE_TRIMMERS) == LIFECYCLE_EVENTS  # nosec B101 # an import-time self-check of this module's own tables, never input
 assert set(_TRIMMERS) == GUILD_EVENTS  # nosec B101 # an import-time self-check of this module's own tables, never input; one trimmer for every guild event
 
 
@@ -148,7 +179,7 @@ def trimmed(name: str, payload: dict[str, Any]) -> dict[str, Any]:
     guild and overwrites; a thread its id, type, guild and parent; a role its id and
     permissions; a guild its id, owner, @everyone and staff roles, and its channels and
     threads so trimmed."""
-    trim = _TRIMMERS.get(name)
+    trim = _TRIMMERS.get(name) or _LIFECYCLE_TRIMMERS.get(name)
     slim: dict[str, Any] = payload if trim is None else trim(payload)
     return slim
 
@@ -163,7 +194,7 @@ def split(slim: dict[str, Any], max_bytes: int) -> list[dict[str, Any]]:
     its channels and threads. Ingest reads each part as a whole event of its own (a part's
     channels are written, none is removed). One that fits, or has no list to split, is
     returned as it is."""
-    if _size(slim) <= max_bytes:
+    if _size(slim) <= max_bytes or "guilds" in slim:  # a READY goes whole
         return [slim]
     items = [
         (field, value)

@@ -57,8 +57,10 @@ def use_discord_endpoints(api_base: str | None, gateway_url: str | None) -> None
         DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
 
 
-def relay_intents() -> discord.Intents:
+def relay_intents(members: bool = False) -> discord.Intents:
     intents = discord.Intents.none()
+    # Privileged (RELAY_GUILD_MEMBERS_INTENT): members leaving, GUILD_MEMBER_REMOVE.
+    intents.members = members
     intents.guilds = True
     intents.guild_messages = True
     intents.dm_messages = True
@@ -83,6 +85,7 @@ class RelayClient(discord.Client):
         ledger: IdentifyLedger,
         *,
         shard: Shard | None = None,
+        members: bool = False,
         identify_spacing: float = IDENTIFY_SPACING_SECONDS,
         session_reserve: int = SESSION_START_RESERVE,
     ) -> None:
@@ -90,7 +93,7 @@ class RelayClient(discord.Client):
         # IDENTIFY and otherwise behaves as unsharded (AutoShardedClient would run every
         # shard in one process, behind one spool and one ledger).
         super().__init__(
-            intents=relay_intents(),
+            intents=relay_intents(members),
             enable_debug_events=True,
             # The relay reads raw frames: no message cache, no member cache, no chunking.
             max_messages=None,

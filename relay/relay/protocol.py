@@ -83,14 +83,18 @@ assert RESUMABLE_CLOSE not in SESSION_ENDING_CLOSES  # nosec B101 # import-time 
 # The intents the relay asks for: guilds, guild messages and reactions, direct messages
 # and reactions, message content (privileged: enable it in the Developer Portal).
 INTENTS = (1 << 0) | (1 << 9) | (1 << 10) | (1 << 12) | (1 << 13) | (1 << 15)
+# GUILD_MEMBERS (privileged, RELAY_GUILD_MEMBERS_INTENT): members leaving (GUILD_MEMBER_REMOVE).
+GUILD_MEMBERS_INTENT = 1 << 1
 
 
-def identify_payload(token: str, shard_id: int, shard_count: int) -> dict[str, object]:
+def identify_payload(
+    token: str, shard_id: int, shard_count: int, *, members: bool = False
+) -> dict[str, object]:
     return {
         "op": int(Op.IDENTIFY),
         "d": {
             "token": token,
-            "intents": INTENTS,
+            "intents": INTENTS | (GUILD_MEMBERS_INTENT if members else 0),
             "shard": [shard_id, shard_count],
             "properties": {"os": "linux", "browser": "discord-memory-relay", "device": "relay"},
         },

@@ -109,7 +109,12 @@ def run_fleet(config: RelayConfig, forwarder: Forwarder, token: str, client: Any
                 save_seconds=config.save_seconds,
                 poll_seconds=config.poll_seconds,
             ),
-            ShardSettings(token, config.discord_gateway_url or info.url, owner),
+            ShardSettings(
+                token,
+                config.discord_gateway_url or info.url,
+                owner,
+                members=config.guild_members_intent,
+            ),
             store=store,
             gate=IdentifyGate(store, info.max_concurrency, config.identify_max_per_day),
             connect=connector.connect,

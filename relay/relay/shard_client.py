@@ -81,6 +81,7 @@ class ShardSettings:
     token: str
     gateway_url: str
     owner: str
+    members: bool = False  # the GUILD_MEMBERS intent (RELAY_GUILD_MEMBERS_INTENT)
 
 
 class ShardClient:
@@ -253,7 +254,11 @@ class ShardClient:
                 await self._pause(spent.seconds)
                 return _Next.STOP if self.stopping.is_set() else _Next.NEW_SESSION
             self.identifies += 1
-            await socket.send(identify_payload(token, self.shard_id, self.shard_count))
+            await socket.send(
+                identify_payload(
+                    token, self.shard_id, self.shard_count, members=self._settings.members
+                )
+            )
             return await reader
         finally:
             for task in (closer, beats, reader):

@@ -227,6 +227,11 @@ def every_documented_event() -> list[dict[str, Any]]:
         thread_list_sync(thread(THREAD, GENERAL)),
         # The bot removed from another server: its purge is scheduled.
         {"t": "GUILD_DELETE", "d": {"id": "100000000000000077"}},
+        # A member left (sent only with the GUILD_MEMBERS intent): the user's id and the guild.
+        {
+            "t": "GUILD_MEMBER_REMOVE",
+            "d": {"guild_id": gw.GUILD, "user": member(gw.CAROL)["user"]},
+        },
         first,
         second,
         gw.edit(first, "I love hiking in the Dolomites", T0 + 2000),

@@ -103,7 +103,7 @@ def test_a_session_identifies_once_resumes_on_reconnect_and_forwards_raw_events(
     async def scenario() -> int:
         task = asyncio.create_task(session.runner().run(session.stop))
         await asyncio.wait_for(fake.done.wait(), 10)
-        await until(lambda: session.forwarder.stats.received == 4)
+        await until(lambda: session.forwarder.stats.received == 5)  # READY and 4 messages
         session.stop.set()
         return await task
 
@@ -129,11 +129,13 @@ def test_a_session_identifies_once_resumes_on_reconnect_and_forwards_raw_events(
 
     # Forwarded: the message dispatches, raw and in order, the bot's own message included.
     session.forwarder.pump(final=True)
-    assert session.sink.events == [{"t": e["t"], "d": e["d"]} for e in fake.forwardable]
-    assert session.sink.events[2]["d"]["author"]["id"] == gw.BOT
+    # READY trimmed to its guilds' ids (ingest compares them with the servers it knows).
+    ready = {"t": "READY", "d": {"guilds": []}}
+    assert session.sink.events == [ready] + [{"t": e["t"], "d": e["d"]} for e in fake.forwardable]
+    assert session.sink.events[3]["d"]["author"]["id"] == gw.BOT
     stats = session.forwarder.stats
-    assert stats.ignored == 3  # READY, TYPING_START, RESUMED
-    assert set(session.forwarder.ignored_types) == {"READY", "TYPING_START", "RESUMED"}
+    assert stats.ignored == 2  # TYPING_START, RESUMED
+    assert set(session.forwarder.ignored_types) == {"TYPING_START", "RESUMED"}
 
 
 def test_an_invalidated_session_identifies_again_and_the_ledger_counts_it(
@@ -145,7 +147,7 @@ def test_an_invalidated_session_identifies_again_and_the_ledger_counts_it(
     async def scenario() -> int:
         task = asyncio.create_task(session.runner().run(session.stop))
         await asyncio.wait_for(fake.done.wait(), 10)
-        await until(lambda: session.forwarder.stats.received == 4)
+        await until(lambda: session.forwarder.stats.received == 6)  # 2 READYs, 4 messages
         session.stop.set()
         return await task
 

@@ -26,7 +26,7 @@ def documented_types() -> set[str]:
     ignored."""
     text = README.read_text()
     section = text[text.index("## What it forwards") : text.index("Every frame is parsed")]
-    names = re.findall(r"`([A-Z]+(?:_[A-Z]+)+)`", section)
+    names = re.findall(r"`([A-Z]+(?:_[A-Z]+)+|READY)`", section)
     return {name for name in names if not name.startswith("RELAY_")}  # settings, not events
 
 
@@ -69,7 +69,7 @@ def through_the_gateway(
 
 def test_the_readme_lists_exactly_the_types_the_relay_forwards() -> None:
     assert documented_types() == FORWARDED_EVENTS
-    assert len(FORWARDED_EVENTS) == 21
+    assert len(FORWARDED_EVENTS) == 23
     # Every guild event forwarded is one IngestFunction keeps something of, and no other.
     assert GUILD_EVENTS == INGESTED_GUILD_EVENTS
 
@@ -80,19 +80,20 @@ def test_every_documented_type_goes_through_the_gateway_and_every_dispatch_is_co
     documented = ge.every_documented_event()
     # A channel whose topic names a message event is still a channel event.
     documented[6]["d"]["topic"] = 'say "MESSAGE_CREATE" here'
-    assert {e["t"] for e in documented} == documented_types()
+    # The session's own READY (the fake gateway sends it first) is the one more type.
+    assert {e["t"] for e in documented} | {"READY"} == documented_types()
     fake, session = through_the_gateway(tmp_path, monkeypatch, noise() + documented)
 
     # Every documented type arrived, in gateway order, on the one session (discord.py's own
     # parsing of these payloads did not break the connection).
-    assert [e["t"] for e in session.sink.events] == [e["t"] for e in documented]
+    assert [e["t"] for e in session.sink.events] == ["READY"] + [e["t"] for e in documented]
+    assert session.sink.events[0]["d"] == {"guilds": []}  # its guilds' ids alone
     assert fake.connections == ["/#1"]
     # Every dispatch is counted once: forwarded, or ignored by its name.
     stats = session.forwarder.stats
-    assert stats.received == len(documented) == stats.forwarded
-    assert stats.ignored == len(fake.dispatched) - len(documented)
+    assert stats.received == len(documented) + 1 == stats.forwarded
+    assert stats.ignored == len(fake.dispatched) - len(documented) - 1
     assert session.forwarder.ignored_types == {
-        "READY": 1,
         "TYPING_START": 1,
         "GUILD_EMOJIS_UPDATE": 1,
     }
@@ -100,12 +101,17 @@ def test_every_documented_type_goes_through_the_gateway_and_every_dispatch_is_co
     messages = [e for e in documented if e["t"].startswith("MESSAGE_")]
     assert session.sink.events[-len(messages) :] == messages
     sent = {e["t"]: e["d"] for e in session.sink.events}
+    assert sent["GUILD_MEMBER_REMOVE"] == {"guild_id": gw.GUILD, "user": {"id": gw.CAROL}}
     assert "members" not in sent["GUILD_CREATE"] and "members" not in sent["THREAD_LIST_SYNC"]
     assert "topic" not in sent["CHANNEL_UPDATE"] and "name" not in sent["THREAD_CREATE"]
 
     # What arrived is what ingest needs: every event taken, none refused.
     result = services.recorder.record(session.sink.events)
-    assert result.rejected == [] and result.ignored == []
+    # A member's removal is read, and set aside: this deployment has no GUILD_MEMBERS intent.
+    assert result.rejected == []
+    assert [(s.event, s.reason) for s in result.ignored] == [
+        ("GUILD_MEMBER_REMOVE", "member removals are off (MEMORY_GUILD_MEMBERS_INTENT)")
+    ]
     repository = services.repository
     assert repository.channels_public(
         gw.GUILD, [ge.GENERAL, ge.DEV, ge.STAFF_ROOM, ge.THREAD, ge.HIDDEN_THREAD]
@@ -131,15 +137,15 @@ def test_role_and_thread_changes_through_the_gateway_move_visibility_and_staff(
         ge.role_event("GUILD_ROLE_UPDATE", gw.GUILD, ge.SEND),
     ]
     _, session = through_the_gateway(tmp_path, monkeypatch, events)
-    assert [e["t"] for e in session.sink.events] == [e["t"] for e in events]
+    assert [e["t"] for e in session.sink.events] == ["READY"] + [e["t"] for e in events]
 
     repository = services.repository
-    services.recorder.record(session.sink.events[:6])
+    services.recorder.record(session.sink.events[:7])
     assert repository.guild_staff(gw.GUILD).role_ids == [ge.HELPERS]
     public = repository.channels_public(
         gw.GUILD, [ge.GENERAL, ge.DEV, ge.THREAD, ge.HIDDEN_THREAD, "200000000000000203"]
     )
     assert public == {ge.GENERAL, ge.THREAD}  # #dev's thread followed #dev
-    services.recorder.record(session.sink.events[6:])
+    services.recorder.record(session.sink.events[7:])
     assert not repository.channel_is_public(gw.GUILD, ge.GENERAL)
     assert not repository.channel_is_public(gw.GUILD, ge.THREAD)

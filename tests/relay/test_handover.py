@@ -114,9 +114,10 @@ class Task:
 
     def message_ids(self) -> set[str]:
         return {
-            json.loads(body)["events"][i]["d"]["id"]
+            event["d"]["id"]
             for body in self.sink.bodies
-            for i in range(len(json.loads(body)["events"]))
+            for event in json.loads(body)["events"]
+            if event["t"] != "READY"  # the session's own, naming no message
         }
 
 

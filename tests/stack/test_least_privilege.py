@@ -34,6 +34,7 @@ from botmemory.storage.keys import (
     OPT_OUT_PK,
     PAUSE_PK,
     PURGE_PK,
+    SERVERS_PK,
     fact_passage_id,
     message_passage_id,
 )
@@ -193,6 +194,8 @@ def channel_events() -> list[dict[str, Any]]:
             "t": "GUILD_ROLE_UPDATE",
             "d": {"guild_id": gw.GUILD, "role": {"id": gw.GUILD, "permissions": "0"}},
         },
+        # A shard's READY: the servers the deployment knows, compared with its guilds.
+        {"t": "READY", "d": {"guilds": [gw.GUILD], "shard": [0, 1]}},
     ]
 
 
@@ -374,7 +377,7 @@ def test_ingest_writes_observations_and_reads_only_the_opt_out_list(day: CallLog
     for params in queries:  # the opt-out list, the pauses, or a guild's partition (its
         # channels and its memory controls), as the conditions allow
         pk = params["ExpressionAttributeValues"][":pk"]["S"]
-        assert pk in (OPT_OUT_PK, PAUSE_PK) or pk.startswith(GUILD_PREFIX)
+        assert pk in (OPT_OUT_PK, PAUSE_PK, SERVERS_PK) or pk.startswith(GUILD_PREFIX)
     # Channel visibility reads and deletes only guild partitions (as the role's condition);
     # a server's purge pointer is deleted when the bot comes back (its own statement).
     for action, params in day.calls["IngestFunction"]:

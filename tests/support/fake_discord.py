@@ -73,6 +73,7 @@ _FOLLOWUP = re.compile(r"^/webhooks/(\d+)/([^/]+)$")
 _CHANNEL_MESSAGES = re.compile(r"^/channels/(\d+)/messages$")
 _TYPING = re.compile(r"^/channels/(\d+)/typing$")
 _DM_CHANNELS = "/users/@me/channels"
+_MEMBER = re.compile(r"^/guilds/(\d+)/members/(\d+)$")
 _NAME = re.compile(r"^[-_\w]{1,32}$")
 # The bucket hash the channel messages route answers with (any opaque string, as Discord's).
 MESSAGES_BUCKET = "80c17d2f203122d936070c88c8d10f33"
@@ -117,6 +118,9 @@ class FakeDiscordRest:
         self.dm_channels: dict[str, str] = {}
         # channel id -> its messages as they stand now (GET /channels/{id}/messages)
         self.history = ChannelHistory()
+        # guild id -> its members' ids (GET /guilds/{guild}/members/{user}); a guild not here
+        # is one the bot is not in (404 Unknown Guild)
+        self.members: dict[str, set[str]] = {}
         self._script: list[ScriptedReply] = []
         self._buckets: _Buckets | None = None
         # the channel posts refused with a 429 by `enforce_buckets`
@@ -298,9 +302,25 @@ class FakeDiscordRest:
             return 200, message, {}
         if request.path == _DM_CHANNELS and request.method == "POST":
             return self._open_dm(request)
+        if (member := _MEMBER.match(request.path)) and request.method == "GET":
+            return self._member(request, member.group(1), member.group(2))
+        return self._channel(request)
+
+    def _channel(self, request: RecordedRequest) -> tuple[int, Any, dict[str, str]]:
         if match := _CHANNEL_MESSAGES.match(request.path) or _TYPING.match(request.path):
             return self._channel_post(request, match.group(1))
         return 404, {"message": "404: Not Found", "code": 0}, {}
+
+    def _member(
+        self, request: RecordedRequest, guild_id: str, user_id: str
+    ) -> tuple[int, Any, dict[str, str]]:
+        if request.authorization != f"Bot {self.bot_token}":
+            return 401, {"message": "401: Unauthorized", "code": 0}, {}
+        if guild_id not in self.members:
+            return 404, {"message": "Unknown Guild", "code": 10004}, {}
+        if user_id not in self.members[guild_id]:
+            return 404, {"message": "Unknown Member", "code": 10007}, {}
+        return 200, {"user": {"id": user_id}, "roles": [], "joined_at": "2026-01-01T00:00:00"}, {}
 
     def _open_dm(self, request: RecordedRequest) -> tuple[int, Any, dict[str, str]]:
         recipient = (request.body or {}).get("recipient_id")

@@ -21,13 +21,14 @@ from botmemory.search import SearchIndex, build_search_index
 from botmemory.search.index_sync import IndexFollower, IndexWriter
 from botmemory.services import MemoryServices
 from botmemory.settings.config import ConfigError, Settings, get_settings
-from botmemory.storage.repository import open_repository
+from botmemory.storage.repository import MemoryRepository, open_repository
 
 if TYPE_CHECKING:
     from botmemory.answering.answerer import Answerer
     from botmemory.answering.requests import AnswerRequests
     from botmemory.catchup.worker import CatchUp
     from botmemory.discord.rest import DiscordApi
+    from botmemory.people.departures import DepartureReport
 
 
 def build_services(
@@ -138,6 +139,33 @@ def discord_from_environment() -> DiscordApi:
         bot_token_from_environment(),
         base_url=api_base_from_environment(),
         time_left_ms=time_left_ms,
+    )
+
+
+def departures_from_environment(
+    repository: MemoryRepository, now_ms: int, time_left_ms: Callable[[], int]
+) -> DepartureReport:
+    """ServerPurgeFunction's erasure of members who left (botmemory.people.departures), with
+    the GUILD_MEMBERS intent only: the erasure as /forgetme's (the person hash's key, every
+    persona of the server), Discord asked with the bot token whether each is gone."""
+    from botmemory.people.departures import DepartureReport, erase_departed
+    from botmemory.people.erasure import Eraser
+
+    settings = get_settings()
+    if not settings.guild_members_intent:
+        return DepartureReport()
+    clock = SystemClock()
+    personas = PersonaDirectory(repository, deployment_source(settings))
+    eraser = Eraser(
+        repository,
+        clock,
+        OptOuts(repository, clock).hash_of,
+        settle_ms=settings.lock_lease_seconds * 1000,
+        lineages=personas.lineages_of,
+    )
+    discord = discord_from_environment()
+    return erase_departed(
+        repository, eraser, discord.guild_member_present, now_ms, time_left_ms=time_left_ms
     )
 
 

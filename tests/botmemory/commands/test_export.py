@@ -128,3 +128,38 @@ def test_closed_dms_are_said_and_a_second_export_the_same_day_is_refused(
     # ... and once done, another the same day is refused.
     again = controls.text("memory", ["export"])
     assert "one a day" in again
+
+
+def test_a_long_export_goes_on_in_the_next_invocation_on_its_own(
+    controls: Controls,  # noqa: F811
+    fake_discord: FakeDiscordRest,
+    monkeypatch: Any,
+) -> None:
+    """An invocation whose time runs short after one part starts the next with its cursor
+    (AnswerFunction invokes itself): the member asks once and gets every part."""
+    from botmemory.people.export import Exporter
+
+    converse(controls)
+    before = holding(controls.items(), gw.ALICE)
+    whole = Exporter.parts
+
+    def one_part_an_invocation(self: Exporter, cursor: Any, time_left_ms: Any = None) -> Any:
+        self._part_chars = 1_500  # small parts: several of them
+        for part in whole(self, cursor, time_left_ms):
+            yield part
+            return  # then the time runs short
+
+    monkeypatch.setattr(Exporter, "parts", one_part_an_invocation)
+    run_export(controls)
+
+    exports = [r for r in controls.d.reports if "continued" in r]
+    assert len(exports) >= 2 and all(r["parts"] == 1 for r in exports)
+    assert [r["continued"] for r in exports] == [True] * (len(exports) - 1) + [False]
+    assert exports[-1]["finished"]
+    records = exported(fake_discord, gw.ALICE)
+    kinds = Counter(r["record"] for r in records)
+    table_kinds = Counter(keys.kind_of(i["sk"]["S"]).value for i in before)
+    assert {k: kinds[k] for k in table_kinds} == dict(table_kinds)  # nothing lost between them
+    assert kinds["settings"] == 1
+    edit = fake_discord.wait_for(lambda r: r.method == "PATCH" and "everything" in str(r.body), 5)
+    assert "everything I keep about you" in edit.body["content"]

@@ -202,8 +202,9 @@ def test_the_section_keeps_its_budget_and_reads_in_bounded_requests(
     # One read of both people's entries, one of every message they point at, one of their
     # profiles (their names).
     assert counter.count("BatchGetItem") == 3
-    # Pins x2, episodes, Alice's and Bob's facts, the server's public channels.
-    assert counter.count("Query") == 2 + 1 + 2 + 1
+    # Pins x2, episodes, Alice's and Bob's facts, the server's public channels, its controls
+    # (its retention, read once a minute).
+    assert counter.count("Query") == 2 + 1 + 2 + 1 + 1
 
 
 def test_another_servers_entries_are_never_shown(dynamodb: Any, clock: ManualClock) -> None:

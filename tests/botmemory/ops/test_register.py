@@ -165,6 +165,7 @@ def test_member_and_staff_layout() -> None:
         "notes",
         "channel",
         "backfill",
+        "retention",
         "consent",
     ]
     assert list(staff_subs) == [
@@ -217,8 +218,9 @@ def test_member_and_staff_layout() -> None:
         specs.NOTES_GROUP,
         specs.CHANNEL_GROUP,
         specs.BACKFILL_GROUP,
+        specs.RETENTION_GROUP,
     ]
-    assert list(staff_groups) == ["persona", "notes", "channel", "backfill"]
+    assert list(staff_groups) == ["persona", "notes", "channel", "backfill", "retention"]
     backfill = by_name(staff_groups["backfill"]["options"])
     assert list(backfill) == ["start", "status", "cancel"]
     assert options(backfill["start"]) == [
@@ -257,6 +259,13 @@ def test_member_and_staff_layout() -> None:
     for sub in channel_subs.values():
         assert options(sub) == [("channel", 7, False, None, False, [])]  # this one by default
     assert options(staff_subs["consent"]) == [("mode", 3, True, None, False, ["opt-out", "opt-in"])]
+    # /memory-staff retention ...: this server's retention (botmemory.commands.retention).
+    retention_subs = by_name(staff_groups["retention"]["options"])
+    assert list(retention_subs) == ["facts", "messages", "episodes", "leavers", "status"]
+    for kind in ("facts", "messages", "episodes"):
+        assert retention_subs[kind]["options"][0]["min_value"] == 1
+    assert retention_subs["leavers"]["options"][0]["min_value"] == 0
+    assert options(retention_subs["status"]) == []
     assert options(member_subs["pause"]) == [("duration", 3, True, 16, False, [])]
     assert member_subs["forget-recent"]["options"][0]["max_value"] == 10_080
     # /ask is a command of its own (no subcommand): one required question, a message long.

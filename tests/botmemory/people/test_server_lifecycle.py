@@ -158,3 +158,70 @@ def test_a_purge_short_of_time_keeps_its_checkpoint_and_the_next_run_finishes(
     assert [
         i for i in of_server(controls.items(), gw.GUILD) if i["sk"]["S"] != keys.INDEX_PURGED_SK
     ] == []
+
+
+def ready(*guilds: str, shard: list[int] | None = None) -> dict[str, Any]:
+    """A shard's READY as Discord sends it (unavailable guilds, the session, the user)."""
+    payload: dict[str, Any] = {
+        "v": 10,
+        "user": {"id": gw.BOT, "username": "memorybot", "bot": True},
+        "session_id": "s1",
+        "resume_gateway_url": "wss://gateway.example",
+        "guilds": [{"id": g, "unavailable": True} for g in guilds],
+    }
+    if shard is not None:
+        payload["shard"] = shard
+    return {"t": "READY", "d": payload}
+
+
+def purge_at(controls: Controls) -> list[str]:  # noqa: F811
+    return [i["sk"]["S"] for i in controls.items() if i["pk"]["S"] == keys.PURGE_PK]
+
+
+def test_a_server_missing_from_ready_after_the_relay_was_down_is_purged(
+    controls: Controls,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    seeded(controls)
+    d = controls.d
+    # The bot was removed from the server while the relay was down: no GUILD_DELETE came,
+    # and the shard's READY no longer lists it.
+    through_the_relay(controls, ready(OTHER), tmp=tmp_path / "a")
+    scheduled = purge_at(controls)
+    assert [keys.guild_of_purge_sk(sk) for sk in scheduled] == [gw.GUILD]
+    # Another READY (a reconnect) neither postpones it nor schedules the server listed.
+    d.later(minutes=24 * 60)
+    through_the_relay(controls, ready(OTHER), tmp=tmp_path / "b")
+    assert purge_at(controls) == scheduled
+    d.later(minutes=28 * 24 * 60)
+    other_before = of_server(controls.items(), OTHER)
+    assert purge_run(controls)["servers"] == []
+    d.later(minutes=2 * 24 * 60)
+    assert purge_run(controls)["servers"] == [gw.GUILD]
+    assert [
+        i for i in of_server(controls.items(), gw.GUILD) if i["sk"]["S"] != keys.INDEX_PURGED_SK
+    ] == []
+    assert of_server(controls.items(), OTHER) == other_before
+    # Purged: no longer a server the deployment knows, so the next READY schedules nothing.
+    through_the_relay(controls, ready(OTHER), tmp=tmp_path / "c")
+    assert purge_at(controls) == []
+
+
+def test_a_server_missing_from_ready_that_comes_back_is_kept(
+    controls: Controls,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    seeded(controls)
+    d = controls.d
+    # Both servers on shard 0 of 2: shard 1's READY lists neither, and schedules nothing.
+    through_the_relay(controls, ready(shard=[1, 2]), tmp=tmp_path / "a")
+    assert purge_at(controls) == []
+    through_the_relay(controls, ready(OTHER, shard=[0, 2]), tmp=tmp_path / "b")
+    assert len(purge_at(controls)) == 1
+    # Only unavailable at READY, then its GUILD_CREATE: the bot is still there.
+    through_the_relay(controls, guild_create([GENERAL, VENT], []), tmp=tmp_path / "c")
+    assert purge_at(controls) == []
+    before = of_server(controls.items(), gw.GUILD)
+    d.later(minutes=40 * 24 * 60)
+    assert purge_run(controls)["servers"] == []
+    assert len(of_server(controls.items(), gw.GUILD)) >= len(before) > 0

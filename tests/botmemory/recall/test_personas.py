@@ -175,6 +175,7 @@ def test_a_bad_persona_id_is_a_bad_request(world: MemoryServices) -> None:
 def test_recall_with_a_persona_reads_its_scopes_in_the_same_waves(
     world: MemoryServices, dynamodb: Any
 ) -> None:
+    recall(world, SUPPORT)  # the server's retention, read once a minute (a warm container)
     counter = RequestCounter(dynamodb)
     recall(world, SUPPORT, persona_id="helpdesk")
     with_persona = list(counter.calls)

@@ -409,3 +409,28 @@ def test_a_named_day_of_common_words_reads_that_days_newest_rows(
     # The day holds passages 4 to 7 (its listing shows them all); the undated passes read the
     # newest 2 of all time (11 and 12), never the rest.
     assert found == {f"M#{CHANNEL}#{n}" for n in (4, 5, 6, 7, 11, 12)}
+
+
+def test_a_shortened_expiry_brings_rows_in_and_never_lengthens_one(
+    pg_index: PostgresKeywordIndex,
+) -> None:
+    """A server's shortened retention (botmemory.people.retention_job): the rows of passages
+    whose table items now expire sooner get that expiry, column and stored body, and leave
+    search once it passes; a row expiring sooner already keeps its own."""
+    now_s = 1_767_225_600  # the fixture's clock
+    later = message_passage("1", "long plan", CHANNEL, GUILD).model_copy(
+        update={"expires_at": now_s + 300 * 86_400}
+    )
+    sooner = message_passage("2", "short plan", CHANNEL, GUILD).model_copy(
+        update={"expires_at": now_s + 60}
+    )
+    pg_index.add([later, sooner])
+
+    assert pg_index.shorten_expiry([later.id, sooner.id, "M#absent#9"], now_s + 3_600) == 3
+
+    stored = {p.id: p.expires_at for p in pg_index.passages()}
+    assert stored == {later.id: now_s + 3_600, sooner.id: now_s + 60}
+    column = rows(pg_index, "SELECT id, expires_at FROM kw_passages ORDER BY id")
+    assert [(str(i), int(str(e))) for i, e in column] == sorted(stored.items())
+    hits = pg_index.search(ask("plan").model_copy(update={"now_s": now_s + 7_200}))
+    assert hits == []

@@ -3,9 +3,12 @@ member's export (botmemory.people.export) to their direct messages as JSON attac
 part per message, then edits the command's "thinking…" answer to say how it went.
 
 InteractionsFunction starts it (`{"export": {...}}`, an asynchronous invoke, as `/ask`).
-Each invocation sends parts until its time runs short (`botmemory.invocation`); an export not
-finished keeps its cursor in the table (the member's EXPORT item), and the member's next
-`/memory export` goes on from there (not refused by the rate limit). Closed DMs (Discord's
+Each invocation sends parts until its time runs short (`botmemory.invocation`), then starts
+the next invocation with the cursor (`continue_with`: AnswerFunction invokes itself), so a
+long export is never cut by the function's timeout: at most `MAX_HOPS` invocations in a row,
+each having sent a part. An export still not finished then (or stopped) keeps its cursor in
+the table (the member's EXPORT item), and the member's next `/memory export` goes on from
+there (not refused by the rate limit). Closed DMs (Discord's
 403) stop it, and the answer says so. The interaction's token lasts 15 minutes: past them
 the answer is not edited (the parts are in the DMs all the same).
 """
@@ -26,6 +29,8 @@ log = logging.getLogger(__name__)
 
 # Outside an invocation (a local run), time is not what bounds an export.
 UNBOUNDED_MS = 10**9
+# Invocations one export may chain (each sent a part): some 75 parts, 75 MB, an hour or so.
+MAX_HOPS = 50
 
 DMS_CLOSED = (
     "I could not send you a direct message: your DMs are closed to me (Privacy Settings, "
@@ -43,6 +48,17 @@ class ExportRequest:
     user_id: str
     interaction: dict[str, Any]  # id, token, application_id
     cursor: dict[str, Any] | None
+    hops: int = 0  # the invocations before this one
+
+    def next(self, cursor: dict[str, Any]) -> dict[str, Any]:
+        """The event of the invocation that goes on from `cursor`."""
+        body = {
+            "user_id": self.user_id,
+            "interaction": self.interaction,
+            "cursor": cursor,
+            "hops": self.hops + 1,
+        }
+        return {"export": body}
 
 
 def export_request_of(event: dict[str, Any]) -> ExportRequest:
@@ -56,7 +72,10 @@ def export_request_of(event: dict[str, Any]) -> ExportRequest:
     if not isinstance(interaction, dict):
         raise BadExportRequest("export without its interaction")
     cursor = body.get("cursor")
-    return ExportRequest(user_id, interaction, cursor if isinstance(cursor, dict) else None)
+    hops = body.get("hops", 0)
+    if not isinstance(hops, int) or isinstance(hops, bool) or not 0 <= hops <= MAX_HOPS:
+        raise BadExportRequest("export with a bad hop count")
+    return ExportRequest(user_id, interaction, cursor if isinstance(cursor, dict) else None, hops)
 
 
 @dataclass
@@ -65,6 +84,7 @@ class ExportReport:
     records: int = 0
     finished: bool = False
     dms_closed: bool = False
+    continued: bool = False  # the next invocation was started
 
 
 def deliver_export(
@@ -72,6 +92,7 @@ def deliver_export(
     discord: DiscordApi,
     request: ExportRequest,
     time_left_ms: Callable[[], int | None] | None = None,
+    continue_with: Callable[[dict[str, Any]], None] | None = None,
 ) -> ExportReport:
     """Send what the invocation's time allows of the export (module docstring)."""
 
@@ -109,9 +130,19 @@ def deliver_export(
     report.records = cursor.items
     report.finished = cursor.finished and not report.dms_closed
     repository.keep_export_cursor(person, None if report.finished else cursor.to_json())
+    going_on = not report.finished and not report.dms_closed and report.parts > 0
+    if going_on and continue_with is not None and request.hops < MAX_HOPS:
+        continue_with(request.next(cursor.to_json()))
+        report.continued = True
     log.info(
         "export delivered",
-        extra={"parts": report.parts, "records": report.records, "finished": report.finished},
+        extra={
+            "parts": report.parts,
+            "records": report.records,
+            "finished": report.finished,
+            "continued": report.continued,
+            "hops": request.hops,
+        },
     )
     _tell(services, discord, request, _answer(report, cursor))
     return report
@@ -135,6 +166,11 @@ def _settings(
 def _answer(report: ExportReport, cursor: ExportCursor) -> str:
     if report.dms_closed:
         return DMS_CLOSED
+    if report.continued:
+        return (
+            f"Sent {cursor.parts} part{'s' if cursor.parts > 1 else ''} so far ({cursor.items:,} "
+            "records); the rest follows in your direct messages in a moment."
+        )
     if report.finished:
         return (
             f"Sent to your direct messages: everything I keep about you, {cursor.items:,} "

@@ -72,17 +72,22 @@ class AnswerRequests:
 
     def _start(self, payload: dict[str, Any]) -> None:
         assert self._function is not None  # nosec B101 # set whenever a job can start (the constructor); a programming error, never input
-        local = _LOCAL_TARGETS.get(self._function)
-        if local is not None:
-            local(payload)
-            return
-        if self._client is None:
-            import boto3  # deferred: only a function that starts answers pays for the client
+        self._client = invoke_async(self._function, payload, self._client)
 
-            self._client = boto3.client("lambda")
-        self._client.invoke(
-            FunctionName=self._function, InvocationType="Event", Payload=json.dumps(payload)
-        )
+
+def invoke_async(function: str, payload: dict[str, Any], client: Any | None = None) -> Any:
+    """Start `function` with `payload` (Lambda's asynchronous Invoke; a local target in a
+    local run); returns the client, made here when none was given."""
+    local = _LOCAL_TARGETS.get(function)
+    if local is not None:
+        local(payload)
+        return client
+    if client is None:
+        import boto3  # deferred: only a function that starts another pays for the client
+
+        client = boto3.client("lambda")
+    client.invoke(FunctionName=function, InvocationType="Event", Payload=json.dumps(payload))
+    return client
 
 
 class BadAnswerEvent(ValueError):

@@ -29,10 +29,12 @@ from botmemory.commands.invocation import (
     ephemeral_reply,
     webhook_edit,
 )
+from botmemory.commands.retention import describe, leavers_line
 from botmemory.discord.interactions import InteractionResponseType, MessageFlag
 from botmemory.people.channel_erasure import erase_channel
 from botmemory.people.optout import CACHE_MS
 from botmemory.people.recent_erasure import RecentErasure, erase_recent
+from botmemory.people.retention import Retention
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +247,21 @@ class ControlCommands:
                 if controls.opt_in
                 else "This server is opt-out: I record every member unless they opt out."
             )
-            lines += [here, who]
+            retention = Retention.of(settings, controls.retention)
+            lines += [
+                here,
+                who,
+                f"**For how long, here:** {describe(retention, Retention.deployment(settings))}"
+                f", lately-notes {settings.short_term_hours} hours. "
+                + leavers_line(settings.guild_members_intent, controls.leavers_days),
+            ]
+        else:
+            lines.append(
+                f"**For how long:** recorded messages {settings.observation_retention_days} "
+                f"days, facts {settings.fact_retention_days} days, summaries "
+                f"{settings.episode_retention_days} days, lately-notes "
+                f"{settings.short_term_hours} hours (each server's staff may keep them shorter)."
+            )
         until = self._services.recorder.gate.paused_until(invocation.user_id)
         if until is not None:
             lines.append(f"You paused my memory until <t:{until // 1000}:f>.")
@@ -254,10 +270,6 @@ class ControlCommands:
             "facts about members learned from them, short summaries of each channel's "
             "conversation, and a few hours' note of what each member did lately in public "
             "channels.",
-            f"**For how long:** recorded messages {settings.observation_retention_days} days, "
-            f"facts {settings.fact_retention_days} days, summaries "
-            f"{settings.episode_retention_days} days, lately-notes {settings.short_term_hours} "
-            "hours.",
             "**Where shown:** a fact or a message is shown only where it was said, or in a "
             "channel everyone here can see; never what was said in a private channel "
             "elsewhere. Your facts are shown to you (`/memory show`) and to this server's staff "

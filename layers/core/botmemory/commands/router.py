@@ -63,6 +63,7 @@ from botmemory.commands.personas import (
     CONFIRM_PURGE_PERSONA,
     PersonaCommands,
 )
+from botmemory.commands.retention import RetentionCommands
 from botmemory.commands.staff import StaffCommands
 from botmemory.commands.zone import ZoneCommands
 from botmemory.discord.interactions import InteractionResponseType, InteractionType
@@ -90,6 +91,7 @@ READS = {
     (spec.STAFF_COMMAND, spec.NOTES_GROUP, spec.NOTES_SHOW),
     (spec.MEMBER_COMMAND, "", spec.PRIVACY),
     (spec.STAFF_COMMAND, spec.CHANNEL_GROUP, spec.CHANNEL_STATUS),
+    (spec.STAFF_COMMAND, spec.RETENTION_GROUP, spec.RETENTION_STATUS),
 }
 # Starts the answer to `/ask`: `{"ask": {"interaction": ..., "question": ...}}`, in Lambda an
 # asynchronous invoke of AnswerFunction, which edits the deferred answer.
@@ -111,6 +113,7 @@ class Commands:
         self._controls = ControlCommands(self._context)
         self._zone = ZoneCommands(self._context)
         self._backfill = BackfillCommands(self._context)
+        self._retention = RetentionCommands(self._context)
 
     # Entry points -------------------------------------------------------------------
 
@@ -228,6 +231,16 @@ class Commands:
             (*channel, spec.CHANNEL_STATUS): controls.channel_status,
             (*channel, spec.CHANNEL_FORGET): controls.channel_forget,
             (spec.STAFF_COMMAND, "", spec.CONSENT): controls.consent,
+            **{
+                (spec.STAFF_COMMAND, spec.RETENTION_GROUP, kind): self._retention.set_days
+                for kind in spec.RETENTION_KINDS
+            },
+            (spec.STAFF_COMMAND, spec.RETENTION_GROUP, spec.RETENTION_STATUS): (
+                self._retention.status
+            ),
+            (spec.STAFF_COMMAND, spec.RETENTION_GROUP, spec.RETENTION_LEAVERS): (
+                self._retention.leavers
+            ),
         }
 
     def _backfill_routes(

@@ -10,6 +10,7 @@ Layout, and why there are two `/memory...` commands:
     /memory-staff notes set text | show | clear                     (a subcommand group)
     /memory-staff channel off | on | status | forget [channel]      (a subcommand group)
     /memory-staff consent mode                                      (botmemory.commands.controls)
+    /memory-staff retention facts|messages|episodes|leavers days | status   (commands.retention)
     /memory privacy | pause duration | forget-recent minutes | export   every member
     /memory-staff timezone [zone]
     /memory-staff backfill start [channel] [days] | status | cancel (a subcommand group)
@@ -146,6 +147,15 @@ MAX_BACKFILL_DAYS = 30
 CONSENT = "consent"
 MODE_OPT_IN = "opt-in"
 MODE_OPT_OUT = "opt-out"
+# The server's retention (botmemory.commands.retention), within the deployment's maximums.
+RETENTION_GROUP = "retention"
+RETENTION_FACTS = "facts"
+RETENTION_MESSAGES = "messages"
+RETENTION_EPISODES = "episodes"
+RETENTION_STATUS = "status"
+RETENTION_LEAVERS = "leavers"  # members who left: erased after these days (0: never)
+MAX_LEAVERS_DAYS = 365
+RETENTION_KINDS = (RETENTION_FACTS, RETENTION_MESSAGES, RETENTION_EPISODES)
 
 # Option names, as they arrive in `data.options[0].options[*].name` (one level deeper in a
 # group).
@@ -163,6 +173,7 @@ OPTION_CHANNEL = "channel"  # channel * (this channel when left out)
 OPTION_MODE = "mode"  # consent
 OPTION_DURATION = "duration"  # pause
 OPTION_MINUTES = "minutes"  # forget-recent
+OPTION_DAYS = "days"  # retention *
 # A pause lasts at most this long (`/memory optout` is for longer), forget-recent reaches back
 # at most this far (a week; `/forgetme` erases everything).
 MAX_PAUSE_DAYS = 30
@@ -354,6 +365,7 @@ def _staff_command() -> dict[str, Any]:
             _notes_group(),
             _channel_group(),
             _backfill_group(),
+            _retention_group(),
             _subcommand(
                 CONSENT,
                 "Record every member (opt-out) or only those who ran /memory optin here (opt-in)",
@@ -422,6 +434,41 @@ def _backfill_group() -> dict[str, Any]:
             _subcommand(BACKFILL_START, "Import the last days of messages", [channel, days]),
             _subcommand(BACKFILL_STATUS, "How far the import is, and what it costs"),
             _subcommand(BACKFILL_CANCEL, "Stop the import under way"),
+        ],
+    }
+
+
+def _retention_group() -> dict[str, Any]:
+    """`/memory-staff retention ...`: how long this server keeps each kind of memory."""
+    days = {
+        "type": OptionType.INTEGER,
+        "name": OPTION_DAYS,
+        "description": "Days (at most the deployment's; the deployment's restores it)",
+        "required": True,
+        "min_value": 1,
+        "max_value": 3650,
+    }
+    what = {
+        RETENTION_FACTS: "How long facts about members are kept here",
+        RETENTION_MESSAGES: "How long recorded messages are kept here",
+        RETENTION_EPISODES: "How long channel summaries are kept here",
+    }
+    leavers = {
+        **days,
+        "description": f"Days after a member leaves (0 to {MAX_LEAVERS_DAYS}; 0: never)",
+        "min_value": 0,
+        "max_value": MAX_LEAVERS_DAYS,
+    }
+    return {
+        "type": OptionType.SUB_COMMAND_GROUP,
+        "name": RETENTION_GROUP,
+        "description": "How long this server keeps memory (within the deployment's maximums)",
+        "options": [_subcommand(kind, what[kind], [days]) for kind in RETENTION_KINDS]
+        + [
+            _subcommand(
+                RETENTION_LEAVERS, "Erase what was kept of members who leave, days later", [leavers]
+            ),
+            _subcommand(RETENTION_STATUS, "This server's retention and the deployment's"),
         ],
     }
 

@@ -42,11 +42,13 @@ from botmemory.memory import short_term
 from botmemory.memory.hot_tier import HotTier
 from botmemory.memory.personas import PersonaDirectory
 from botmemory.people.optout import OptOuts
+from botmemory.people.retention import RetentionReader, clamp_commit
 from botmemory.records import ChannelSummary, Fact
 from botmemory.search.index_sync import IndexWriter
 from botmemory.search.passages import holders
 from botmemory.settings.config import Settings
 from botmemory.storage.commit import CommitRejected, ConsolidationCommit, Lock, LockRefused
+from botmemory.storage.keys import server_scope_of
 from botmemory.storage.observations import PendingCount
 from botmemory.storage.repository import MemoryRepository
 
@@ -102,6 +104,7 @@ class Consolidator:
         self._repository = repository
         self._index_writer = index_writer
         self._settings = settings
+        self._retention = RetentionReader(repository, settings, clock)
         self._model = model
         self._clock = clock
         self._opt_outs = opt_outs
@@ -360,6 +363,9 @@ class Consolidator:
     ) -> ConsolidationCommit:
         """Plan and send one commit (a round's, or one run of a backlog's), then index it."""
         commit = self._planner.build(lock, batch, judgement, outcome)
+        retention = self._retention.of(server_scope_of(batch.scope))
+        if retention.shortened(self._settings):  # planned with the deployment's
+            clamp_commit(commit, retention)
         commit.keep_lock = not last
         if not first and not commit.candidate_puts:
             commit.candidates_left = None  # the first run settled those waiting

@@ -72,6 +72,7 @@ class JsonErrorCode(IntEnum):
     """Discord's JSON error codes that callers act on (the `code` of a DiscordApiError)."""
 
     UNKNOWN_CHANNEL = 10003
+    UNKNOWN_MEMBER = 10007  # not (or no longer) a member of the guild
     UNKNOWN_MESSAGE = 10008
     MISSING_ACCESS = 50001  # the bot cannot see the channel
     CANNOT_SEND_IN_DM = 50007
@@ -213,6 +214,22 @@ class DiscordApi:
         path = _commands_path(application_id, guild_id)
         answer = self._request("GET", path, bot_auth=True)
         return _command_list(answer, path)
+
+    # -- guild members -------------------------------------------------------------------------
+
+    def guild_member_present(self, guild_id: str, user_id: str) -> bool | None:
+        """Whether a user is a member of a guild: True, False (404 Unknown Member), or None
+        when Discord's answer says neither (another error, the bot not in the guild)."""
+        _require_snowflake(guild_id, "guild id")
+        _require_snowflake(user_id, "user id")
+        try:
+            self._request("GET", f"/guilds/{guild_id}/members/{user_id}", bot_auth=True)
+        except DiscordApiError as error:
+            if error.status == 404 and error.code == JsonErrorCode.UNKNOWN_MEMBER:
+                return False
+            logger.warning("member check answered neither way: %s", error)
+            return None
+        return True
 
     # -- interaction webhook -------------------------------------------------------------------
 

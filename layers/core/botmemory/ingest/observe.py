@@ -22,13 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.ingest.channels import GUILD_CREATE, GUILD_DELETE, GUILD_EVENTS, ChannelVisibility
+from botmemory.ingest.lifecycle import LIFECYCLE_EVENTS, LifecycleEvents
 from botmemory.people.controls import RecordingGate
 from botmemory.people.optout import OptOuts
+from botmemory.people.retention import Kept, Retention
 from botmemory.people.server_removal import guild_back, guild_removed
 from botmemory.records import Observation, ObservationKind, scope_of
 from botmemory.settings.config import Settings
 from botmemory.snowflake import Snowflake, snowflake_ms
-from botmemory.storage.keys import observation_sk
+from botmemory.storage.keys import observation_sk, server_scope_of
 from botmemory.storage.repository import MemoryRepository
 from botmemory.text import clean, content_hash
 from botmemory.when.window import FUTURE_TOLERANCE_MS
@@ -241,6 +243,7 @@ class ObservationRecorder:
         # Channel switches, consent and pauses (botmemory.people.controls); the answer path
         # asks it too, for its short-term line.
         self.gate = RecordingGate(repository, clock, lambda person: self._opt_outs.hash_of(person))
+        self._lifecycle_events = LifecycleEvents(repository, settings, clock, self.gate)
         self._parsers: dict[str, Callable[[dict[str, Any]], Observation]] = {
             "MESSAGE_CREATE": self._message_create,
             "MESSAGE_UPDATE": self._message_update,
@@ -262,7 +265,7 @@ class ObservationRecorder:
             if not self._settings.memory_enabled:
                 result.ignored.append(Skip(index=index, event=label, reason="memory is off"))
                 continue
-            if label in GUILD_EVENTS:
+            if label in GUILD_EVENTS or label in LIFECYCLE_EVENTS:
                 self._record_channel_event(index, label, event, result)
                 continue
             try:
@@ -280,14 +283,34 @@ class ObservationRecorder:
             if refusal is not None:
                 result.ignored.append(Skip(index=index, event=label, reason=refusal))
                 continue
-            if ingest_id:
-                observation = observation.model_copy(update={"ingest_id": ingest_id[:64]})
-            if self._repository.put_observation(observation):
+            if self._repository.put_observation(self._stamped(observation, ingest_id)):
                 result.stored += 1
             else:
                 result.duplicates += 1
                 result.duplicate_indexes.append(index)
         return result
+
+    def _stamped(self, observation: Observation, ingest_id: str | None) -> Observation:
+        """As stored: the ingest invocation's id, the server's expiry."""
+        update = self._server_expiry(observation)
+        if ingest_id:
+            update["ingest_id"] = ingest_id[:64]
+        return observation.model_copy(update=update) if update else observation
+
+    def _server_expiry(self, observation: Observation) -> dict[str, Any]:
+        """The expiry of a server's retention, where its staff shortened it (read with its
+        other controls, cached; botmemory.people.retention)."""
+        server = server_scope_of(observation.scope)
+        if server == scope_of(None):
+            return {}
+        chosen = self.gate.controls(server).retention
+        if Kept.MESSAGES.value not in chosen:
+            return {}
+        days = Retention.of(self._settings, chosen).days(Kept.MESSAGES)
+        expires_at = epoch_seconds(self._clock.now_ms() + days * DAY_MS)
+        if observation.expires_at is not None and observation.expires_at <= expires_at:
+            return {}
+        return {"expires_at": expires_at}
 
     def _refusal(self, observation: Observation, event: dict[str, Any]) -> str | None:
         """Why this observation may not be kept (botmemory.people.controls); None when it may.
@@ -305,19 +328,35 @@ class ObservationRecorder:
     ) -> None:
         """A guild, role, channel or thread event updates visibility or staff; no observation.
         A guild removed schedules its purge, a guild back cancels it."""
+        if label in LIFECYCLE_EVENTS:
+            self._lifecycle(index, label, event, result)
+            return
         try:
             if label == GUILD_DELETE:
                 self._guild_delete(index, label, event, result)
                 return
             change = self._channels.apply(label, _payload_of(event))
             if label == GUILD_CREATE and isinstance(event["d"].get("id"), str):
-                guild_back(self._repository, event["d"]["id"])
+                guild_back(self._repository, event["d"]["id"], self._clock.now_ms())
         except (ValueError, TypeError) as why:
             _reject(result, index, label, why)
             return
         if change.ignored:
             result.ignored.append(Skip(index=index, event=label, reason=change.ignored))
         result.channels += change.items
+
+    def _lifecycle(
+        self, index: int, label: str, event: dict[str, Any], result: IngestResult
+    ) -> None:
+        """A shard's READY, a member who left (botmemory.ingest.lifecycle)."""
+        try:
+            done, why = self._lifecycle_events.record(label, _payload_of(event))
+        except (ValueError, TypeError) as error:
+            _reject(result, index, label, error)
+            return
+        if why is not None:
+            result.ignored.append(Skip(index=index, event=label, reason=why))
+        result.channels += done
 
     def _guild_delete(
         self, index: int, label: str, event: dict[str, Any], result: IngestResult

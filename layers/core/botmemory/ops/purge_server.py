@@ -13,9 +13,9 @@ consistent, so a 10 GB table costs some 1.3 million read units and minutes. Then
 server's search index, as `python -m botmemory.ops.purge_index` removes it
 (ShardedS3VectorsIndex.drop_scope: a marker in the table, kept for an hour so that no write
 racing the purge creates the index again; DeleteIndex; its passages in the shared index);
-another index (sqlite, local) has the server's passages removed. Needs the table's Scan,
-Query and BatchWriteItem and purge_index's s3vectors rights: the operator's, not a
-function's. Running it twice changes nothing the second time (the marker's hour starts
+another index (sqlite, local) has the server's passages removed, and the server leaves
+those the deployment knows. Needs the table's Scan, Query, BatchWriteItem and DeleteItem and
+purge_index's s3vectors rights: the operator's, not a function's. Running it twice changes nothing the second time (the marker's hour starts
 again). Exit codes: 0 done, 1 a bad argument, a configuration or an AWS error (what was
 deleted before the error stays deleted; run it again to finish).
 """
@@ -35,6 +35,7 @@ from botmemory.search.deployed import DeployedSearchIndex
 from botmemory.search.port import SearchIndex
 from botmemory.search.shards import ShardedS3VectorsIndex
 from botmemory.settings.config import ConfigError, get_settings
+from botmemory.storage import keys
 from botmemory.storage.keys import server_scope_of
 from botmemory.storage.repository import open_repository
 from botmemory.storage.server_purge import ServerPurge
@@ -58,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         repository = open_repository(settings.table_name)
         index = build_search_index(settings, repository, SystemClock())
         purge = repository.purge_partitions(repository.server_partitions(args.guild))
+        if repository.forget_known_server(args.guild):  # among the servers it knows
+            purge.deleted[keys.kind_of(args.guild).value] += 1
         print(_table_line(args.guild, purge))
         print(f"server {args.guild}: {_drop_index(index, args.guild)}")
     except ConfigError as exc:

@@ -39,7 +39,7 @@ from botmemory.people.names import is_distinctive, mention_pattern, names_patter
 from botmemory.people.optout import person_hash
 from botmemory.records import ChannelSummary, Episode
 from botmemory.storage import keys
-from botmemory.storage.keys import ItemKind
+from botmemory.storage.keys import ItemKind, server_scope_of
 from botmemory.storage.repository import MemoryRepository
 from botmemory.storage.round_people import spoke_of
 from botmemory.storage.table import ItemRef
@@ -125,6 +125,21 @@ class _Run:
     passes: int = 0
     quoted_ids: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    # One server only (a member who left it, botmemory.people.departures): its id and its
+    # channels; None: everywhere.
+    server: str | None = None
+    server_channels: list[str] = field(default_factory=list)
+
+    def here(self, scope: str) -> bool:
+        """Whether a scope is within the erasure's reach."""
+        return self.server is None or server_scope_of(scope) == self.server
+
+    def holds(self, ref: ItemRef) -> bool:
+        """Whether an item is within the erasure's reach (by its key)."""
+        if self.server is None:
+            return True
+        channel = ref.channel_id
+        return channel in self.server_channels if channel else ref.server == self.server
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -175,15 +190,22 @@ class Eraser:
         *,
         checkpoint: dict[str, Any] | None = None,
         time_left_ms: Callable[[], int] | None = None,
+        server: str | None = None,
     ) -> ErasureReport:
-        """Erase the person, or as much as the time budget allows: an unfinished report
+        """Erase the person (in one `server` only, when given: what was kept of them there,
+        with the same guarantees), or as much as the time budget allows: an unfinished report
         carries the checkpoint to continue from."""
         now = self._clock.now_ms()
         marker = self._hash_of(user_id)
         self._repository.mark_erasing(marker, now, epoch_seconds(now + MARKER_TTL_MS))
-        # For good: reading the past again (catching up, a backfill) never brings it back.
+        # For good: reading the past again (catching up, a backfill) never brings it back
+        # (a server-scoped erasure too: keeping out more of the past is the safe side).
         self._repository.record_erased(marker, now)
-        run = _Run.from_json(checkpoint) if checkpoint else self._start(user_id, extra_names, now)
+        run = (
+            _Run.from_json(checkpoint)
+            if checkpoint
+            else self._start(user_id, extra_names, now, server)
+        )
         while run.phase != _DONE:
             if time_left_ms is not None and time_left_ms() < RESERVE_MS:
                 return run.report(finished=False)
@@ -194,17 +216,26 @@ class Eraser:
 
     # Steps --------------------------------------------------------------------------
 
-    def _start(self, user_id: str, extra_names: Iterable[str], now_ms: int) -> _Run:
+    def _start(
+        self, user_id: str, extra_names: Iterable[str], now_ms: int, server: str | None
+    ) -> _Run:
         """The names and channels the later steps need, from the person's profiles and a
         sample of their messages (read before anything is deleted)."""
         repository = self._repository
+        reach = _Run(phase=_EPISODES, started_ms=now_ms, names=[], distinctive={}, channels=[])
+        if server is not None:
+            reach.server, reach.server_channels = server, repository.server_channel_ids(server)
         profiles = [
             profile
             for ref in repository.user_items_page(user_id, PAGE, kind=ItemKind.PROFILE)[0]
-            if (profile := repository.profile_at(ref)) is not None
+            if (profile := repository.profile_at(ref)) is not None and reach.here(profile.scope)
         ]
         sample, _ = repository.user_items_page(user_id, NAME_SAMPLE, kind=ItemKind.OBSERVATION)
-        heads = repository.observation_heads(sample)
+        heads = [
+            h
+            for h in repository.observation_heads([r for r in sample if reach.holds(r)])
+            if reach.here(str(h.get("scope") or ""))
+        ]
         names = {scrub(n).strip() for n in extra_names if n}
         names |= {p.display_name.strip() for p in profiles if p.display_name}
         names |= {str(h["author_name"]).strip() for h in heads if h.get("author_name")}
@@ -225,6 +256,8 @@ class Eraser:
                 for scope in sorted(scopes)
                 for lineage in self._lineages(scope)
             ],
+            server=reach.server,
+            server_channels=reach.server_channels,
         )
         self._list_spoken(run, user_id)  # the first page; the episodes step reads the rest
         for scope in sorted(scopes | {scope for scope, _ in run.channels}):
@@ -281,6 +314,8 @@ class Eraser:
         queued = {(scope, channel) for scope, channel in run.channels}
         for ref in refs:
             pair = spoke_of(ref.pk, ref.sk, user_id)
+            if pair and not run.here(pair[0]):
+                continue
             if pair and pair not in queued and pair[1] not in run.channels_seen:
                 run.channels.append(list(pair))
                 queued.add(pair)
@@ -303,7 +338,7 @@ class Eraser:
         repository = self._repository
         refs, next_start = repository.user_items_page(user_id, PAGE, run.cursor)
         # Profiles and SPOKE# items go last: they remember the person's channels.
-        work = [ref for ref in refs if ref.kind not in _LAST]
+        work = [ref for ref in refs if ref.kind not in _LAST and run.holds(ref)]
         for ref in work:
             if ref.kind == ItemKind.NAMED:
                 self._follow_pointer(run, ref, user_id)
@@ -374,17 +409,25 @@ class Eraser:
         of channels), the person leaves the name registry, their profiles go, and one more
         listing checks that nothing of theirs is left (else another pass over the items)."""
         repository = self._repository
-        spoken, more = repository.user_items_page(user_id, PAGE, kind=ItemKind.SPOKE)
-        if spoken:
+        if run.server is None:
+            spoken, more = repository.user_items_page(user_id, PAGE, kind=ItemKind.SPOKE)
+            if spoken:
+                run.add("other", repository.delete_items(spoken))
+                if more is not None:
+                    return
+        else:  # one server's: read past the others' (bounded: the person's SPOKE# items)
+            spoken = self._all_of(user_id, run, ItemKind.SPOKE)
             run.add("other", repository.delete_items(spoken))
-            if more is not None:
-                return
         for scope in sorted(run.distinctive):
             for name in run.names:
                 repository.drop_from_name(scope, name, user_id)
         profiles, _ = repository.user_items_page(user_id, PAGE, kind=ItemKind.PROFILE)
-        run.add("profiles", repository.delete_items(profiles))
-        left, _ = repository.user_items_page(user_id, 1)
+        run.add("profiles", repository.delete_items([p for p in profiles if run.holds(p)]))
+        left = (
+            repository.user_items_page(user_id, 1)[0]
+            if run.server is None
+            else self._all_of(user_id, run)[:1]
+        )
         if left:
             run.passes += 1
             if run.passes >= MAX_PASSES:
@@ -392,6 +435,19 @@ class Eraser:
             run.phase, run.cursor, run.found_in_pass = _ITEMS, None, False
         else:
             run.phase = _DONE
+
+    def _all_of(self, user_id: str, run: _Run, kind: ItemKind | None = None) -> list[ItemRef]:
+        """Every item of the person within the run's server (of a kind), page by page."""
+        found: list[ItemRef] = []
+        cursor: dict[str, Any] | None = None
+        while True:
+            if kind is None:
+                refs, cursor = self._repository.user_items_page(user_id, PAGE, cursor)
+            else:
+                refs, cursor = self._repository.user_items_page(user_id, PAGE, cursor, kind=kind)
+            found += [ref for ref in refs if run.holds(ref)]
+            if cursor is None:
+                return found
 
     # Names --------------------------------------------------------------------------
 

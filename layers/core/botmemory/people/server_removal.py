@@ -3,7 +3,12 @@
 - `GUILD_DELETE` without `unavailable` (the bot was removed, kicked, or the guild deleted)
   schedules the server's purge `MEMORY_SERVER_PURGE_DAYS` later (`guild_removed`);
   `unavailable: true` is an outage and changes nothing.
-- `GUILD_CREATE` (the bot back, or the guild available again) cancels it (`guild_back`).
+- `GUILD_CREATE` (the bot back, or the guild available again) cancels it (`guild_back`), and
+  records the server among those the deployment knows.
+- A shard's `READY` lists the guilds the bot is in on that shard; a known server of that shard
+  missing from it was removed while the relay was down (no GUILD_DELETE came): its purge is
+  scheduled as a GUILD_DELETE's would be (`missing_from_ready`), once (a later READY does not
+  postpone it), and cancelled by its GUILD_CREATE if it comes back.
 - The scheduled purge (`purge_due`, ServerPurgeFunction every hour) finds what is due in the
   `PURGE` partition by key and deletes the server's items by key, never by Scan
   (botmemory.storage.lifecycle): its channels' partitions (named by its visibility items),
@@ -47,8 +52,44 @@ def guild_removed(
     return None
 
 
-def guild_back(repository: MemoryRepository, guild_id: str) -> bool:
-    """What a GUILD_CREATE does: a scheduled purge cancelled; True when there was one."""
+def missing_from_ready(
+    repository: MemoryRepository,
+    listed: set[str],
+    shard: tuple[int, int] | None,
+    *,
+    now_ms: int,
+    days: int,
+) -> list[str]:
+    """What a READY does: the known servers of its shard it does not list, their purge
+    scheduled (those scheduled already keep theirs); the ones scheduled now."""
+    scheduled = []
+    for guild_id in repository.known_servers():
+        if guild_id in listed or not _on_shard(guild_id, shard):
+            continue
+        if repository.server_purge_state(guild_id)[0] is not None:
+            continue
+        repository.schedule_server_purge(guild_id, now_ms, now_ms + days * DAY_MS)
+        scheduled.append(guild_id)
+    if scheduled:
+        log.info(
+            "servers missing from READY: purge scheduled",
+            extra={"guild_ids": scheduled, "days": days, "shard": list(shard or ())},
+        )
+    return scheduled
+
+
+def _on_shard(guild_id: str, shard: tuple[int, int] | None) -> bool:
+    """Whether Discord sends this guild to this shard (its documented formula)."""
+    if shard is None:
+        return True
+    shard_id, shard_count = shard
+    return (int(guild_id) >> 22) % shard_count == shard_id
+
+
+def guild_back(repository: MemoryRepository, guild_id: str, now_ms: int) -> bool:
+    """What a GUILD_CREATE does: the server known, a scheduled purge cancelled; True when
+    there was one."""
+    repository.know_server(guild_id, now_ms)
     cancelled = repository.cancel_server_purge(guild_id)
     if cancelled:
         log.info("server back: purge cancelled", extra={"guild_id": guild_id})

@@ -31,6 +31,7 @@ from botmemory.memory.personas import PersonaDirectory
 from botmemory.memory.short_term import RecentElsewhere, recent_elsewhere
 from botmemory.memory.visibility import Visibility
 from botmemory.people.names import NameIndex, name_candidates
+from botmemory.people.retention import Kept, Retention, RetentionReader
 from botmemory.recall.assemble import assemble, assemble_legacy
 from botmemory.recall.contract import RecallError, RecallRequest, RecallResult, parse_request
 from botmemory.recall.dates import asks_when, date_mentions
@@ -101,6 +102,7 @@ class Recaller:
         self._settings = settings
         self._clock = clock
         self._search = search
+        self._retention = RetentionReader(repository, settings, clock)
 
     def recall(self, request: RecallRequest, *, persona: Persona | None = None) -> RecallResult:
         """The block for this request. `persona`: the request's persona already resolved by
@@ -120,6 +122,8 @@ class Recaller:
         # the channel summary, episodes, the name registry for people the query names, the
         # conversation's tail.
         search = self._start_search(request, query, now)
+        # The server's retention: nothing past it is shown (botmemory.people.retention).
+        retention_future = pool.submit(self._retention.of, request.guild_id)
         pin_futures = [
             pool.submit(repository.pins, scope, target, MAX_PINS_READ)
             for target in ("global", request.channel_id)
@@ -192,17 +196,34 @@ class Recaller:
             reader=None if request.guild_id else request.user_id,
         )
         names.update(names_future.result())
+        retention = retention_future.result()
         pins = [p for f in pin_futures for p in f.result() if ttl_alive(p.expires_at, now)]
         summary = summary_future.result() if summary_future else None
-        if summary is not None and not ttl_alive(summary.expires_at, now):
+        if summary is not None and not (
+            ttl_alive(summary.expires_at, now)
+            and retention.kept(Kept.EPISODES, summary.created_ms, now)
+        ):
             summary = None
         elsewhere = self._finish_short_term(request, short_term_future, names, now, visibility)
         found, status = self._finish_search(search, started)
+        found.messages = [
+            m for m in found.messages if retention.kept(Kept.MESSAGES, m.message.at_ms, now)
+        ]
+        found.facts = retention.facts_kept(found.facts, now)
         found = shown_here(found, visibility)
         found.messages = named_first(
             found.messages, named_people, date_mentions(query), asks_when(query)
         )
-        episodes = rank_episodes(episodes_future.result(), query, found.episodes, now)
+        episodes = rank_episodes(
+            [
+                e
+                for e in episodes_future.result()
+                if retention.kept(Kept.EPISODES, e.created_ms, now)
+            ],
+            query,
+            [e for e in found.episodes if retention.kept(Kept.EPISODES, e.created_ms, now)],
+            now,
+        )
         episodes = episodes.within(settings.recall_episodes)
         for episode in episodes.all():
             for user_id, name in zip(
@@ -213,7 +234,10 @@ class Recaller:
             if message.message.author_id and message.message.author_name:
                 names.setdefault(message.message.author_id, message.message.author_name)
         # A fact past its valid_until stays kept (listed, in its history), out of the block.
-        read = {user_id: current(future.result(), now) for user_id, future in fact_futures.items()}
+        read = {
+            user_id: retention.facts_kept(current(future.result(), now), now)
+            for user_id, future in fact_futures.items()
+        }
         read[request.user_id] += current(
             [fact for future in server_futures for fact in future.result()], now
         )
@@ -226,7 +250,9 @@ class Recaller:
             only_relevant=set(named),
             names={**_registered_names(registry_future), **names},
         )
-        tiers = self._persona_tiers(persona_futures, query, now, set(named), names, visibility)
+        tiers = self._persona_tiers(
+            persona_futures, query, now, set(named), names, visibility, retention
+        )
         tiers.append(facts)
         result = assemble(
             settings,
@@ -295,6 +321,7 @@ class Recaller:
         named: set[str],
         names: dict[str, str],
         visibility: Visibility,
+        retention: Retention,
     ) -> list[RankedFacts]:
         """The persona's facts, by priority: what it knows of each person, then its own
         knowledge (the people's own facts come after, in the block's facts budget); only
@@ -302,7 +329,9 @@ class Recaller:
         if not futures:
             return []
         read = {
-            subject: visibility.facts(current(future.result(), now_ms))
+            subject: visibility.facts(
+                retention.facts_kept(current(future.result(), now_ms), now_ms)
+            )
             for subject, future in futures.items()
         }
         knowledge = read.pop(keys.PERSONA_SUBJECT, [])

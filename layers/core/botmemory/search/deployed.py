@@ -24,6 +24,7 @@ from typing import Protocol
 from botmemory.search.fusion import fused_legs
 from botmemory.search.keywords import clip_query
 from botmemory.search.port import (
+    ExpiryShortening,
     KeywordsOnly,
     Passage,
     SearchHit,
@@ -119,6 +120,13 @@ class DeployedSearchIndex:
         if error is not None:
             raise error
         return len(keys)
+
+    def shorten_expiry(self, ids: Iterable[str], expires_at: int) -> int:
+        """The keyword leg's rows follow (the vector leg keeps no expiry of its own to
+        shorten: its passages go when the table's items expire, through the stream)."""
+        if isinstance(self.keywords, ExpiryShortening):
+            return self.keywords.shorten_expiry(ids, expires_at)
+        return 0
 
     def drop_scope(self, scope: str) -> int:
         """A server's purge: its keyword rows deleted, then the vector leg's own purge

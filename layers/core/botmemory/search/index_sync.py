@@ -12,7 +12,10 @@ and archived channel summaries: SearchIndexFunction's filter in template.yaml mu
 each of these kinds through) names the passages to remove. One path for every way an item
 leaves the table: TTL expiry, /forgetme and opt-out, a message deleted in Discord (the
 archived summaries covering it included), /memory forget, staff corrections, supersession
-and the episode cap. The current channel summary is never indexed (recall reads it).
+and the episode cap. The current channel summary is never indexed (recall reads it). A MODIFY
+that brings an item's expiry in (a server's shortened retention, botmemory.people.retention_job)
+gives its passages that expiry in an index that keeps one per passage (the keyword legs):
+they leave search when the item does, not when the old expiry says.
 
 A fact that stays active under new words (the chat model's correction) keeps its passage id:
 its writer indexes it again through the same writer (`reindex_fact`), whose upsert replaces
@@ -30,7 +33,13 @@ from botmemory.clock import Clock
 from botmemory.records import Fact, FactStatus, MemoryScope
 from botmemory.search.keyword_retry import KeywordRetry, retry_messages
 from botmemory.search.passages import fact_passage, still_held
-from botmemory.search.port import KeywordsOnly, Passage, SearchIndex, VectorsOnly
+from botmemory.search.port import (
+    ExpiryShortening,
+    KeywordsOnly,
+    Passage,
+    SearchIndex,
+    VectorsOnly,
+)
 from botmemory.search.sources import passage_sources
 from botmemory.storage import keys
 from botmemory.storage.items import from_item
@@ -144,6 +153,7 @@ def reindex_fact(writer: IndexWriter, fact: Fact, subject_name: str | None) -> I
 @dataclass
 class FollowReport:
     removed: int = 0  # passage ids sent for removal
+    shortened: int = 0  # passage ids whose expiry was brought in
     skipped: int = 0  # records that could not be read (logged)
 
 
@@ -156,10 +166,14 @@ class IndexFollower:
     def follow(self, records: Iterable[dict[str, Any]]) -> FollowReport:
         report = FollowReport()
         pairs: list[tuple[str | None, str]] = []
+        shorter: dict[int, list[str]] = {}
         for record in records:
             try:
                 scope = scope_of_record(record)
                 pairs += [(scope, pid) for pid in passages_to_remove(record)]
+                expiry = shortened_expiry(record)
+                if expiry is not None:
+                    shorter.setdefault(expiry, []).extend(passages_of(record))
             except (KeyError, TypeError, ValueError) as error:
                 report.skipped += 1
                 log.warning(
@@ -170,6 +184,9 @@ class IndexFollower:
         for scope, ids in by_scope(pairs).items():
             self._index.remove(ids, scope=scope)
             report.removed += len(ids)
+        if isinstance(self._index, ExpiryShortening):
+            for expires_at, ids in shorter.items():
+                report.shortened += self._index.shorten_expiry(ids, expires_at)
         return report
 
 
@@ -192,6 +209,34 @@ def scope_of_record(record: dict[str, Any]) -> str | None:
 
 def _event_id(record: Any) -> str | None:
     return record.get("eventID") if isinstance(record, dict) else None
+
+
+def shortened_expiry(record: dict[str, Any]) -> int | None:
+    """The new expiry of an item a MODIFY record shows expiring sooner; None otherwise."""
+    if record["eventName"] != "MODIFY":
+        return None
+    change = record["dynamodb"]
+    old = from_item(change.get("OldImage") or {}).get("expires_at")
+    new = from_item(change.get("NewImage") or {}).get("expires_at")
+    if not isinstance(new, int) or (isinstance(old, int) and new >= old):
+        return None
+    return new
+
+
+def passages_of(record: dict[str, Any]) -> list[str]:
+    """The passage ids that copy a stream record's item (its old image)."""
+    change = record["dynamodb"]
+    old = from_item(change.get("OldImage") or {})
+    kind = keys.kind_of(change["Keys"]["sk"]["S"])
+    if kind == keys.ItemKind.OBSERVATION:
+        return [str(p) for p in old.get("passages") or []]
+    if kind == keys.ItemKind.FACT and {"scope", "user_id", "fact_id"} <= old.keys():
+        return [keys.fact_passage_id(old["scope"], old["user_id"], old["fact_id"])]
+    if kind == keys.ItemKind.EPISODE and {"channel_id", "episode_id"} <= old.keys():
+        return [keys.episode_passage_id(old["channel_id"], old["episode_id"])]
+    if kind == keys.ItemKind.SUMMARY_ARCHIVE and {"channel_id", "episode_id"} <= old.keys():
+        return [keys.summary_passage_id(old["channel_id"], old["episode_id"])]
+    return []
 
 
 def passages_to_remove(record: dict[str, Any]) -> list[str]:

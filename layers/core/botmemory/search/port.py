@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -97,6 +97,14 @@ class VectorsOnly(Exception):
         super().__init__(f"{written} passages indexed for vectors only: {error}")
         self.written = written
         self.error = error
+
+
+@runtime_checkable
+class ExpiryShortening(Protocol):
+    """An index that keeps each passage's own expiry (the keyword legs): a passage whose table
+    item now expires sooner expires then too (botmemory.search.index_sync)."""
+
+    def shorten_expiry(self, ids: Iterable[str], expires_at: int) -> int: ...
 
 
 class SearchIndex(Protocol):

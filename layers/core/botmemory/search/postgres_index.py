@@ -199,6 +199,15 @@ class PostgresKeywordIndex:
             self._run(sql.remove(page))
         return len(distinct)
 
+    def shorten_expiry(self, ids: Iterable[str], expires_at: int) -> int:
+        """Rows of these passages expire by `expires_at` where they would outlive it (the
+        table's items expire sooner: botmemory.search.index_sync); returns how many ids."""
+        distinct = list(dict.fromkeys(_clean(i) for i in ids))
+        for start in range(0, len(distinct), REMOVE_PAGE):
+            page = json.dumps(distinct[start : start + REMOVE_PAGE], ensure_ascii=False)
+            self._run(sql.shorten_expiry(page, expires_at))
+        return len(distinct)
+
     def expire(self, now_s: int, max_statements: int = 50) -> int:
         """Delete what has expired by each row's own expiry, a bounded page a statement, at
         most `max_statements` of them (the sweep's run); returns how many rows went."""

@@ -352,6 +352,18 @@ def remove(ids_json: str) -> Statement:
     return Statement(_deleting(where), {"ids": ids_json})
 
 
+def shorten_expiry(ids_json: str, expires_at: int) -> Statement:
+    """These passages expire by `expires_at` (epoch seconds) where they would outlive it: the
+    table's items they copy expire sooner now (a server's shortened retention)."""
+    return Statement(
+        "UPDATE kw_passages SET expires_at = :expires, passage = "
+        "jsonb_set(CAST(passage AS jsonb), '{expires_at}', to_jsonb(:expires))::text WHERE id IN "
+        "(SELECT json_array_elements_text(CAST(:ids AS json))) "
+        "AND (expires_at IS NULL OR expires_at > :expires)",
+        {"ids": ids_json, "expires": expires_at},
+    )
+
+
 def expire(now_s: int) -> Statement:
     """Delete up to DELETE_PAGE passages whose own expiry has passed (the expiry index)."""
     where = (

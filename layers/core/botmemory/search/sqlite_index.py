@@ -436,6 +436,18 @@ class SqliteSearchIndex:
                 )
         return len(distinct)
 
+    def shorten_expiry(self, ids: Iterable[str], expires_at: int) -> int:
+        """These passages expire by `expires_at` where they would outlive it."""
+        distinct = list(dict.fromkeys(ids))
+        if distinct:
+            with self._transaction() as conn:
+                conn.executemany(
+                    "UPDATE passages SET expires_at = ?, passage = json_set(passage, "
+                    "'$.expires_at', ?) WHERE id = ? AND (expires_at IS NULL OR expires_at > ?)",
+                    [(expires_at, expires_at, i, expires_at) for i in distinct],
+                )
+        return len(distinct)
+
     def passages(self) -> Iterator[Passage]:
         """Every stored passage, expired or not, a page at a time so no lock is held
         while the caller works."""

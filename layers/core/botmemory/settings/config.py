@@ -83,6 +83,10 @@ class Settings(BaseModel):
     # A server the bot was removed from is purged this many days later, unless the bot comes
     # back first (botmemory.people.server_removal).
     server_purge_days: int = Field(default=30, ge=1, le=365)
+    # The relay asks for the privileged GUILD_MEMBERS intent (RELAY_GUILD_MEMBERS_INTENT, the
+    # same choice): member removals arrive, and a server's staff may have members who left
+    # erased there (botmemory.people.departures). Off: those events are ignored.
+    guild_members_intent: bool = False
     episode_retention_days: int = Field(default=90, ge=1)
     lock_lease_seconds: int = Field(default=900, ge=10)
     idle_flush_minutes: int = Field(default=30, ge=0)
@@ -339,6 +343,7 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_OBSERVATION_RETENTION_DAYS": "observation_retention_days",
     "MEMORY_PRIVACY_NOTICE": "privacy_notice",
     "MEMORY_SERVER_PURGE_DAYS": "server_purge_days",
+    "MEMORY_GUILD_MEMBERS_INTENT": "guild_members_intent",
     "MEMORY_EPISODE_RETENTION_DAYS": "episode_retention_days",
     "MEMORY_LOCK_LEASE_SECONDS": "lock_lease_seconds",
     "MEMORY_IDLE_FLUSH_MINUTES": "idle_flush_minutes",

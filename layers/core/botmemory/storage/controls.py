@@ -32,6 +32,11 @@ class GuildControls:
 
     off_channels: dict[str, int] = field(default_factory=dict)  # channel id -> since (ms)
     opt_in: bool = False
+    # What staff shortened: "facts" | "messages" | "episodes" -> days (botmemory.people.retention).
+    retention: dict[str, int] = field(default_factory=dict)
+    # Members who leave are erased from the server this many days later (0: never;
+    # botmemory.people.departures).
+    leavers_days: int = 0
 
 
 class ControlsStore(Table):
@@ -39,13 +44,19 @@ class ControlsStore(Table):
         """A server's controls: one Query of its few control items."""
         off: dict[str, int] = {}
         opt_in = False
+        retention: dict[str, int] = {}
+        leavers = 0
         for item in self._items_under(keys.guild_pk(guild_id), keys.CONTROL_PREFIX):
             sk = str(item["sk"])
             if sk.startswith(keys.CHANNEL_OFF_PREFIX):
                 off[sk.removeprefix(keys.CHANNEL_OFF_PREFIX)] = int(item.get("since_ms", 0))
             elif sk == keys.CONSENT_MODE_SK:
                 opt_in = item.get("mode") == "opt-in"
-        return GuildControls(off, opt_in)
+            elif sk == keys.RETENTION_SK and isinstance(item.get("days"), dict):
+                retention = {str(k): int(v) for k, v in item["days"].items()}
+            elif sk == keys.LEAVERS_SK:
+                leavers = int(item.get("days", 0))
+        return GuildControls(off, opt_in, retention, leavers)
 
     def set_channel_memory(
         self, guild_id: str, channel_id: str, *, off: bool, staff_id: str, now_ms: int

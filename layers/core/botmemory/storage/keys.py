@@ -96,6 +96,15 @@ PAUSE_PK = "PAUSE"
 # the PURGE partition sorted by when it is due, so the scheduled purge finds them by key.
 REMOVED_SK = "CTRL#REMOVED"
 PURGE_PK = "PURGE"
+# The servers the deployment knows (a GUILD_CREATE seen), by guild id: a guild missing from a
+# shard's READY is one the bot was removed from while the relay was down.
+SERVERS_PK = "SERVERS"
+# A member who left a server whose staff erase those who leave (GUILD_MEMBER_REMOVE, with the
+# GUILD_MEMBERS intent): a pointer sorted by when the grace period ends, naming the guild
+# and the member, so the scheduled erasure finds what is due by key; gone once handled.
+DEPARTED_PK = "LEFT"
+# A server's grace period for members who leave (`/memory-staff retention leavers`), days.
+LEAVERS_SK = "CTRL#LEAVERS"
 # When a member last started an export (`/memory export`: rate-limited), by keyed hash.
 EXPORT_PK = "EXPORT"
 # The relay's partition (relay/relay/store.py writes it; its keys are checked equal to these
@@ -109,6 +118,10 @@ LEDGER_PK = "LEDGER"
 # Under a guild's partition: the server's backfill run (botmemory.catchup.backfill), one item.
 BACKFILL_SK = "BACKFILL"
 LEDGER_PERSON_PREFIX = "P#"
+# A server whose staff shortened its retention: a pointer by guild id (when the background
+# job may start, its checkpoint), so the scheduled job finds them by key
+# (botmemory.people.retention_job).
+RETAIN_PK = "RETAIN"
 
 
 class ItemKind(StrEnum):
@@ -248,6 +261,16 @@ def purge_sk(purge_at_ms: int, guild_id: str) -> str:
 
 def guild_of_purge_sk(sk: str) -> str:
     return sk.partition("#")[2]
+
+
+def departed_sk(due_ms: int, guild_id: str, user_id: str) -> str:
+    return f"{due_ms:013d}#{guild_id}#{user_id}"
+
+
+def departure_of(sk: str) -> tuple[str, str]:
+    """(guild, member) a departure pointer names."""
+    _, guild_id, user_id = sk.split("#", 2)
+    return guild_id, user_id
 
 
 def channel_named_by(sk: str) -> str | None:

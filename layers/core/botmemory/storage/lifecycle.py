@@ -88,13 +88,85 @@ class ServerLifecycleStore(Table):
         )
 
     def finish_server_purge(self, guild_id: str, purge_at_ms: int) -> None:
-        """The server's purge is done: its marker (in its guild partition) and pointer go."""
+        """The server's purge is done: its marker (in its guild partition), its pointer and
+        its entry among the servers the deployment knows go."""
         self._delete_keys(
             [
                 key(keys.guild_pk(guild_id), keys.REMOVED_SK),
                 key(keys.PURGE_PK, keys.purge_sk(purge_at_ms, guild_id)),
+                key(keys.SERVERS_PK, guild_id),
             ]
         )
+
+    # Members who left a server that erases them ---------------------------------------------
+
+    def schedule_departure(self, guild_id: str, user_id: str, due_ms: int) -> None:
+        """A member left: checked, and erased from the server if gone, from `due_ms` on (the
+        pointer expires a week after, should nothing handle it)."""
+        values = {
+            "pk": keys.DEPARTED_PK,
+            "sk": keys.departed_sk(due_ms, guild_id, user_id),
+            "expires_at": due_ms // 1000 + 7 * 86_400,
+        }
+        self._client.put_item(TableName=self.table_name, Item=to_item(values))
+
+    def departures_due(self, now_ms: int, limit: int) -> list[tuple[str, dict[str, Any] | None]]:
+        """The departures due, earliest first: their pointer's sort key and the checkpoint
+        of an erasure under way."""
+        response = self._client.query(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND sk <= :now",
+            ExpressionAttributeValues={
+                ":pk": {"S": keys.DEPARTED_PK},
+                ":now": {"S": f"{now_ms:013d}#~"},
+            },
+            ConsistentRead=True,
+            Limit=limit,
+        )
+        due = []
+        for item in map(from_item, response["Items"]):
+            checkpoint = item.get("checkpoint")
+            due.append(
+                (str(item["sk"]), json.loads(checkpoint) if isinstance(checkpoint, str) else None)
+            )
+        return due
+
+    def keep_departure_checkpoint(self, sk: str, checkpoint: dict[str, Any]) -> None:
+        self._client.update_item(
+            TableName=self.table_name,
+            Key=key(keys.DEPARTED_PK, sk),
+            UpdateExpression="SET #checkpoint = :checkpoint",
+            ExpressionAttributeNames={"#checkpoint": "checkpoint"},
+            ExpressionAttributeValues={":checkpoint": {"S": json.dumps(checkpoint)}},
+        )
+
+    def drop_departure(self, sk: str) -> None:
+        self._client.delete_item(TableName=self.table_name, Key=key(keys.DEPARTED_PK, sk))
+
+    # The servers the deployment knows -------------------------------------------------------
+
+    def know_server(self, guild_id: str, now_ms: int) -> None:
+        """A GUILD_CREATE: the deployment knows this server (names nobody)."""
+        values = {"pk": keys.SERVERS_PK, "sk": guild_id, "seen_ms": now_ms}
+        self._client.put_item(TableName=self.table_name, Item=to_item(values))
+
+    def forget_known_server(self, guild_id: str) -> bool:
+        """A server purged by hand (ops.purge_server): no longer one the deployment knows;
+        True when it was one."""
+        response = self._client.delete_item(
+            TableName=self.table_name, Key=key(keys.SERVERS_PK, guild_id), ReturnValues="ALL_OLD"
+        )
+        return bool(response.get("Attributes"))
+
+    def known_servers(self) -> list[str]:
+        """Every server the deployment knows (one paged Query of keys)."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": keys.SERVERS_PK}},
+            "ProjectionExpression": "sk",
+        }
+        return [item["sk"]["S"] for item in self._query_all(request)]
 
     # Finding a server's partitions by key ---------------------------------------------------
 

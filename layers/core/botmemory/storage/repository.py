@@ -40,6 +40,7 @@ from botmemory.storage.observations import ObservationStore
 from botmemory.storage.people import PeopleRepository
 from botmemory.storage.personas import PersonaRepository
 from botmemory.storage.rate_counters import RateCounterStore
+from botmemory.storage.retention import RetentionStore
 from botmemory.storage.round_people import RoundPeopleStore
 from botmemory.storage.server_purge import ServerPurgeStore
 from botmemory.storage.short_term import ShortTermRepository
@@ -69,6 +70,7 @@ class MemoryRepository(
     ServerLifecycleStore,
     ZoneStore,
     LedgerStore,
+    RetentionStore,
 ):
     """The table, as every flow reaches it: the stores above, over one client and name."""
 

@@ -97,6 +97,15 @@ class ItemRef:
         return keys.channel_id_of(self.pk)
 
     @property
+    def server(self) -> str | None:
+        """The server (a guild id, or `dm`) of an item of a scope's or a member's partition
+        in a scope; None for a channel's item (its channel tells) and any other."""
+        if not self.pk.startswith(keys.SCOPE_PREFIX):
+            return None
+        scope = self.pk.removeprefix(keys.SCOPE_PREFIX).split("#", 1)[0]
+        return keys.server_scope_of(scope) or None
+
+    @property
     def item_id(self) -> str:
         """The short id at the end of a fact's or pin's key (what command answers quote)."""
         return self.sk.rsplit("#", 1)[-1]
