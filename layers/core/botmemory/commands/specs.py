@@ -49,6 +49,56 @@ from __future__ import annotations
 
 from typing import Any
 
+from botmemory.commands.server_specs import (
+    BACKFILL_CANCEL as BACKFILL_CANCEL,
+)
+from botmemory.commands.server_specs import (
+    BACKFILL_GROUP as BACKFILL_GROUP,
+)
+from botmemory.commands.server_specs import (
+    BACKFILL_START as BACKFILL_START,
+)
+from botmemory.commands.server_specs import (
+    BACKFILL_STATUS as BACKFILL_STATUS,
+)
+from botmemory.commands.server_specs import (
+    MAX_BACKFILL_DAYS as MAX_BACKFILL_DAYS,
+)
+from botmemory.commands.server_specs import (
+    MAX_LEAVERS_DAYS as MAX_LEAVERS_DAYS,
+)
+from botmemory.commands.server_specs import (
+    OPTION_CHANNEL as OPTION_CHANNEL,
+)
+from botmemory.commands.server_specs import (
+    OPTION_DAYS as OPTION_DAYS,
+)
+from botmemory.commands.server_specs import (
+    RETENTION_EPISODES as RETENTION_EPISODES,
+)
+from botmemory.commands.server_specs import (
+    RETENTION_FACTS as RETENTION_FACTS,
+)
+from botmemory.commands.server_specs import (
+    RETENTION_GROUP as RETENTION_GROUP,
+)
+from botmemory.commands.server_specs import (
+    RETENTION_KINDS as RETENTION_KINDS,
+)
+from botmemory.commands.server_specs import (
+    RETENTION_LEAVERS as RETENTION_LEAVERS,
+)
+from botmemory.commands.server_specs import (
+    RETENTION_MESSAGES as RETENTION_MESSAGES,
+)
+from botmemory.commands.server_specs import (
+    RETENTION_STATUS as RETENTION_STATUS,
+)
+from botmemory.commands.server_specs import (
+    backfill_group,
+    retention_group,
+)
+from botmemory.commands.spec_parts import subcommand as _subcommand
 from botmemory.discord.interactions import (
     ApplicationCommandType,
     ApplicationIntegrationType,
@@ -138,24 +188,10 @@ CHANNEL_STATUS = "status"
 CHANNEL_FORGET = "forget"
 CHANNEL_SUBCOMMANDS = (CHANNEL_OFF, CHANNEL_ON, CHANNEL_STATUS, CHANNEL_FORGET)
 # The backfill subcommand group of /memory-staff (botmemory.commands.backfill).
-BACKFILL_GROUP = "backfill"
-BACKFILL_START = "start"
-BACKFILL_STATUS = "status"
-BACKFILL_CANCEL = "cancel"
-OPTION_DAYS = "days"  # backfill start
-MAX_BACKFILL_DAYS = 30
 CONSENT = "consent"
 MODE_OPT_IN = "opt-in"
 MODE_OPT_OUT = "opt-out"
 # The server's retention (botmemory.commands.retention), within the deployment's maximums.
-RETENTION_GROUP = "retention"
-RETENTION_FACTS = "facts"
-RETENTION_MESSAGES = "messages"
-RETENTION_EPISODES = "episodes"
-RETENTION_STATUS = "status"
-RETENTION_LEAVERS = "leavers"  # members who left: erased after these days (0: never)
-MAX_LEAVERS_DAYS = 365
-RETENTION_KINDS = (RETENTION_FACTS, RETENTION_MESSAGES, RETENTION_EPISODES)
 
 # Option names, as they arrive in `data.options[0].options[*].name` (one level deeper in a
 # group).
@@ -169,11 +205,9 @@ OPTION_PROMPT = "prompt"  # persona set
 WHERE_GLOBAL = "global"
 WHERE_CHANNEL = "channel"
 OPTION_QUESTION = "question"  # ask
-OPTION_CHANNEL = "channel"  # channel * (this channel when left out)
 OPTION_MODE = "mode"  # consent
 OPTION_DURATION = "duration"  # pause
 OPTION_MINUTES = "minutes"  # forget-recent
-OPTION_DAYS = "days"  # retention *
 # A pause lasts at most this long (`/memory optout` is for longer), forget-recent reaches back
 # at most this far (a week; `/forgetme` erases everything).
 MAX_PAUSE_DAYS = 30
@@ -364,8 +398,8 @@ def _staff_command() -> dict[str, Any]:
             _persona_group(),
             _notes_group(),
             _channel_group(),
-            _backfill_group(),
-            _retention_group(),
+            backfill_group(),
+            retention_group(),
             _subcommand(
                 CONSENT,
                 "Record every member (opt-out) or only those who ran /memory optin here (opt-in)",
@@ -406,69 +440,6 @@ def _channel_group() -> dict[str, Any]:
                 "Erase everything kept from a channel (asks you to confirm first)",
                 [target],
             ),
-        ],
-    }
-
-
-def _backfill_group() -> dict[str, Any]:
-    """`/memory-staff backfill ...`: this server's past imported, by staff's choice."""
-    channel = {
-        "type": OptionType.CHANNEL,
-        "name": OPTION_CHANNEL,
-        "description": "One channel (every channel the bot knows here when left out)",
-        "required": False,
-    }
-    days = {
-        "type": OptionType.INTEGER,
-        "name": OPTION_DAYS,
-        "description": f"How many days back (1 to {MAX_BACKFILL_DAYS}; 7 when left out)",
-        "required": False,
-        "min_value": 1,
-        "max_value": MAX_BACKFILL_DAYS,
-    }
-    return {
-        "type": OptionType.SUB_COMMAND_GROUP,
-        "name": BACKFILL_GROUP,
-        "description": "Import what was said here before the bot joined (every memory rule applies)",
-        "options": [
-            _subcommand(BACKFILL_START, "Import the last days of messages", [channel, days]),
-            _subcommand(BACKFILL_STATUS, "How far the import is, and what it costs"),
-            _subcommand(BACKFILL_CANCEL, "Stop the import under way"),
-        ],
-    }
-
-
-def _retention_group() -> dict[str, Any]:
-    """`/memory-staff retention ...`: how long this server keeps each kind of memory."""
-    days = {
-        "type": OptionType.INTEGER,
-        "name": OPTION_DAYS,
-        "description": "Days (at most the deployment's; the deployment's restores it)",
-        "required": True,
-        "min_value": 1,
-        "max_value": 3650,
-    }
-    what = {
-        RETENTION_FACTS: "How long facts about members are kept here",
-        RETENTION_MESSAGES: "How long recorded messages are kept here",
-        RETENTION_EPISODES: "How long channel summaries are kept here",
-    }
-    leavers = {
-        **days,
-        "description": f"Days after a member leaves (0 to {MAX_LEAVERS_DAYS}; 0: never)",
-        "min_value": 0,
-        "max_value": MAX_LEAVERS_DAYS,
-    }
-    return {
-        "type": OptionType.SUB_COMMAND_GROUP,
-        "name": RETENTION_GROUP,
-        "description": "How long this server keeps memory (within the deployment's maximums)",
-        "options": [_subcommand(kind, what[kind], [days]) for kind in RETENTION_KINDS]
-        + [
-            _subcommand(
-                RETENTION_LEAVERS, "Erase what was kept of members who leave, days later", [leavers]
-            ),
-            _subcommand(RETENTION_STATUS, "This server's retention and the deployment's"),
         ],
     }
 
@@ -603,15 +574,6 @@ def _ask_command() -> dict[str, Any]:
             _string(OPTION_QUESTION, "Your question", max_length=MAX_QUESTION_LENGTH),
         ],
     }
-
-
-def _subcommand(
-    name: str, description: str, options: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    sub: dict[str, Any] = {"type": OptionType.SUB_COMMAND, "name": name, "description": description}
-    if options:
-        sub["options"] = options
-    return sub
 
 
 def _string(
