@@ -25,7 +25,7 @@ class SearchRules:
 
     # keywords.query_terms: the question's framing words ("kind", "many") left out.
     question_frame: bool = True
-    # sqlite_index / keyword_shards: the second keyword pass widened by feedback words.
+    # sqlite_index / postgres_index: the second keyword pass widened by feedback words.
     feedback_pass: bool = True
     # recall: the query's dates as time spans (SearchQuery.during): the dated pass.
     dated_pass: bool = True
