@@ -14,6 +14,7 @@ from botmemory.ingest.observe import ObservationRecorder
 from botmemory.memory.notes import DmNotes, OpsSource
 from botmemory.memory.personas import PersonaDirectory, deployment_source
 from botmemory.people.optout import OptOuts
+from botmemory.people.retention import RetentionReader
 from botmemory.recall.recaller import Recaller
 from botmemory.recall.search_leg import SearchLeg
 from botmemory.records import Persona
@@ -81,6 +82,7 @@ def build_services(
         search_index=search_index,
         index_follower=IndexFollower(search_index) if search_index else None,
         personas=personas,
+        retention=RetentionReader(repository, settings, clock),
     )
 
 

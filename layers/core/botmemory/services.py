@@ -11,6 +11,7 @@ from botmemory.consolidation.consolidator import Consolidator
 from botmemory.ingest.observe import ObservationRecorder
 from botmemory.memory.personas import PersonaDirectory
 from botmemory.people.optout import OptOuts
+from botmemory.people.retention import RetentionReader
 from botmemory.recall.recaller import Recaller
 from botmemory.search.index_sync import IndexFollower
 from botmemory.search.port import SearchIndex
@@ -30,3 +31,6 @@ class MemoryServices:
     search_index: SearchIndex | None
     index_follower: IndexFollower | None
     personas: PersonaDirectory
+    # Servers' retention (cached a minute): what a command or the chat model writes by hand
+    # expires by it, as consolidation's writes do.
+    retention: RetentionReader

@@ -181,3 +181,24 @@ def test_the_job_stops_short_of_time_and_goes_on_from_its_checkpoint(
         for at, e in expiries([i], keys.ItemKind.OBSERVATION)
     ]
     assert mine and all(e <= (at + DAY_MS) // 1000 for at, e in mine)
+
+
+def test_a_fact_written_by_hand_expires_by_the_servers_retention(controls: Controls) -> None:  # noqa: F811
+    """Not only consolidation: a member's `/memory remember` (and a persona's teaching, a chat
+    model's correction: the same rule, RetentionReader.days_of) expires by the server's."""
+    d = controls.d
+    controls.text("memory-staff", ["retention", "facts"], {"days": 5}, staff=True)
+    d.later(minutes=1)
+
+    answer = controls.text("memory", ["remember"], {"text": "I collect stamps"})
+
+    assert "Remembered" in answer, answer
+    now = d.clock.now_ms()
+    manual = [e for a, e in expiries(controls.items(), keys.ItemKind.FACT) if a >= now - 60_000]
+    assert manual and all(expires <= (now + 5 * DAY_MS) // 1000 for expires in manual)
+    history = [
+        int(i["expires_at"]["N"])
+        for i in controls.items()
+        if keys.kind_of(i["sk"]["S"]) == keys.ItemKind.HISTORY and "expires_at" in i
+    ]
+    assert history and all(expires <= (now + 5 * DAY_MS) // 1000 for expires in history)

@@ -35,6 +35,7 @@ from botmemory.memory.behaviour import behaviour_request
 from botmemory.memory.hot_tier import protected
 from botmemory.memory.personas import may_change
 from botmemory.memory.visibility import Where
+from botmemory.people.retention import Kept
 from botmemory.recall.block import SECTION_HEADINGS
 from botmemory.records import (
     Fact,
@@ -178,7 +179,7 @@ def apply_update_memory(
         return Refusal(fact_id=fact_id, reason="its subject opted out: only a deletion is allowed")
 
     now = services.clock.now_ms()
-    retention = settings.fact_retention_days
+    retention = services.retention.days_of(stored.scope, Kept.FACTS)
     expires = epoch_seconds(now + retention * DAY_MS)
     corrected: Fact | None = None
     tombstone: Forgotten | None = None

@@ -25,6 +25,7 @@ from botmemory.memory import fact_history
 from botmemory.memory.behaviour import behaviour_request
 from botmemory.people.erasure import ErasureReport
 from botmemory.people.names import names_pattern
+from botmemory.people.retention import Kept
 from botmemory.records import Fact, FactSource, FactStatus, HistoryActor, Persona
 from botmemory.storage import keys
 from botmemory.text import clip, content_hash, normalized, scrub, short_id
@@ -188,6 +189,7 @@ class MemberCommands:
 
         now = self._services.clock.now_ms()
         repository = self._services.repository
+        days = self._services.retention.days_of(invocation.scope, Kept.FACTS)
         fact_id = short_id(content_hash(invocation.scope, invocation.user_id, normalized(text)))
         previous = repository.fact(invocation.scope, invocation.user_id, fact_id)
         fact = Fact(
@@ -199,14 +201,14 @@ class MemberCommands:
             source=FactSource.MANUAL,
             created_ms=now,
             updated_ms=now,
-            expires_at=epoch_seconds(now + self._services.settings.fact_retention_days * DAY_MS),
+            expires_at=epoch_seconds(now + days * DAY_MS),
         ).model_copy(update=self._context.learned_here(invocation, previous).fields())
         entry = fact_history.written(
             previous,
             fact,
             actor=HistoryActor.MEMBER,
             at_ms=now,
-            retention_days=self._services.settings.fact_retention_days,
+            retention_days=days,
             actor_id=invocation.user_id,
         )
         repository.put_fact(fact, entry)

@@ -28,6 +28,7 @@ from botmemory.memory.personas import (
     check_prompt,
     new_lineage,
 )
+from botmemory.people.retention import Kept
 from botmemory.records import Fact, FactKind, FactSource, HistoryActor, MemoryScope, Persona
 from botmemory.storage import keys
 from botmemory.storage.personas import PersonaConflict, PersonaPurge
@@ -244,7 +245,7 @@ class PersonaCommands:
         )
         repository = self._services.repository
         now = self._services.clock.now_ms()
-        retention = self._services.settings.fact_retention_days
+        retention = self._services.retention.days_of(invocation.scope, Kept.FACTS)
         scope = keys.persona_scope(invocation.scope, persona.lineage_id)
         fact_id = short_id(content_hash(scope, keys.PERSONA_SUBJECT, normalized(text)))
         previous = repository.fact(scope, keys.PERSONA_SUBJECT, fact_id)

@@ -190,6 +190,10 @@ class RetentionReader:
             self._cached[guild_id] = (retention, now)
         return retention
 
+    def days_of(self, scope: str, kind: Kept) -> int:
+        """Days something of `kind` written in `scope` (a persona's: its server's) is kept."""
+        return self.of(keys.server_scope_of(scope)).days(kind)
+
     def forget(self, guild_id: str) -> None:
         with self._lock:
             self._cached.pop(guild_id, None)
