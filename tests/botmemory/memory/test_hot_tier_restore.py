@@ -115,7 +115,13 @@ def test_a_forget_landing_after_the_read_beats_the_demotion(
     forgotten = seed(services, gw.ALICE, "Alice fact never recalled", updated_days_ago=9)
     second = seed(services, gw.ALICE, "Alice fact also never recalled", updated_days_ago=5)
     seed(services, gw.ALICE, "Alice fact recalled", hits=3, last_hit_days_ago=1)
-    tier = HotTier(services.repository, services.settings, clock, services.opt_outs.hash_of)
+    tier = HotTier(
+        services.repository,
+        services.settings,
+        clock,
+        services.opt_outs.hash_of,
+        services.retention,
+    )
     read = services.repository.all_facts(gw.GUILD, gw.ALICE)  # what the round read
 
     assert "Forgotten" in run(services, "memory", "forget", {"what": forgotten.fact_id})
@@ -135,7 +141,13 @@ def test_a_person_being_erased_is_not_retiered(dynamodb: Any, clock: ManualClock
     services.repository.mark_erasing(
         services.opt_outs.hash_of(gw.ALICE), now, epoch_seconds(now + DAY_MS)
     )
-    tier = HotTier(services.repository, services.settings, clock, services.opt_outs.hash_of)
+    tier = HotTier(
+        services.repository,
+        services.settings,
+        clock,
+        services.opt_outs.hash_of,
+        services.retention,
+    )
 
     report = tier.tend(services.repository.all_facts(gw.GUILD, gw.ALICE))
 

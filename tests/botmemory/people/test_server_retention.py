@@ -183,9 +183,12 @@ def test_the_job_stops_short_of_time_and_goes_on_from_its_checkpoint(
     assert mine and all(e <= (at + DAY_MS) // 1000 for at, e in mine)
 
 
-def test_a_fact_written_by_hand_expires_by_the_servers_retention(controls: Controls) -> None:  # noqa: F811
+def test_a_fact_written_or_forgotten_by_hand_expires_by_the_servers_retention(
+    controls: Controls,  # noqa: F811
+) -> None:
     """Not only consolidation: a member's `/memory remember` (and a persona's teaching, a chat
-    model's correction: the same rule, RetentionReader.days_of) expires by the server's."""
+    model's correction: the same rule, RetentionReader.days_of) expires by the server's, and
+    so does the history entry `/memory forget` (or staff's forget-fact) leaves."""
     d = controls.d
     controls.text("memory-staff", ["retention", "facts"], {"days": 5}, staff=True)
     d.later(minutes=1)
@@ -202,3 +205,16 @@ def test_a_fact_written_by_hand_expires_by_the_servers_retention(controls: Contr
         if keys.kind_of(i["sk"]["S"]) == keys.ItemKind.HISTORY and "expires_at" in i
     ]
     assert history and all(expires <= (now + 5 * DAY_MS) // 1000 for expires in history)
+
+    d.later(minutes=1)
+    forgotten = controls.text("memory", ["forget"], {"what": "stamps"})
+
+    assert "Forgotten" in forgotten, forgotten
+    now = d.clock.now_ms()
+    deleted = [
+        int(i["expires_at"]["N"])
+        for i in controls.items()
+        if keys.kind_of(i["sk"]["S"]) == keys.ItemKind.HISTORY
+        and i.get("change", {}).get("S") == "deleted"
+    ]
+    assert deleted and all(expires <= (now + 5 * DAY_MS) // 1000 for expires in deleted)

@@ -23,6 +23,7 @@ from botmemory.memory.personas import MAX_PERSONAS_PER_SERVER
 from botmemory.memory.visibility import Where, learned_where
 from botmemory.people.erasure import Eraser
 from botmemory.people.names import NameIndex, name_candidates
+from botmemory.people.retention import Kept
 from botmemory.recall.block import SECTION_HEADINGS
 from botmemory.records import Fact, Forgotten, HistoryActor, Persona
 from botmemory.services import MemoryServices
@@ -115,13 +116,19 @@ class CommandContext:
         """Forget facts: each deleted with its history entry and its forget tombstone, in
         one write per few facts. The tombstone keeps a consolidation round from bringing
         one back from words said before now (one thinking meanwhile included: its commit is
-        conditioned on it); it lasts as long as those words can (observation retention)."""
+        conditioned on it); it lasts as long as those words can: the deployment's observation
+        retention, which no recorded words outlive (a server's may have been longer when they
+        were said). The history entries hold the texts: kept as long as the server keeps
+        facts."""
         now = self.services.clock.now_ms()
         settings = self.services.settings
-        retention = settings.fact_retention_days
         entries = [
             fact_history.deleted(
-                f, actor=actor, at_ms=now, retention_days=retention, actor_id=actor_id
+                f,
+                actor=actor,
+                at_ms=now,
+                retention_days=self.services.retention.days_of(f.scope, Kept.FACTS),
+                actor_id=actor_id,
             )
             for f in facts
         ]

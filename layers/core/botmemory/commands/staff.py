@@ -117,7 +117,11 @@ class StaffCommands:
     def _hot_tier(self) -> HotTier:
         services = self._services
         return HotTier(
-            services.repository, services.settings, services.clock, services.opt_outs.hash_of
+            services.repository,
+            services.settings,
+            services.clock,
+            services.opt_outs.hash_of,
+            services.retention,
         )
 
     def history(self, invocation: Invocation) -> dict[str, Any]:

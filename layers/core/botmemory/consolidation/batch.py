@@ -22,6 +22,7 @@ from botmemory.memory import fact_history
 from botmemory.memory.personas import PersonaDirectory
 from botmemory.people.names import NameIndex, NameLookup, nobody_named
 from botmemory.people.optout import OptOuts
+from botmemory.people.retention import Kept, RetentionReader
 from botmemory.records import (
     Candidate,
     Fact,
@@ -260,6 +261,7 @@ class BatchReader:
         clock: Clock,
         opt_outs: OptOuts,
         personas: PersonaDirectory | None,
+        retention: RetentionReader,
     ) -> None:
         self._repository = repository
         self._settings = settings
@@ -267,6 +269,7 @@ class BatchReader:
         self._opt_outs = opt_outs
         # Which persona a channel answers as (botmemory.memory.personas); None: no personas.
         self._personas = personas
+        self._retention = retention  # a retired fact's history entry: its server's
 
     def read(self, lock: Lock, waiting: list[Candidate], *, grow: bool = False) -> Batch | None:
         """The oldest pending observations that are still pending, trimmed to one
@@ -452,7 +455,7 @@ class BatchReader:
                         fact,
                         actor=HistoryActor.CONSOLIDATION,
                         at_ms=self._clock.now_ms(),
-                        retention_days=self._settings.fact_retention_days,
+                        retention_days=self._retention.days_of(fact.scope, Kept.FACTS),
                     )
                 self._repository.retire_evidence(fact, kept, gone)
                 retired += not kept

@@ -108,7 +108,7 @@ class Consolidator:
         self._model = model
         self._clock = clock
         self._opt_outs = opt_outs
-        self._hot_tier = HotTier(repository, settings, clock, opt_outs.hash_of)
+        self._hot_tier = HotTier(repository, settings, clock, opt_outs.hash_of, self._retention)
         self._retry = RetryPolicy(
             max_attempts=settings.batch_max_attempts,
             backoff_ms=settings.retry_backoff_minutes * MINUTE_MS,
@@ -117,14 +117,16 @@ class Consolidator:
         # The round's collaborators: the batch read, the judgement, the commit plan. The
         # personas say which persona a channel answers as (botmemory.memory.personas); None:
         # no personas.
-        self._reader = BatchReader(repository, settings, clock, opt_outs, personas)
+        self._reader = BatchReader(repository, settings, clock, opt_outs, personas, self._retention)
         self._judge = Judge(repository, settings, clock, opt_outs, personas)
         self._planner = CommitPlanner(
             repository, settings, clock, opt_outs, self._retry, indexing=index_writer is not None
         )
         self._time_left: TimeLeft = _unbounded  # the running trigger's, while it runs
         self._people = PeopleWriter(repository, clock, opt_outs)
-        self._failures = FailedRounds(repository, settings, clock, self._retry, self._planner)
+        self._failures = FailedRounds(
+            repository, settings, clock, self._retry, self._planner, self._retention
+        )
 
     # Entry points -------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from botmemory.consolidation.batch import Batch
 from botmemory.consolidation.model.contract import ModelUnavailable
 from botmemory.consolidation.outcome import Outcome, Status
 from botmemory.consolidation.plan import CommitPlanner
+from botmemory.people.retention import Kept, RetentionReader
 from botmemory.records import Attempts, Quarantine
 from botmemory.settings.config import Settings
 from botmemory.storage.commit import ConsolidationCommit, Lock
@@ -35,12 +36,14 @@ class FailedRounds:
         clock: Clock,
         retry: RetryPolicy,
         planner: CommitPlanner,
+        retention: RetentionReader,
     ) -> None:
         self._repository = repository
         self._settings = settings
         self._clock = clock
         self._retry = retry
         self._planner = planner
+        self._retention = retention  # a quarantine names messages: kept as long as they are
         self._answer_recorded_ms = -MINUTE_MS  # when this process last recorded the model's health
 
     @property
@@ -127,7 +130,9 @@ class FailedRounds:
             error=attempts.error,
             attempts=attempts.failures,
             quarantined_ms=now,
-            expires_at=epoch_seconds(now + self._settings.observation_retention_days * DAY_MS),
+            expires_at=epoch_seconds(
+                now + self._retention.days_of(batch.scope, Kept.MESSAGES) * DAY_MS
+            ),
         )
         quarantined = ConsolidationCommit(
             lock=lock,

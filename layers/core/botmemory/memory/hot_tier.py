@@ -35,6 +35,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from botmemory.clock import Clock
 from botmemory.memory import fact_history
+from botmemory.people.retention import Kept, RetentionReader
 from botmemory.records import (
     Fact,
     FactChange,
@@ -156,11 +157,13 @@ class HotTier:
         settings: Settings,
         clock: Clock,
         hash_of: Callable[[str], str],
+        retention: RetentionReader,
     ) -> None:
         self._repository = repository
-        self._settings = settings
         self._clock = clock
         self._hash_of = hash_of  # the person hash erasure markers are kept under
+        # History entries hold the facts' texts: kept as long as the server keeps facts.
+        self._retention = retention
         self._limits = TierLimits.of(settings)
 
     def tend(self, facts: Sequence[Fact], fresh: frozenset[str] = frozenset()) -> TierReport:
@@ -171,7 +174,8 @@ class HotTier:
         if not chosen.demote and not chosen.evict:
             return TierReport()
         now = self._clock.now_ms()
-        retention = self._settings.fact_retention_days
+        first = (chosen.demote or chosen.evict)[0]  # one person's facts, in one scope
+        retention = self._retention.days_of(first.scope, Kept.FACTS)
         demotions = [
             (
                 fact,
@@ -195,7 +199,7 @@ class HotTier:
             )
             for fact in chosen.evict
         ]
-        person = (chosen.demote or chosen.evict)[0].user_id
+        person = first.user_id
         demoted, evicted = self._repository.retier_facts(
             demotions, evictions, person_hash=self._hash_of(person), now_ms=now
         )
@@ -219,7 +223,7 @@ class HotTier:
             FactChange.RESTORED,
             actor=HistoryActor.STAFF,
             at_ms=now,
-            retention_days=self._settings.fact_retention_days,
+            retention_days=self._retention.days_of(fact.scope, Kept.FACTS),
             new=fact.text,
             actor_id=actor_id,
         )
