@@ -54,7 +54,7 @@ from email.policy import default
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import count
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pytest
 
@@ -73,6 +73,7 @@ _FOLLOWUP = re.compile(r"^/webhooks/(\d+)/([^/]+)$")
 _CHANNEL_MESSAGES = re.compile(r"^/channels/(\d+)/messages$")
 _TYPING = re.compile(r"^/channels/(\d+)/typing$")
 _DM_CHANNELS = "/users/@me/channels"
+_MY_GUILDS = "/users/@me/guilds"
 _MEMBER = re.compile(r"^/guilds/(\d+)/members/(\d+)$")
 _NAME = re.compile(r"^[-_\w]{1,32}$")
 # The bucket hash the channel messages route answers with (any opaque string, as Discord's).
@@ -302,11 +303,13 @@ class FakeDiscordRest:
             return 200, message, {}
         if request.path == _DM_CHANNELS and request.method == "POST":
             return self._open_dm(request)
-        if (member := _MEMBER.match(request.path)) and request.method == "GET":
-            return self._member(request, member.group(1), member.group(2))
         return self._channel(request)
 
     def _channel(self, request: RecordedRequest) -> tuple[int, Any, dict[str, str]]:
+        if (member := _MEMBER.match(request.path)) and request.method == "GET":
+            return self._member(request, member.group(1), member.group(2))
+        if request.path == _MY_GUILDS and request.method == "GET":
+            return self._my_guilds(request)
         if match := _CHANNEL_MESSAGES.match(request.path) or _TYPING.match(request.path):
             return self._channel_post(request, match.group(1))
         return 404, {"message": "404: Not Found", "code": 0}, {}
@@ -321,6 +324,15 @@ class FakeDiscordRest:
         if user_id not in self.members[guild_id]:
             return 404, {"message": "Unknown Member", "code": 10007}, {}
         return 200, {"user": {"id": user_id}, "roles": [], "joined_at": "2026-01-01T00:00:00"}, {}
+
+    def _my_guilds(self, request: RecordedRequest) -> tuple[int, Any, dict[str, str]]:
+        """The guilds the bot is in (those `members` names), by id above `after`."""
+        if request.authorization != f"Bot {self.bot_token}":
+            return 401, {"message": "401: Unauthorized", "code": 0}, {}
+        asked = dict(parse_qsl(request.query))
+        after, limit = int(asked.get("after", "0")), min(int(asked.get("limit", "200")), 200)
+        ids = sorted(int(g) for g in self.members if int(g) > after)[:limit]
+        return 200, [{"id": str(g), "name": f"guild {g}"} for g in ids], {}
 
     def _open_dm(self, request: RecordedRequest) -> tuple[int, Any, dict[str, str]]:
         recipient = (request.body or {}).get("recipient_id")

@@ -123,6 +123,29 @@ class ServerPurgeStore(Table):
             purge.deleted.update(keys.kind_of(item["sk"]["S"]).value for item in doomed)
         return purge
 
+    def servers_with_items(self) -> set[str]:
+        """Every server (guild id) the table holds items of: its visibility partition, its
+        scope or its members' partitions, or a channel item saying its scope; the index
+        purge's marker alone is nothing kept (one paginated Scan of keys and `scope`, as
+        above; botmemory.ops.census)."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "ProjectionExpression": "pk, sk, #scope",
+            "ExpressionAttributeNames": {"#scope": "scope"},
+        }
+        found: set[str] = set()
+        for item in self._scan_all(request):
+            pk, sk = item["pk"]["S"], item["sk"]["S"]
+            if _kept(pk, sk):
+                continue
+            if pk.startswith(keys.GUILD_PREFIX):
+                found.add(pk.removeprefix(keys.GUILD_PREFIX))
+            elif pk.startswith(keys.SCOPE_PREFIX):
+                found.add(keys.server_scope_of(pk.removeprefix(keys.SCOPE_PREFIX).split("#")[0]))
+            elif keys.channel_id_of(pk) and "scope" in item:
+                found.add(keys.server_scope_of(item["scope"]["S"]))
+        return {guild for guild in found if guild.isdigit()}  # not `dm`
+
     def _scan_all(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
         while True:
             response = self._client.scan(**request)
