@@ -22,6 +22,7 @@ from botmemory.records import (
     MemoryScope,
     scope_of,
 )
+from botmemory.services import MemoryServices
 from botmemory.storage import keys
 from localrun import gateway as gw
 from scripts.make_events import command
@@ -105,6 +106,17 @@ def test_staff_restore_a_demoted_fact_as_just_recalled_and_a_member_cannot(
     assert status_of(services, other) == FactStatus.DEMOTED
 
 
+def tier_of(services: MemoryServices) -> HotTier:
+    """The hot tier as the consolidator builds it."""
+    return HotTier(
+        services.repository,
+        services.settings,
+        services.clock,
+        services.opt_outs.hash_of,
+        services.retention,
+    )
+
+
 # Races ------------------------------------------------------------------------------------
 
 
@@ -115,13 +127,7 @@ def test_a_forget_landing_after_the_read_beats_the_demotion(
     forgotten = seed(services, gw.ALICE, "Alice fact never recalled", updated_days_ago=9)
     second = seed(services, gw.ALICE, "Alice fact also never recalled", updated_days_ago=5)
     seed(services, gw.ALICE, "Alice fact recalled", hits=3, last_hit_days_ago=1)
-    tier = HotTier(
-        services.repository,
-        services.settings,
-        clock,
-        services.opt_outs.hash_of,
-        services.retention,
-    )
+    tier = tier_of(services)
     read = services.repository.all_facts(gw.GUILD, gw.ALICE)  # what the round read
 
     assert "Forgotten" in run(services, "memory", "forget", {"what": forgotten.fact_id})
@@ -141,13 +147,7 @@ def test_a_person_being_erased_is_not_retiered(dynamodb: Any, clock: ManualClock
     services.repository.mark_erasing(
         services.opt_outs.hash_of(gw.ALICE), now, epoch_seconds(now + DAY_MS)
     )
-    tier = HotTier(
-        services.repository,
-        services.settings,
-        clock,
-        services.opt_outs.hash_of,
-        services.retention,
-    )
+    tier = tier_of(services)
 
     report = tier.tend(services.repository.all_facts(gw.GUILD, gw.ALICE))
 
