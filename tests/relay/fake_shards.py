@@ -101,6 +101,7 @@ class FakeShardedGateway:
         self.current: dict[int, FakeSession] = {}  # each shard's newest session
         self.identifies: list[tuple[float, int, bool]] = []  # (time, shard, accepted)
         self.resumes: list[tuple[int, bool]] = []  # (shard, accepted)
+        self.resumed_from: list[tuple[int, int]] = []  # (shard, seq) of each accepted RESUME
         self.closes: list[int | None] = []  # close codes clients sent
         self.emitted: dict[int, list[str]] = {}  # message ids, per shard
         self._bucket_free: dict[int, float] = {}
@@ -218,6 +219,7 @@ class FakeShardedGateway:
         self.resumes.append((session.shard, True))
         session.link = link
         seq = data.get("seq") or 0
+        self.resumed_from.append((session.shard, seq))
         for frame in session.events[seq:]:
             link.to_client.put_nowait(frame)
         link.to_client.put_nowait(

@@ -1,8 +1,10 @@
-"""Resume across processes: 8 shards over 2 tasks against a fake gateway on 127.0.0.1, one
-task stopped (the SIGTERM path: sockets closed with a resumable code, the forwarder
-settled, sessions saved, leases released) and one killed (nothing saved at the end: its
-leases expire), each replaced. Every replacement RESUMEs; no event is lost, no new
-IDENTIFY is sent, and no socket is ever closed with 1000 or 1001."""
+"""Resume across tasks, in this process: 8 shards over 2 tasks against a fake gateway on
+127.0.0.1, one task stopped (the SIGTERM path: sockets closed with a resumable code, the
+forwarder settled, sessions saved, leases released) and one killed (nothing saved at the
+end: its leases expire), each replaced. Every replacement RESUMEs; no event is lost, no new
+IDENTIFY is sent, and no socket is ever closed with 1000 or 1001. The tasks here are fleets
+on one event loop and the table's clock is moved past a lease (`make bench` runs this one);
+test_handover_processes.py runs the same with `python -m relay` processes and real signals."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from relay.store import PARTITION, Store, shard_sk
 from relay.websocket import AiohttpConnector
 from tests.relay.fake_shards import TABLE, FakeShardedGateway, serve_aiohttp
 from tests.relay.helpers import RecordingSink, make_forwarder
+from tests.relay.processes import GatewayThread
 
 SHARDS = 8
 LEASE_SECONDS = 30.0
@@ -218,17 +221,7 @@ def test_the_relay_process_path_holds_every_shard_and_hands_over_on_sigterm(
     then sessions saved and leases released in the table for the next task."""
 
     fake = FakeShardedGateway(shard_count=3, max_concurrency=3, clock=time.time)
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(serve_aiohttp(fake))
-        ready.set()
-        loop.run_forever()
-
-    threading.Thread(target=serve, daemon=True).start()
-    assert ready.wait(5)
+    gateway = GatewayThread(fake)
 
     def terminate_when_ready() -> None:
         deadline = time.monotonic() + 10
@@ -241,7 +234,7 @@ def test_the_relay_process_path_holds_every_shard_and_hands_over_on_sigterm(
             "INGEST_URL": "http://127.0.0.1:9/ingest",
             "RELAY_TABLE_NAME": TABLE,
             "RELAY_SPOOL_DIR": str(tmp_path),
-            "DISCORD_API_BASE": fake.url.replace("ws://", "http://") + "/api/v10",
+            "DISCORD_API_BASE": gateway.api_base,
             "RELAY_SAVE_SECONDS": "0.1",
             "RELAY_POLL_SECONDS": "0.1",
         }
@@ -251,7 +244,7 @@ def test_the_relay_process_path_holds_every_shard_and_hands_over_on_sigterm(
     threading.Thread(target=terminate_when_ready, daemon=True).start()
     with mock.patch("relay.runner.dynamodb_client", return_value=Serialized(dynamodb)):
         assert run_gateway(config, forwarder, "the-token") == 0
-    loop.call_soon_threadsafe(loop.stop)
+    gateway.stop()
 
     assert fake.rest == ["Bot the-token"]
     assert sorted(shard for _, shard, ok in fake.identifies if ok) == [0, 1, 2]
