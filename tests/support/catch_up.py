@@ -40,8 +40,15 @@ QUEUE = "CatchUpQueue"  # CATCHUP_QUEUE_URL as the template resolves locally
 
 
 class Stack:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, discord: FakeDiscordRest) -> None:
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        discord: FakeDiscordRest,
+        environment: dict[str, dict[str, str]] | None = None,
+    ) -> None:
         env = sample_env()
+        for function, variables in (environment or {}).items():
+            env.setdefault(function, {}).update(variables)
         env[CATCH_UP] = {
             **env.get(CATCH_UP, {}),
             "DISCORD_API_BASE": discord.url,
@@ -76,9 +83,11 @@ class Stack:
     def bucket_clock(self) -> float:
         return time.monotonic() - self._started + self.seconds
 
-    def staff(self, sub: str, options: dict[str, Any] | None = None) -> str:
-        """`/memory-staff backfill <sub>` from a member with Manage Server, signed as
-        Discord signs it, through InteractionsFunction; the ephemeral reply's text."""
+    def staff(
+        self, sub: str, options: dict[str, Any] | None = None, *, permissions: str = "32"
+    ) -> str:
+        """`/memory-staff backfill <sub>` from a member with Manage Server (`permissions`),
+        signed as Discord signs it, through InteractionsFunction; the ephemeral reply's text."""
         given = [
             {
                 "name": name,
@@ -96,7 +105,7 @@ class Stack:
             "version": 1,
             "guild_id": gw.GUILD,
             "channel_id": GENERAL,
-            "member": {"user": gw.user(STAFF_MEMBER), "roles": [], "permissions": "32"},
+            "member": {"user": gw.user(STAFF_MEMBER), "roles": [], "permissions": permissions},
             "type": InteractionType.APPLICATION_COMMAND,
             "data": {
                 "id": "1400000000000000001",
