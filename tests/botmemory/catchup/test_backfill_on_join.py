@@ -20,6 +20,7 @@ from botmemory.runtime import build_services
 from botmemory.settings.config import Settings
 from botmemory.storage.catchup import CatchUpStore
 from localrun import gateway as gw
+from tests.botmemory.search.test_search_on_the_handlers import metrics_emitted
 from tests.conftest import TABLE
 from tests.support.catch_up import QUEUE, Stack, observations, of_kind
 from tests.support.deployment import guild_create
@@ -76,13 +77,17 @@ def held(dynamodb: Any) -> dict[str, set[str]]:
 
 
 def test_the_bot_joining_with_the_deployments_default_on_imports_that_many_days(
-    monkeypatch: pytest.MonkeyPatch, dynamodb: Any, fake_discord: FakeDiscordRest
+    monkeypatch: pytest.MonkeyPatch,
+    dynamodb: Any,
+    fake_discord: FakeDiscordRest,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     stack = Stack(monkeypatch, fake_discord, environment=ON)
     said = history(stack)
 
     answer = guild_created(stack, joined_at=now_ms() - 2_000)
     assert answer["rejected"] == [] and answer["ignored"] == []
+    assert metrics_emitted(capsys.readouterr().out).get("BackfillsStartedOnJoin") == 1
     assert len(stack.queued) == len(CHANNELS)  # every channel it knows, the private one too
     run = CatchUpStore(dynamodb, TABLE).backfill_run(gw.GUILD)
     assert run is not None and run.days == 7 and run.started_by == "on join"
@@ -99,7 +104,10 @@ def test_the_bot_joining_with_the_deployments_default_on_imports_that_many_days(
 
 
 def test_a_reconnects_guild_create_starts_nothing(
-    monkeypatch: pytest.MonkeyPatch, dynamodb: Any, fake_discord: FakeDiscordRest
+    monkeypatch: pytest.MonkeyPatch,
+    dynamodb: Any,
+    fake_discord: FakeDiscordRest,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     stack = Stack(monkeypatch, fake_discord, environment=ON)
     history(stack)
@@ -109,10 +117,12 @@ def test_a_reconnects_guild_create_starts_nothing(
     first = CatchUpStore(dynamodb, TABLE).backfill_run(gw.GUILD)
     assert first is not None and first.status == "done"
 
+    capsys.readouterr()
     # Every connection replays it; a redelivered batch is the same event again.
     for _ in range(2):
         assert guild_created(stack, joined_at=joined)["ignored"] == []
     assert stack.queued == []
+    assert "BackfillsStartedOnJoin" not in metrics_emitted(capsys.readouterr().out)
     assert CatchUpStore(dynamodb, TABLE).backfill_run(gw.GUILD) == first
 
 
