@@ -30,6 +30,7 @@ CHANNELS = [f"20000000000000030{i}" for i in range(1, 4)]
 PRIVATE = CHANNELS[2]
 INGEST = "IngestFunction"
 ON = {INGEST: {"MEMORY_BACKFILL_ON_JOIN_DAYS": "7"}}
+MISSING = object()
 ON_JOIN_CHOICES = "Only members with the Manage Server permission"
 
 
@@ -223,18 +224,28 @@ def test_only_staff_choose_on_join_and_only_within_bounds(
 
 @pytest.mark.parametrize(
     "joined_at",
-    [None, "not a time", 1_767_225_600, "9999-12-31T00:00:00+00:00", "x" * 100],
+    [MISSING, None, "not a time", 1_767_225_600, "9999-12-31T00:00:00+00:00", "x" * 100],
 )
 def test_a_guild_create_without_a_valid_joined_at_is_no_join_and_still_applies(
-    monkeypatch: pytest.MonkeyPatch, dynamodb: Any, fake_discord: FakeDiscordRest, joined_at: Any
+    monkeypatch: pytest.MonkeyPatch,
+    dynamodb: Any,
+    fake_discord: FakeDiscordRest,
+    capsys: pytest.CaptureFixture[str],
+    joined_at: Any,
 ) -> None:
     stack = Stack(monkeypatch, fake_discord, environment=ON)
     event = guild_create(CHANNELS[:2], [PRIVATE])
-    if joined_at is not None:
+    if joined_at is not MISSING:
         event["d"]["joined_at"] = joined_at
     answer = stack.local.invoke(INGEST, {"events": [event]})
     assert answer["rejected"] == []
-    assert [s["reason"] for s in answer["ignored"]] == [on_join.NO_JOINED_AT]
+    # Counted: a malformed one as the event's skip reason; a missing one (a relay from
+    # before it forwarded it) by its own metric.
+    metrics = metrics_emitted(capsys.readouterr().out)
+    if joined_at is MISSING:
+        assert answer["ignored"] == [] and metrics["GuildCreatesWithoutJoinedAt"] == 1
+    else:
+        assert [s["reason"] for s in answer["ignored"]] == [on_join.NO_JOINED_AT]
     assert stack.queued == []
     memory = build_services(Settings(table_name=TABLE, memory_model="rules"), dynamodb=dynamodb)
     # The rest of the event applied: its channels known, the server known.

@@ -13,7 +13,9 @@ sent only in GUILD_CREATE; the relay forwards it) is later than the one recorded
 server's known-servers entry (botmemory.storage.lifecycle). An entry without one (a server
 known from before this was recorded, or none at all) is joined only when `joined_at` is
 recent (JOIN_RECENT_MS): an upgrade never reads the past of every server the bot was already
-in. A `joined_at` missing, malformed or in the future is no join; the rest of the event
+in. A `joined_at` malformed or in the future is no join, and the event is counted as
+skipped for it (IngestResult.ignored); one missing (a relay from before it forwarded it) is no
+join either, counted apart (a metric), since Discord always sends it. The rest of the event
 applies all the same.
 
 A join starts one run over every channel the table knows of the server, as staff's `start`
@@ -93,7 +95,8 @@ def describe_on_join(own: int | None, settings: Settings) -> str:
 @dataclass(frozen=True)
 class Joined:
     record_ms: int | None  # the `joined_at` the known-servers entry keeps
-    skip: str | None = None  # why the event said nothing of a join
+    skip: str | None = None  # why the event's `joined_at` was not read
+    missing: bool = False  # it had none
     started: bool = False  # a backfill started
 
 
@@ -105,10 +108,16 @@ class JoinBackfills:
         self._settings = settings
         self._clock = clock
 
-    def guild_created(self, guild_id: str, payload: dict[str, Any]) -> Joined:
+    def guild_created(
+        self, guild_id: str, payload: dict[str, Any], *, available: bool = True
+    ) -> Joined:
         """Call after the event's channels are recorded: a run reads those."""
         now = self._clock.now_ms()
         recorded = self._repository.server_joined_at(guild_id)
+        if not available:
+            return Joined(recorded)
+        if "joined_at" not in payload:
+            return Joined(recorded, missing=True)
         joined = joined_at_ms(payload, now)
         if joined is None:
             return Joined(recorded, skip=NO_JOINED_AT)

@@ -190,6 +190,7 @@ class IngestResult(BaseModel):
     duplicates: int = 0
     # Backfills the bot's joining a server started (botmemory.catchup.on_join): a metric.
     backfills: int = Field(default=0, exclude=True)
+    joined_at_missing: int = Field(default=0, exclude=True)  # GUILD_CREATEs without it
     ignored: list[Skip] = []
     rejected: list[Skip] = []
     # Events seen before (a relay resending a batch): nothing about them happens again.
@@ -341,12 +342,16 @@ class ObservationRecorder:
                 return
             change = self._channels.apply(label, _payload_of(event))
             if label == GUILD_CREATE and isinstance(event["d"].get("id"), str):
-                # After its channels are recorded: a join's backfill reads them.
-                joined = self._joins.guild_created(event["d"]["id"], event["d"])
+                # After its channels are recorded: a join's backfill reads them. An
+                # unavailable guild (an outage) is no join.
+                joined = self._joins.guild_created(
+                    event["d"]["id"], event["d"], available=not change.ignored
+                )
                 guild_back(
                     self._repository, event["d"]["id"], self._clock.now_ms(), joined.record_ms
                 )
                 result.backfills += joined.started
+                result.joined_at_missing += joined.missing
                 if joined.skip:
                     result.ignored.append(Skip(index=index, event=label, reason=joined.skip))
         except (ValueError, TypeError) as why:
