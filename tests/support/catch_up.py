@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,9 +142,15 @@ class Stack:
 
     def catch_up(self) -> None:
         """The schedule, then every task the queue holds, each after its delay (SQS's)."""
+        with self.recording():
+            self._catch_up()
+
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        """Every AWS call made meanwhile goes to `calls`."""
         self._running = True
         try:
-            self._catch_up()
+            yield
         finally:
             self._running = False
 

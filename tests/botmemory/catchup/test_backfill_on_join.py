@@ -18,13 +18,16 @@ from botmemory.clock import DAY_MS
 from botmemory.records import ObservationKind
 from botmemory.runtime import build_services
 from botmemory.settings.config import Settings
+from botmemory.storage import keys
 from botmemory.storage.catchup import CatchUpStore
 from localrun import gateway as gw
 from tests.botmemory.search.test_search_on_the_handlers import metrics_emitted
 from tests.conftest import TABLE
+from tests.stack.test_iam import function_statements, listed
 from tests.support.catch_up import QUEUE, Stack, observations, of_kind
 from tests.support.deployment import guild_create
 from tests.support.fake_discord import FakeDiscordRest
+from tests.support.sam_tools import translated_template
 
 CHANNELS = [f"20000000000000030{i}" for i in range(1, 4)]
 PRIVATE = CHANNELS[2]
@@ -86,8 +89,24 @@ def test_the_bot_joining_with_the_deployments_default_on_imports_that_many_days(
     stack = Stack(monkeypatch, fake_discord, environment=ON)
     said = history(stack)
 
-    answer = guild_created(stack, joined_at=now_ms() - 2_000)
+    with stack.recording():
+        answer = guild_created(stack, joined_at=now_ms() - 2_000)
     assert answer["rejected"] == [] and answer["ignored"] == []
+    # Within IngestFunction's role: the table's rights it had, GetItem of SERVERS (when the
+    # bot joined) besides guild partitions; the tasks go to the in-process queue here (the
+    # role's sqs:SendMessage on CatchUpQueue: tests/stack/test_iam.py).
+    statements = function_statements(translated_template(), INGEST)
+    assert {action for action, _ in stack.calls} <= {
+        a for s in statements for a in listed(s["Action"])
+    }
+    read = {pk for action, pk in stack.calls if action == "dynamodb:GetItem"}
+    assert keys.SERVERS_PK in read and read <= {keys.SERVERS_PK, keys.guild_pk(gw.GUILD)}
+    assert any(
+        listed(s["Action"]) == ["dynamodb:GetItem"]
+        and s["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"] == ["SERVERS"]
+        for s in statements
+        if "Condition" in s and "ForAllValues:StringEquals" in s["Condition"]
+    )
     assert metrics_emitted(capsys.readouterr().out).get("BackfillsStartedOnJoin") == 1
     assert len(stack.queued) == len(CHANNELS)  # every channel it knows, the private one too
     run = CatchUpStore(dynamodb, TABLE).backfill_run(gw.GUILD)

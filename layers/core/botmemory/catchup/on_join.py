@@ -22,7 +22,10 @@ A join starts one run over every channel the table knows of the server, as staff
 without a channel does (botmemory.catchup.backfill, the one owner), recorded as started on
 join, shown by `status`, cancelled by `cancel`. A second GUILD_CREATE of the same join (a
 redelivered batch, a part of a split one) is no join; two at once meet the rule of one run
-a server at a time.
+a server at a time. So a server whose GUILD_CREATE the relay splits (too large for one
+batch) has its run cover the channels recorded when the first part to arrive was read.
+The joined_at is recorded after the run started: an invoke that failed in between is
+retried as a join again (a run whose tasks could not be sent ended `failed`).
 """
 
 from __future__ import annotations
