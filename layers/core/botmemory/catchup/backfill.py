@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 from botmemory.catchup.tasks import CatchUpTask, TaskQueue
 from botmemory.clock import DAY_MS
-from botmemory.settings.config import MAX_BACKFILL_DAYS as MAX_DAYS
+from botmemory.settings.config import MAX_BACKFILL_DAYS
 from botmemory.snowflake import snowflake_at
 from botmemory.storage.backfill import RUNNING, BackfillRun
 from botmemory.storage.catchup import CatchUpStore
 
+MAX_DAYS = MAX_BACKFILL_DAYS  # its owner is the settings, read at cold start
 DEFAULT_DAYS = 7
 RUN_CAP = 20_000  # messages a run
 # Model calls a live server spends per 1,000 messages (make bench, tables 7 and 9c: 25.2):
