@@ -291,3 +291,31 @@ def test_a_join_whose_tasks_could_not_be_sent_starts_again_when_redelivered(
     register_local_catchup_queue(QUEUE, lambda body, delay: stack.queued.append((body, delay)))
     guild_created(stack, joined_at=joined)
     assert len(stack.queued) == len(CHANNELS)
+
+
+def test_an_older_joined_at_never_moves_the_record_back(
+    monkeypatch: pytest.MonkeyPatch, dynamodb: Any, fake_discord: FakeDiscordRest
+) -> None:
+    stack = Stack(monkeypatch, fake_discord, environment=ON)
+    history(stack)
+    joined = now_ms() - 2_000
+    guild_created(stack, joined_at=joined)
+    stack.drain()
+    # A late or forged GUILD_CREATE saying an older join, then the next reconnect's replay.
+    guild_created(stack, joined_at=joined - 10 * DAY_MS)
+    guild_created(stack, joined_at=joined)
+    assert stack.queued == []
+
+
+def test_an_unavailable_guild_is_no_join(
+    monkeypatch: pytest.MonkeyPatch, dynamodb: Any, fake_discord: FakeDiscordRest
+) -> None:
+    stack = Stack(monkeypatch, fake_discord, environment=ON)
+    history(stack)
+    guild_created(stack, joined_at=now_ms() - 30 * DAY_MS)  # known, its channels too
+    event = {"t": "GUILD_CREATE", "d": {"id": gw.GUILD, "unavailable": True}}
+    event["d"]["joined_at"] = gw.iso(now_ms() - 2_000)
+    answer = stack.local.invoke(INGEST, {"events": [event]})
+    assert [s["reason"] for s in answer["ignored"]] == ["guild unavailable (outage)"]
+    assert stack.queued == []
+    assert CatchUpStore(dynamodb, TABLE).backfill_run(gw.GUILD) is None
