@@ -46,6 +46,16 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     answers = answer_requests_from_environment().after_ingest(events, result)
     if answers:
         metrics.add_metric(name="AnswersRequested", unit=MetricUnit.Count, value=answers)
+    if result.backfills:  # the bot joined a server whose history is imported on join
+        metrics.add_metric(
+            name="BackfillsStartedOnJoin", unit=MetricUnit.Count, value=result.backfills
+        )
+    if result.joined_at_missing:  # a relay from before it forwarded `joined_at`
+        metrics.add_metric(
+            name="GuildCreatesWithoutJoinedAt",
+            unit=MetricUnit.Count,
+            value=result.joined_at_missing,
+        )
     metrics.add_metric(name="ObservationsStored", unit=MetricUnit.Count, value=result.stored)
     metrics.add_metric(name="ObservationDuplicates", unit=MetricUnit.Count, value=result.duplicates)
     metrics.add_metric(name="EventsIgnored", unit=MetricUnit.Count, value=len(result.ignored))

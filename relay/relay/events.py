@@ -108,6 +108,9 @@ def _thread(thread: Any) -> Any:
 
 def _guild_create(payload: dict[str, Any]) -> dict[str, Any]:
     slim = _guild(payload)
+    # When the bot joined the guild (only GUILD_CREATE has it): ingest tells a join from a
+    # reconnect's replay by it (botmemory.catchup.on_join).
+    slim.update(_only(payload, ("joined_at",)))
     for field, trim in (("channels", _channel), ("threads", _thread)):
         values = _listed(payload, field, trim)
         if values is not None:

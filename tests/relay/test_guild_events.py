@@ -54,6 +54,15 @@ def test_role_thread_and_guild_update_events_keep_only_what_ingest_reads(tmp_pat
     }
 
 
+def test_a_guild_create_keeps_when_the_bot_joined_and_an_update_has_none(tmp_path: Path) -> None:
+    # Ingest tells the bot's joining a server from a reconnect's replay by it
+    # (botmemory.catchup.on_join).
+    sent = [e["d"] for e in forwarded(tmp_path, ge.guild(), ge.guild_update()).events]
+    assert sent[0]["joined_at"] == gw.iso(ge.T0)
+    assert "joined_at" not in sent[1]
+    assert "joined_at" not in trimmed("GUILD_UPDATE", {"id": "1", "joined_at": gw.iso(ge.T0)})
+
+
 def test_every_guild_event_has_its_own_trimming() -> None:
     noise = {"name": "n", "members": [1], "presences": [1], "topic": "t"}
     for name in GUILD_EVENTS:
@@ -95,6 +104,7 @@ def test_a_250000_member_guild_is_sent_without_members_split_under_the_async_lim
     assert not any("members" in part or "presences" in part for part in parts)
     # Every part carries the guild, its owner and its roles; the lists are shared out whole.
     assert all(part["id"] == gw.GUILD and part["owner_id"] == gw.CAROL for part in parts)
+    assert all(part["joined_at"] == event["d"]["joined_at"] for part in parts)
     assert all(len(part["roles"]) == 2 for part in parts)
     channel_ids = [c["id"] for part in parts for c in part.get("channels", [])]
     thread_ids = [t["id"] for part in parts for t in part.get("threads", [])]

@@ -441,3 +441,23 @@ def test_the_functions_are_given_the_cluster_and_secret_they_may_use(
     assert secret == {"Fn::If": ["KeywordOff", "", CLUSTER_SECRET]}
     for function in FUNCTIONS:
         assert _environment(translated, function)["MEMORY_KEYWORD_INDEX"] == spec, function
+
+
+def test_only_staff_commands_and_the_bot_joining_send_to_the_catch_up_queue(
+    translated: dict[str, Any],
+) -> None:
+    """CatchUpQueue's tasks, besides CatchUpFunction's own next pages (its role of its own):
+    staff's `/memory-staff backfill start` (InteractionsFunction) and the bot joining a server
+    where chosen (IngestFunction, botmemory.catchup.on_join); SendMessage alone, on that queue
+    alone."""
+    queue = {"Fn::GetAtt": ["CatchUpQueue", "Arn"]}
+    senders = set()
+    for function in FUNCTIONS:
+        for statement in function_statements(translated, function):
+            if queue in listed(statement["Resource"]) and "sqs:SendMessage" in listed(
+                statement["Action"]
+            ):
+                assert listed(statement["Resource"]) == [queue], statement
+                assert listed(statement["Action"]) == ["sqs:SendMessage"], statement
+                senders.add(function)
+    assert senders == {"InteractionsFunction", "IngestFunction"}

@@ -379,9 +379,13 @@ def test_ingest_writes_observations_and_reads_only_the_opt_out_list(day: CallLog
         pk = params["ExpressionAttributeValues"][":pk"]["S"]
         assert pk in (OPT_OUT_PK, PAUSE_PK, SERVERS_PK) or pk.startswith(GUILD_PREFIX)
     # Channel visibility reads and deletes only guild partitions (as the role's condition);
-    # a server's purge pointer is deleted when the bot comes back (its own statement).
+    # a server's purge pointer is deleted when the bot comes back (its own statement), and
+    # when the bot joined a known server is read by key (botmemory.catchup.on_join).
     for action, params in day.calls["IngestFunction"]:
-        if action in {"dynamodb:GetItem", "dynamodb:UpdateItem"}:
+        if action == "dynamodb:GetItem":
+            pk = params["Key"]["pk"]["S"]
+            assert pk.startswith(GUILD_PREFIX) or pk == SERVERS_PK
+        if action == "dynamodb:UpdateItem":
             assert params["Key"]["pk"]["S"].startswith(GUILD_PREFIX)
         if action == "dynamodb:DeleteItem":
             pk = params["Key"]["pk"]["S"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from botmemory.settings.config import ENVIRONMENT, Settings
+from botmemory.settings.config import ENVIRONMENT, MAX_BACKFILL_DAYS, Settings
 from botmemory.storage import schema
 from tests.support.sam_tools import (
     assert_lint_clean,
@@ -53,6 +53,7 @@ OTHER_ENVIRONMENT = {
 }
 # Template parameter -> Settings field whose default it must repeat.
 PARAMETER_DEFAULTS = {
+    "BackfillOnJoinDays": "backfill_on_join_days",
     "ConsolidateEvery": "consolidate_every",
     "EpisodesPerChannel": "episodes_per_channel",
     "FactRetentionDays": "fact_retention_days",
@@ -329,6 +330,14 @@ def test_environment_names_are_known_settings(
 def test_parameter_defaults_match_settings(template: dict[str, Any], parameter: str) -> None:
     field = PARAMETER_DEFAULTS[parameter]
     assert int(template["Parameters"][parameter]["Default"]) == Settings.model_fields[field].default
+
+
+def test_backfill_on_join_is_off_by_default_and_bounded_as_a_backfill(
+    template: dict[str, Any],
+) -> None:
+    parameter = template["Parameters"]["BackfillOnJoinDays"]
+    assert (parameter["Default"], parameter["MinValue"]) == (0, 0)
+    assert parameter["MaxValue"] == MAX_BACKFILL_DAYS
 
 
 def test_the_layer_ships_the_projects_runtime_dependencies() -> None:

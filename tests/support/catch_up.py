@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +42,15 @@ QUEUE = "CatchUpQueue"  # CATCHUP_QUEUE_URL as the template resolves locally
 
 
 class Stack:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, discord: FakeDiscordRest) -> None:
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        discord: FakeDiscordRest,
+        environment: dict[str, dict[str, str]] | None = None,
+    ) -> None:
         env = sample_env()
+        for function, variables in (environment or {}).items():
+            env.setdefault(function, {}).update(variables)
         env[CATCH_UP] = {
             **env.get(CATCH_UP, {}),
             "DISCORD_API_BASE": discord.url,
@@ -76,9 +85,11 @@ class Stack:
     def bucket_clock(self) -> float:
         return time.monotonic() - self._started + self.seconds
 
-    def staff(self, sub: str, options: dict[str, Any] | None = None) -> str:
-        """`/memory-staff backfill <sub>` from a member with Manage Server, signed as
-        Discord signs it, through InteractionsFunction; the ephemeral reply's text."""
+    def staff(
+        self, sub: str, options: dict[str, Any] | None = None, *, permissions: str = "32"
+    ) -> str:
+        """`/memory-staff backfill <sub>` from a member with Manage Server (`permissions`),
+        signed as Discord signs it, through InteractionsFunction; the ephemeral reply's text."""
         given = [
             {
                 "name": name,
@@ -96,7 +107,7 @@ class Stack:
             "version": 1,
             "guild_id": gw.GUILD,
             "channel_id": GENERAL,
-            "member": {"user": gw.user(STAFF_MEMBER), "roles": [], "permissions": "32"},
+            "member": {"user": gw.user(STAFF_MEMBER), "roles": [], "permissions": permissions},
             "type": InteractionType.APPLICATION_COMMAND,
             "data": {
                 "id": "1400000000000000001",
@@ -131,9 +142,15 @@ class Stack:
 
     def catch_up(self) -> None:
         """The schedule, then every task the queue holds, each after its delay (SQS's)."""
+        with self.recording():
+            self._catch_up()
+
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        """Every AWS call made meanwhile goes to `calls`."""
         self._running = True
         try:
-            self._catch_up()
+            yield
         finally:
             self._running = False
 

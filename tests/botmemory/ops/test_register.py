@@ -222,12 +222,15 @@ def test_member_and_staff_layout() -> None:
     ]
     assert list(staff_groups) == ["persona", "notes", "channel", "backfill", "retention"]
     backfill = by_name(staff_groups["backfill"]["options"])
-    assert list(backfill) == ["start", "status", "cancel"]
+    assert list(backfill) == ["start", "status", "cancel", "on-join"]
     assert options(backfill["start"]) == [
         ("channel", 7, False, None, False, []),
         ("days", 4, False, None, False, []),
     ]
     assert [(o["min_value"], o["max_value"]) for o in backfill["start"]["options"][1:]] == [(1, 30)]
+    # 0: never; the deployment's default has the same bound (MEMORY_BACKFILL_ON_JOIN_DAYS).
+    assert options(backfill["on-join"]) == [("days", 4, True, None, False, [])]
+    assert [(o["min_value"], o["max_value"]) for o in backfill["on-join"]["options"]] == [(0, 30)]
     persona_subs = by_name(staff_groups["persona"]["options"])
     assert list(persona_subs) == list(specs.PERSONA_SUBCOMMANDS)
     assert list(persona_subs) == ["set", "list", "remove", "purge", "teach"]

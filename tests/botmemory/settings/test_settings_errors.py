@@ -39,6 +39,7 @@ BAD: dict[str, str] = {
     "MEMORY_OBSERVATION_RETENTION_DAYS": "1.5",
     "MEMORY_PRIVACY_NOTICE": "sometimes",
     "MEMORY_SERVER_PURGE_DAYS": "0",
+    "MEMORY_BACKFILL_ON_JOIN_DAYS": "31",  # beyond a backfill's most days
     "MEMORY_GUILD_MEMBERS_INTENT": "maybe",
     "MEMORY_EPISODE_RETENTION_DAYS": "ninety",
     "MEMORY_LOCK_LEASE_SECONDS": "5",

@@ -17,16 +17,21 @@ from dataclasses import dataclass
 
 from botmemory.catchup.tasks import CatchUpTask, TaskQueue
 from botmemory.clock import DAY_MS
+from botmemory.settings.config import MAX_BACKFILL_DAYS
 from botmemory.snowflake import snowflake_at
 from botmemory.storage.backfill import RUNNING, BackfillRun
 from botmemory.storage.catchup import CatchUpStore
 
-MAX_DAYS = 30
+MAX_DAYS = MAX_BACKFILL_DAYS  # its owner is the settings, read at cold start
 DEFAULT_DAYS = 7
 RUN_CAP = 20_000  # messages a run
 # Model calls a live server spends per 1,000 messages (make bench, tables 7 and 9c: 25.2):
 # what a backfill is expected to cost, since it is consolidated as live messages are.
 MODEL_CALLS_PER_1000 = 25.2
+# Who started a run (kept on it, shown by `status`): staff's command, or the bot joining the
+# server (botmemory.catchup.on_join).
+STAFF = "staff"
+ON_JOIN = "on join"
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,15 @@ class Backfiller:
         self._store = store
         self._queue = queue
 
-    def start(self, guild_id: str, channel_id: str | None, days: int, now_ms: int) -> Started:
+    def start(
+        self,
+        guild_id: str,
+        channel_id: str | None,
+        days: int,
+        now_ms: int,
+        started_by: str = STAFF,
+    ) -> Started:
+        """A run over one channel, or every channel the table knows of the server (None)."""
         days = min(max(days, 1), MAX_DAYS)
         channels = [channel_id] if channel_id else self._store.guild_channel_ids(guild_id)
         run = BackfillRun(
@@ -51,6 +64,7 @@ class Backfiller:
             cap=RUN_CAP,
             channels=len(channels),
             status=RUNNING,
+            started_by=started_by,
         )
         if not self._store.start_backfill(run):
             under_way = self._store.backfill_run(guild_id)
@@ -58,18 +72,24 @@ class Backfiller:
         if not channels:
             self._store.end_backfill(guild_id, now_ms, "done")
         first = snowflake_at(run.from_ms)
-        self._queue.send(
-            CatchUpTask(
-                kind="backfill",
-                run=now_ms,
-                guild_id=guild_id,
-                channel_id=channel,
-                after=first,
-                from_ms=run.from_ms,
-                to_ms=now_ms,
+        try:
+            self._queue.send(
+                CatchUpTask(
+                    kind="backfill",
+                    run=now_ms,
+                    guild_id=guild_id,
+                    channel_id=channel,
+                    after=first,
+                    from_ms=run.from_ms,
+                    to_ms=now_ms,
+                )
+                for channel in channels
             )
-            for channel in channels
-        )
+        except Exception:
+            # Not left running with no task to end it: a retry (the join's redelivered
+            # event, staff's next start) starts it again.
+            self._store.end_backfill(guild_id, now_ms, "failed")
+            raise
         return Started(run, started=True)
 
     def status(self, guild_id: str) -> BackfillRun | None:
@@ -92,8 +112,9 @@ def model_calls(messages: int) -> int:
 def describe(run: BackfillRun) -> str:
     """Progress as staff read it: channels, messages, pages, model calls so far and
     expected."""
+    by = " (started when the bot joined this server)" if run.started_by == ON_JOIN else ""
     return (
-        f"Backfill of the last {run.days} days: {run.status}. "
+        f"Backfill of the last {run.days} days{by}: {run.status}. "
         f"Channels: {run.channels_done} of {run.channels} read"
         + (f" ({run.skipped} the bot cannot read, skipped)" if run.skipped else "")
         + f". Messages imported: {run.messages:,} (at most {run.cap:,} a run), "

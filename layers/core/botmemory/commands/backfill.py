@@ -1,6 +1,8 @@
 """The backfill commands (`/memory-staff backfill start [channel] [days]`, `status`,
-`cancel`): a server's past imported by staff's choice (botmemory.catchup.backfill), read by
-CatchUpFunction page by page; here it is only started, shown and cancelled."""
+`cancel`, `on-join days`): a server's past imported by staff's choice
+(botmemory.catchup.backfill), read by CatchUpFunction page by page; here it is only started,
+shown and cancelled, and what the bot's joining the server again imports is chosen
+(botmemory.catchup.on_join)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import logging
 from typing import Any
 
 from botmemory.catchup.backfill import DEFAULT_DAYS, MAX_DAYS, Backfiller, describe
+from botmemory.catchup.on_join import describe_on_join
 from botmemory.catchup.tasks import TaskQueue
 from botmemory.commands import specs as spec
 from botmemory.commands.context import CommandContext
@@ -66,10 +69,33 @@ class BackfillCommands:
         )
 
     def status(self, invocation: Invocation) -> dict[str, Any]:
-        run = self._backfiller().status(self._guild(invocation))
+        guild = self._guild(invocation)
+        run = self._backfiller().status(guild)
+        own = self._services.repository.guild_controls(guild).backfill_on_join_days
+        on_join = describe_on_join(own, self._services.settings)
         if run is None:
-            return ephemeral_reply("No backfill has run in this server.")
-        return ephemeral_reply(describe(run))
+            return ephemeral_reply(f"No backfill has run in this server. {on_join}")
+        return ephemeral_reply(f"{describe(run)} {on_join}")
+
+    def on_join(self, invocation: Invocation) -> dict[str, Any]:
+        """The days the bot's joining this server again imports (0: never). Staff run it
+        with the bot here, so it is for a removal and a return within the purge's grace
+        period (which keeps this choice with the server's other items)."""
+        guild = self._guild(invocation)
+        days = invocation.options.get(spec.OPTION_DAYS)
+        if not isinstance(days, int) or isinstance(days, bool) or not 0 <= days <= MAX_DAYS:
+            raise CommandError(f"Days go from 0 (never) to {MAX_DAYS}.")
+        now = self._services.clock.now_ms()
+        self._services.repository.set_backfill_on_join(
+            guild, days, staff_id=invocation.user_id, now_ms=now
+        )
+        log.info("backfill on join set", extra={"days": days})
+        return ephemeral_reply(
+            describe_on_join(days, self._services.settings)
+            + " This matters if the bot is removed and added back within "
+            f"{self._services.settings.server_purge_days} days (after that, what it kept of "
+            "this server, this choice included, is purged); nothing is read now."
+        )
 
     def cancel(self, invocation: Invocation) -> dict[str, Any]:
         run = self._backfiller().cancel(self._guild(invocation))

@@ -64,6 +64,7 @@ from botmemory.commands.personas import (
     PersonaCommands,
 )
 from botmemory.commands.retention import RetentionCommands
+from botmemory.commands.server_specs import BACKFILL_ON_JOIN
 from botmemory.commands.staff import StaffCommands
 from botmemory.commands.zone import ZoneCommands
 from botmemory.discord.interactions import InteractionResponseType, InteractionType
@@ -251,6 +252,7 @@ class Commands:
             (*backfill, spec.BACKFILL_START): self._backfill.start,
             (*backfill, spec.BACKFILL_STATUS): self._backfill.status,
             (*backfill, spec.BACKFILL_CANCEL): self._backfill.cancel,
+            (*backfill, BACKFILL_ON_JOIN): self._backfill.on_join,
         }
 
     def _export(self, invocation: Invocation) -> dict[str, Any]:

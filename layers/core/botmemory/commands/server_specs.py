@@ -9,6 +9,7 @@ from typing import Any
 
 from botmemory.commands.spec_parts import subcommand
 from botmemory.discord.interactions import OptionType
+from botmemory.settings.config import MAX_BACKFILL_DAYS as MAX_BACKFILL_DAYS
 
 OPTION_CHANNEL = "channel"  # channel *, backfill start (this channel when left out)
 OPTION_DAYS = "days"  # backfill start, retention *
@@ -17,7 +18,8 @@ BACKFILL_GROUP = "backfill"
 BACKFILL_START = "start"
 BACKFILL_STATUS = "status"
 BACKFILL_CANCEL = "cancel"
-MAX_BACKFILL_DAYS = 30
+# Days imported when the bot joins this server again (0: never; botmemory.catchup.on_join).
+BACKFILL_ON_JOIN = "on-join"
 
 RETENTION_GROUP = "retention"
 RETENTION_FACTS = "facts"
@@ -45,6 +47,12 @@ def backfill_group() -> dict[str, Any]:
         "min_value": 1,
         "max_value": MAX_BACKFILL_DAYS,
     }
+    on_join = {
+        **days,
+        "description": f"Days read when the bot is added here again (0 to {MAX_BACKFILL_DAYS}; 0: never)",
+        "required": True,
+        "min_value": 0,
+    }
     return {
         "type": OptionType.SUB_COMMAND_GROUP,
         "name": BACKFILL_GROUP,
@@ -53,6 +61,11 @@ def backfill_group() -> dict[str, Any]:
             subcommand(BACKFILL_START, "Import the last days of messages", [channel, days]),
             subcommand(BACKFILL_STATUS, "How far the import is, and what it costs"),
             subcommand(BACKFILL_CANCEL, "Stop the import under way"),
+            subcommand(
+                BACKFILL_ON_JOIN,
+                "Days of history to import if the bot is removed and added back here",
+                [on_join],
+            ),
         ],
     }
 

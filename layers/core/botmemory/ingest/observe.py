@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from botmemory.catchup.on_join import JoinBackfills
 from botmemory.clock import DAY_MS, Clock, epoch_seconds
 from botmemory.ingest.channels import GUILD_CREATE, GUILD_DELETE, GUILD_EVENTS, ChannelVisibility
 from botmemory.ingest.lifecycle import LIFECYCLE_EVENTS, LifecycleEvents
@@ -187,6 +188,9 @@ class IngestResult(BaseModel):
     # Visibility and staff items written or deleted (guild events, botmemory.ingest.channels).
     channels: int = 0
     duplicates: int = 0
+    # Backfills the bot's joining a server started (botmemory.catchup.on_join): a metric.
+    backfills: int = Field(default=0, exclude=True)
+    joined_at_missing: int = Field(default=0, exclude=True)  # GUILD_CREATEs without it
     ignored: list[Skip] = []
     rejected: list[Skip] = []
     # Events seen before (a relay resending a batch): nothing about them happens again.
@@ -244,6 +248,7 @@ class ObservationRecorder:
         # asks it too, for its short-term line.
         self.gate = RecordingGate(repository, clock, lambda person: self._opt_outs.hash_of(person))
         self._lifecycle_events = LifecycleEvents(repository, settings, clock, self.gate)
+        self._joins = JoinBackfills(repository, settings, clock)
         self._parsers: dict[str, Callable[[dict[str, Any]], Observation]] = {
             "MESSAGE_CREATE": self._message_create,
             "MESSAGE_UPDATE": self._message_update,
@@ -337,7 +342,18 @@ class ObservationRecorder:
                 return
             change = self._channels.apply(label, _payload_of(event))
             if label == GUILD_CREATE and isinstance(event["d"].get("id"), str):
-                guild_back(self._repository, event["d"]["id"], self._clock.now_ms())
+                # After its channels are recorded: a join's backfill reads them. An
+                # unavailable guild (an outage) is no join.
+                joined = self._joins.guild_created(
+                    event["d"]["id"], event["d"], available=not change.ignored
+                )
+                guild_back(
+                    self._repository, event["d"]["id"], self._clock.now_ms(), joined.record_ms
+                )
+                result.backfills += joined.started
+                result.joined_at_missing += joined.missing
+                if joined.skip:
+                    result.ignored.append(Skip(index=index, event=label, reason=joined.skip))
         except (ValueError, TypeError) as why:
             _reject(result, index, label, why)
             return

@@ -86,10 +86,12 @@ def _on_shard(guild_id: str, shard: tuple[int, int] | None) -> bool:
     return (int(guild_id) >> 22) % shard_count == shard_id
 
 
-def guild_back(repository: MemoryRepository, guild_id: str, now_ms: int) -> bool:
-    """What a GUILD_CREATE does: the server known, a scheduled purge cancelled; True when
-    there was one."""
-    repository.know_server(guild_id, now_ms)
+def guild_back(
+    repository: MemoryRepository, guild_id: str, now_ms: int, joined_at_ms: int | None = None
+) -> bool:
+    """What a GUILD_CREATE does: the server known (with when the bot joined it, when known:
+    botmemory.catchup.on_join), a scheduled purge cancelled; True when there was one."""
+    repository.know_server(guild_id, now_ms, joined_at_ms)
     cancelled = repository.cancel_server_purge(guild_id)
     if cancelled:
         log.info("server back: purge cancelled", extra={"guild_id": guild_id})

@@ -43,6 +43,9 @@ _SECRET_ID = re.compile(r"^[A-Za-z0-9/_+=.@:-]{1,2048}$")
 _HTTP_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
 _SNOWFLAKE = re.compile(r"^[0-9]{1,21}$")
 # Settings whose values never appear in an error message.
+# The most days a backfill reads back (botmemory.catchup.backfill, its staff command, and the
+# deployment's default on join); here, since settings are read at cold start without it.
+MAX_BACKFILL_DAYS = 30
 _HIDDEN_FIELDS = frozenset({"model_api_key", "embedding_api_key", "chat_api_key"})
 _SHOWN_VALUE_CHARS = 60
 
@@ -83,6 +86,10 @@ class Settings(BaseModel):
     # A server the bot was removed from is purged this many days later, unless the bot comes
     # back first (botmemory.people.server_removal).
     server_purge_days: int = Field(default=30, ge=1, le=365)
+    # The bot added to a server imports this many days of its channels' history (a backfill,
+    # botmemory.catchup.on_join); 0, the default, never: members did not expect the bot to
+    # read the past. A server's staff choose their own (`/memory-staff backfill on-join`).
+    backfill_on_join_days: int = Field(default=0, ge=0, le=MAX_BACKFILL_DAYS)
     # The relay asks for the privileged GUILD_MEMBERS intent (RELAY_GUILD_MEMBERS_INTENT, the
     # same choice): member removals arrive, and a server's staff may have members who left
     # erased there (botmemory.people.departures). Off: those events are ignored.
@@ -343,6 +350,7 @@ ENVIRONMENT: dict[str, str] = {
     "MEMORY_OBSERVATION_RETENTION_DAYS": "observation_retention_days",
     "MEMORY_PRIVACY_NOTICE": "privacy_notice",
     "MEMORY_SERVER_PURGE_DAYS": "server_purge_days",
+    "MEMORY_BACKFILL_ON_JOIN_DAYS": "backfill_on_join_days",
     "MEMORY_GUILD_MEMBERS_INTENT": "guild_members_intent",
     "MEMORY_EPISODE_RETENTION_DAYS": "episode_retention_days",
     "MEMORY_LOCK_LEASE_SECONDS": "lock_lease_seconds",

@@ -31,6 +31,7 @@ class BackfillRun:
     messages: int = 0
     pages: int = 0
     skipped: int = 0
+    started_by: str = ""  # STAFF or ON_JOIN (botmemory.catchup.backfill); names nobody
 
     @property
     def running(self) -> bool:
@@ -53,6 +54,7 @@ def _run_of(guild_id: str, item: dict[str, Any]) -> BackfillRun:
         messages=number("messages"),
         pages=number("pages"),
         skipped=number("skipped"),
+        started_by=item.get("started_by", {}).get("S", ""),
     )
 
 
@@ -62,6 +64,7 @@ class BackfillStore(Table):
         item = {
             **key(keys.guild_pk(run.guild_id), keys.BACKFILL_SK),
             "status": {"S": RUNNING},
+            **({"started_by": {"S": run.started_by}} if run.started_by else {}),
             **{
                 name: {"N": str(getattr(run, name))}
                 for name in ("run_ms", "from_ms", "days", "cap", "channels")

@@ -37,6 +37,9 @@ class GuildControls:
     # Members who leave are erased from the server this many days later (0: never;
     # botmemory.people.departures).
     leavers_days: int = 0
+    # Days of history imported when the bot joins (0: never); None: the deployment's default
+    # (botmemory.catchup.on_join).
+    backfill_on_join_days: int | None = None
 
 
 class ControlsStore(Table):
@@ -46,6 +49,7 @@ class ControlsStore(Table):
         opt_in = False
         retention: dict[str, int] = {}
         leavers = 0
+        on_join: int | None = None
         for item in self._items_under(keys.guild_pk(guild_id), keys.CONTROL_PREFIX):
             sk = str(item["sk"])
             if sk.startswith(keys.CHANNEL_OFF_PREFIX):
@@ -56,7 +60,21 @@ class ControlsStore(Table):
                 retention = {str(k): int(v) for k, v in item["days"].items()}
             elif sk == keys.LEAVERS_SK:
                 leavers = int(item.get("days", 0))
-        return GuildControls(off, opt_in, retention, leavers)
+            elif sk == keys.BACKFILL_ON_JOIN_SK:
+                on_join = int(item.get("days", 0))
+        return GuildControls(off, opt_in, retention, leavers, on_join)
+
+    def set_backfill_on_join(self, guild_id: str, days: int, *, staff_id: str, now_ms: int) -> None:
+        """The days of history imported when the bot joins this server again (0: never); kept
+        as staff chose it, 0 included, so the deployment's default no longer applies here."""
+        values = {
+            "pk": keys.guild_pk(guild_id),
+            "sk": keys.BACKFILL_ON_JOIN_SK,
+            "days": days,
+            "staff_id": staff_id,
+            "updated_ms": now_ms,
+        }
+        self._client.put_item(TableName=self.table_name, Item=to_item(values))
 
     def set_channel_memory(
         self, guild_id: str, channel_id: str, *, off: bool, staff_id: str, now_ms: int

@@ -105,6 +105,9 @@ SERVERS_PK = "SERVERS"
 DEPARTED_PK = "LEFT"
 # A server's grace period for members who leave (`/memory-staff retention leavers`), days.
 LEAVERS_SK = "CTRL#LEAVERS"
+# A server's own days of history imported when the bot joins it (`/memory-staff backfill
+# on-join`; 0: never), read with its other controls.
+BACKFILL_ON_JOIN_SK = "CTRL#BACKFILL_ON_JOIN"
 # When a member last started an export (`/memory export`: rate-limited), by keyed hash.
 EXPORT_PK = "EXPORT"
 # The relay's partition (relay/relay/store.py writes it; its keys are checked equal to these

@@ -145,10 +145,20 @@ class ServerLifecycleStore(Table):
 
     # The servers the deployment knows -------------------------------------------------------
 
-    def know_server(self, guild_id: str, now_ms: int) -> None:
-        """A GUILD_CREATE: the deployment knows this server (names nobody)."""
-        values = {"pk": keys.SERVERS_PK, "sk": guild_id, "seen_ms": now_ms}
+    def know_server(self, guild_id: str, now_ms: int, joined_at_ms: int | None = None) -> None:
+        """A GUILD_CREATE: the deployment knows this server (names nobody), and when the bot
+        joined it (`joined_at`, botmemory.catchup.on_join), when known."""
+        values: dict[str, Any] = {"pk": keys.SERVERS_PK, "sk": guild_id, "seen_ms": now_ms}
+        if joined_at_ms is not None:
+            values["joined_at_ms"] = joined_at_ms
         self._client.put_item(TableName=self.table_name, Item=to_item(values))
+
+    def server_joined_at(self, guild_id: str) -> int | None:
+        """When the bot joined this known server, as its last GUILD_CREATE said; None for a
+        server not known, or known from before that was recorded (one GetItem)."""
+        item = self._get(ItemRef(keys.SERVERS_PK, guild_id))
+        joined = None if item is None else item.get("joined_at_ms")
+        return int(joined) if joined is not None else None
 
     def forget_known_server(self, guild_id: str) -> bool:
         """A server purged by hand (ops.purge_server): no longer one the deployment knows;
