@@ -33,6 +33,7 @@ def test_a_held_backlog_is_consolidated_whole_in_bounded_rounds_oldest_first() -
         2, 200, live_stream=False, dataset=None, environment={"MEMORY_BATCH_MAX_TOKENS": "2000"}
     )
     consolidated_whole(run)
+    assert run.rounds_importing == 0  # the stream waited for the import's end
     assert run.batch_max_tokens == TOKENS
     assert all(call.tokens <= TOKENS for call in run.counted.calls)
     for channel in {call.channel for call in run.counted.calls}:  # several rounds each
@@ -42,6 +43,7 @@ def test_a_held_backlog_is_consolidated_whole_in_bounded_rounds_oldest_first() -
 def test_a_backfill_with_the_stream_live_costs_at_most_the_status_estimate() -> None:
     run = backfill(2, 200, live_stream=True, dataset=None)
     consolidated_whole(run)
+    assert run.rounds_importing == len(run.counted.calls)  # each page consolidated meanwhile
     assert run.per_thousand <= MODEL_CALLS_PER_1000
 
 
@@ -73,6 +75,7 @@ def figures(calls: list[Call], episodes: list[Episode]) -> Backfilled:
         episodes={"c": episodes},
         facts=1,
         refused=0,
+        rounds_importing=0,
         import_seconds=0.0,
         consolidate_seconds=0.0,
     )
