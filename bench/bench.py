@@ -44,7 +44,8 @@ from localrun.fakeaws import REGION, use_fake_aws  # noqa: E402
 use_fake_aws("bench-person-hash-key-0123456789")
 
 import boto3  # noqa: E402
-from catch_up import bench_catch_up  # noqa: E402  (beside this script)
+from backfill import bench_backfill  # noqa: E402  (beside this script)
+from catch_up import bench_catch_up  # noqa: E402
 from cold_start import bench_cold_start  # noqa: E402
 from cost import bench_cost  # noqa: E402
 from dates import bench_dates  # noqa: E402
@@ -100,6 +101,7 @@ def main() -> int:
         lab.close()
     bench_relay_fleet()  # table 10: restarts and IDENTIFY storms of the relay's fleet
     bench_catch_up()  # table 10c: an unresumable gap read back through REST
+    bench_backfill()  # table 10d: a backfill staff start, its model calls per 1,000 messages
     print(f"(bench finished in {time.perf_counter() - started:.1f} s)")
     return 0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -158,11 +158,16 @@ class Stack:
         self.local.invoke(CATCH_UP, {"source": "aws.events", "detail-type": "Scheduled Event"})
         self.drain(limit)
 
-    def drain(self, limit: int | None = None) -> None:
-        """Deliver the queue's tasks (at most `limit` of them), each after its delay."""
+    def drain(
+        self, limit: int | None = None, meanwhile: Callable[[int], None] | None = None
+    ) -> None:
+        """Deliver the queue's tasks (at most `limit` of them), each after its delay;
+        `meanwhile` is given each delay (seconds, 0 too) first: what else runs until then."""
         sequence = 0
         while self.queued and (limit is None or sequence < limit):
             body, delay = self.queued.pop(0)
+            if meanwhile is not None:
+                meanwhile(delay)
             if delay:
                 self.waited.append(delay)
                 self.seconds += delay

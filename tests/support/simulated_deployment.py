@@ -176,6 +176,7 @@ class SimulatedDeployment:
 
     def run_until(self, end_ms: int) -> None:
         """Everything the deployment does until `end_ms`, event by event."""
+        self._follow(None)  # what was stored meanwhile (a function invoked outside it)
         self._work()  # what was sent meanwhile (send_work) is visible now
         while True:
             moment = min(self._next_times())

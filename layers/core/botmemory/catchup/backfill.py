@@ -25,9 +25,12 @@ from botmemory.storage.catchup import CatchUpStore
 MAX_DAYS = MAX_BACKFILL_DAYS  # its owner is the settings, read at cold start
 DEFAULT_DAYS = 7
 RUN_CAP = 20_000  # messages a run
-# Model calls a live server spends per 1,000 messages (make bench, tables 7 and 9c: 25.2):
-# what a backfill is expected to cost, since it is consolidated as live messages are.
-MODEL_CALLS_PER_1000 = 25.2
+# Model calls a backfill costs per 1,000 messages it imports (make bench, table 10d): with the
+# stream live during the import, each page of 100 is a round at most (10.0); a round may take
+# what several pages brought (2.0 when the stream waits for the import's end: grown rounds,
+# within MEMORY_BATCH_MAX_TOKENS). Far below a live channel's (table 2d: 50), whose rounds are
+# full batches of MEMORY_CONSOLIDATE_EVERY.
+MODEL_CALLS_PER_1000 = 10.0
 # Who started a run (kept on it, shown by `status`): staff's command, or the bot joining the
 # server (botmemory.catchup.on_join).
 STAFF = "staff"
@@ -105,7 +108,7 @@ class Backfiller:
 
 def model_calls(messages: int) -> int:
     """The model calls `messages` imported messages are expected to cost, consolidated as
-    live ones are."""
+    the stream hands them out while the import goes on (at most)."""
     return math.ceil(messages * MODEL_CALLS_PER_1000 / 1000)
 
 
