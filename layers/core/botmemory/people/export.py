@@ -13,7 +13,7 @@ mentions), its participant list keeps only them; a history entry's actor other t
 
 It runs in steps: one Query page of the index at a time (`PAGE` keys: the index projects
 keys only), the items of each page read by key a BatchGetItem at a time (`BATCH_GET_LIMIT`),
-in the index's order; a part is closed when it holds `part_bytes` bytes of JSON, wherever
+in the index's order; a part is closed when it holds `PART_BYTES` bytes of JSON, wherever
 that falls in a page. The cursor is plain JSON and says where the last record of the parts
 so far was (the index key of the last item, the last episode of a channel), so an export
 that runs short of time, or whose part was refused, goes on from exactly there in a later
