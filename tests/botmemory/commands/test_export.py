@@ -213,16 +213,24 @@ def sent_parts(fake: FakeDiscordRest, user: str) -> list[list[dict[str, Any]]]:
     return [json.loads(d)["records"] for n in kept for d in posts[n].body["_files"].values()]
 
 
+@pytest.mark.parametrize("answered", ["in the order asked", "in reverse"])
 def test_an_export_out_of_time_inside_a_page_goes_on_from_its_last_record_each_once(
     controls: Controls,  # noqa: F811
     fake_discord: FakeDiscordRest,
     monkeypatch: pytest.MonkeyPatch,
+    answered: str,
 ) -> None:
     """2,500 of Alice's messages: Query pages of 1,000 keys, parts of 30 KB that close inside
     a page (and inside a BatchGetItem's hundred), invocations whose time runs short after
     four BatchGetItem calls (inside a page), chains cut after three invocations (as MAX_HOPS
-    cuts one), and the command run again until done: every message arrives once."""
+    cuts one), and the command run again until done: every message arrives once, whatever
+    order BatchGetItem answers in (DynamoDB promises none)."""
     ids = her_messages(controls, 2_500)
+    if answered == "in reverse":
+        read = MemoryRepository.plain_items_at
+        monkeypatch.setattr(
+            MemoryRepository, "plain_items_at", lambda self, refs: read(self, refs)[::-1]
+        )
     monkeypatch.setattr(export, "PART_BYTES", 30_000)
     monkeypatch.setattr(exports, "MAX_HOPS", 2)
     asked = {"times": 0}  # how often this invocation asked for its time
