@@ -254,7 +254,8 @@ _INDEX_NAME_ARG = 6  # Table.query(hash_key, range_comparison, ..., index_name, 
 
 
 def _query(self: MotoTable, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
-    """moto's Query, reading only the partition asked for when its hash key is the table's."""
+    """moto's Query, reading only the partition asked for when its hash key is the table's,
+    or only the page asked for of an index keyed on another attribute (`_IndexPage`)."""
     index_name = args[_INDEX_NAME_ARG] if len(args) > _INDEX_NAME_ARG else kwargs.get("index_name")
     conditions = kwargs.get("hash_key_conditions") or []
     partition = None
