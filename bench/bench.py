@@ -84,7 +84,7 @@ def main() -> int:
         bench_deployed_recall(lab)  # table 3g: the deployed path, embedding included
         bench_dates(lab)  # table 3t: what the dates cost in characters
         bench_erasure(lab)
-        bench_export(lab)  # table 4x: an export of 100,000 messages, its invocations
+        bench_export(lab)  # table 4x: exports of 10,000 and 100,000 messages, measured
         lab.close()
     bench_keyword_postgres()  # tables 3f and 3h: the keyword leg on PostgreSQL
     bench_cold_start()

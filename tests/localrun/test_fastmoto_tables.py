@@ -28,6 +28,8 @@ ITEMS = (
     + [item("CH#1", f"EP#{n:03d}", who="u1") for n in range(5)]
     + [item("CH#1", "STATE"), item("CH#2", "OBS#0001", pending="OBS#0001", who="u0")]
     + [item("CH#10", "OBS#0002", pending="OBS#0002", who="u2"), item("SC#1", "NAME#a")]
+    # The same sort key as CH#1's, for the same person: the table's key orders them.
+    + [item("CH#3", "OBS#0003", who="u0"), item("CH#0", "OBS#0003", who="u0")]
 )
 
 
@@ -123,6 +125,59 @@ def queries(client: Any) -> dict[str, Callable[[], Any]]:
             ExpressionAttributeValues={":w": {"S": "u1"}, ":p": {"S": "OBS#"}},
             Limit=4,
         ),
+        "another index, in pages": query(
+            IndexName="by_who",
+            KeyConditionExpression="who = :w",
+            ExpressionAttributeValues={":w": {"S": "u0"}},
+            Limit=3,
+        ),
+        "another index, whole": query(
+            IndexName="by_who",
+            KeyConditionExpression="who = :w",
+            ExpressionAttributeValues={":w": {"S": "u2"}},
+        ),
+        "another index, filtered, in pages": query(
+            IndexName="by_who",
+            KeyConditionExpression="who = :w",
+            FilterExpression="pk <> :ch",
+            ExpressionAttributeValues={":w": {"S": "u0"}, ":ch": {"S": "CH#1"}},
+            Limit=2,
+        ),
+        "another index, range, in pages": query(
+            IndexName="by_who",
+            KeyConditionExpression="who = :w AND sk BETWEEN :a AND :b",
+            ExpressionAttributeValues={
+                ":w": {"S": "u0"},
+                ":a": {"S": "OBS#0003"},
+                ":b": {"S": "OBS#0030"},
+            },
+            Limit=4,
+        ),
+        "another index, newest first": query(
+            IndexName="by_who",
+            KeyConditionExpression="who = :w",
+            ExpressionAttributeValues={":w": {"S": "u1"}},
+            ScanIndexForward=False,
+            Limit=5,
+        ),
+        "another index, nobody": query(
+            IndexName="by_who",
+            KeyConditionExpression="who = :w",
+            ExpressionAttributeValues={":w": {"S": "nobody"}},
+            Limit=5,
+        ),
+        "another index, after a key of no item": lambda: client.query(
+            TableName=TABLE,
+            IndexName="by_who",
+            KeyConditionExpression="who = :w",
+            ExpressionAttributeValues={":w": {"S": "u0"}},
+            ExclusiveStartKey={
+                "who": {"S": "u0"},
+                "sk": {"S": "OBS#0003"},
+                "pk": {"S": "CH#2"},
+            },
+            Limit=4,
+        )["Items"],
         "scan": lambda: client.scan(TableName=TABLE, Limit=13)["Items"],
     }
 

@@ -11,11 +11,24 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from itertools import accumulate
 from typing import Any
 
+import pytest
+
+from botmemory import invocation
+from botmemory.answering import exports
 from botmemory.discord.interactions import InteractionResponseType
+from botmemory.discord.rest import DiscordApi
+from botmemory.people import export
+from botmemory.records import Episode, Observation, ObservationKind
 from botmemory.storage import keys
+from botmemory.storage.items import episode_values, observation_values
+from botmemory.storage.keys import observation_sk
+from botmemory.storage.repository import MemoryRepository
+from botmemory.storage.table import BATCH_GET_LIMIT
 from localrun import gateway as gw
+from localrun.storage import put_in_moto
 from tests.botmemory.commands.test_controls import (  # noqa: F401
     GENERAL,
     VENT,
@@ -23,6 +36,7 @@ from tests.botmemory.commands.test_controls import (  # noqa: F401
     controls,
     notice,
 )
+from tests.conftest import TABLE
 from tests.support.fake_discord import FakeDiscordRest, fake_discord_fixture  # noqa: F401
 from tests.support.fake_memory_model import fact_writer  # noqa: F401
 
@@ -144,7 +158,7 @@ def test_a_long_export_goes_on_in_the_next_invocation_on_its_own(
     whole = Exporter.parts
 
     def one_part_an_invocation(self: Exporter, cursor: Any, time_left_ms: Any = None) -> Any:
-        self._part_chars = 1_500  # small parts: several of them
+        self._part_bytes = 1_500  # small parts: several of them
         for part in whole(self, cursor, time_left_ms):
             yield part
             return  # then the time runs short
@@ -163,3 +177,143 @@ def test_a_long_export_goes_on_in_the_next_invocation_on_its_own(
     assert kinds["settings"] == 1
     edit = fake_discord.wait_for(lambda r: r.method == "PATCH" and "everything" in str(r.body), 5)
     assert "everything I keep about you" in edit.body["content"]
+
+
+def her_messages(controls: Controls, count: int) -> set[str]:  # noqa: F811
+    """`count` of Alice's recorded messages in GENERAL, seeded straight into the table (and
+    GENERAL in the channels she spoke in); their message ids."""
+    repository = MemoryRepository(controls.d.dynamodb, TABLE)
+    now = controls.d.clock.now_ms()
+    observations = [
+        Observation(
+            channel_id=GENERAL,
+            scope=gw.GUILD,
+            sk=observation_sk(now - n * 1_000, ObservationKind.MESSAGE, f"{10**17 + n}"),
+            kind=ObservationKind.MESSAGE,
+            at_ms=now - n * 1_000,
+            author_id=gw.ALICE,
+            author_name="Alice",
+            message_id=f"{10**17 + n}",
+            content=f"message {n}: " + "the hives did well " * (n % 7),
+        )
+        for n in range(count)
+    ]
+    put_in_moto(repository, (observation_values(o, pending=False) for o in observations))
+    return {o.message_id for o in observations if o.message_id}
+
+
+def sent_parts(fake: FakeDiscordRest, user: str) -> list[list[dict[str, Any]]]:
+    """The records of each part in `user`'s DMs: the posts Discord kept (not the ones refused),
+    each once (a post again with its nonce is the same message)."""
+    channel = fake.dm_channels[user]
+    kept = [m["nonce"] for m in fake.channel_messages.get(channel, []) if "nonce" in m]
+    posts = {
+        p.body["nonce"]: p for p in fake.requests_matching("POST", f"/channels/{channel}/messages")
+    }
+    return [json.loads(d)["records"] for n in kept for d in posts[n].body["_files"].values()]
+
+
+@pytest.mark.parametrize("answered", ["in the order asked", "in reverse"])
+def test_an_export_out_of_time_inside_a_page_goes_on_from_its_last_record_each_once(
+    controls: Controls,  # noqa: F811
+    fake_discord: FakeDiscordRest,
+    monkeypatch: pytest.MonkeyPatch,
+    answered: str,
+) -> None:
+    """2,500 of Alice's messages: Query pages of 1,000 keys, parts of 30 KB that close inside
+    a page (and inside a BatchGetItem's hundred), invocations whose time runs short after
+    four BatchGetItem calls (inside a page), chains cut after three invocations (as MAX_HOPS
+    cuts one), and the command run again until done: every message arrives once, whatever
+    order BatchGetItem answers in (DynamoDB promises none)."""
+    ids = her_messages(controls, 2_500)
+    if answered == "in reverse":
+        read = MemoryRepository.plain_items_at
+        monkeypatch.setattr(
+            MemoryRepository, "plain_items_at", lambda self, refs: read(self, refs)[::-1]
+        )
+    monkeypatch.setattr(export, "PART_BYTES", 30_000)
+    monkeypatch.setattr(exports, "MAX_HOPS", 2)
+    asked = {"times": 0}  # how often this invocation asked for its time
+
+    def begin(context: Any) -> None:
+        asked["times"] = 0
+
+    def time_left_ms() -> int:
+        asked["times"] += 1  # before a Query or a BatchGetItem
+        return 60_000 if asked["times"] <= 4 else export.RESERVE_MS - 1
+
+    monkeypatch.setattr(invocation, "begin", begin)
+    monkeypatch.setattr(invocation, "time_left_ms", time_left_ms)
+    commands = 0
+    while not controls.d.reports or not controls.d.reports[-1].get("finished"):
+        commands += 1
+        assert commands <= 5, "the export does not finish"
+        run_export(controls)
+
+    parts = sent_parts(fake_discord, gw.ALICE)
+    said = Counter(r["message_id"] for part in parts for r in part if r["record"] == "observation")
+    assert set(said) == ids and set(said.values()) == {1}  # each once, none lost
+    assert [r["record"] for part in parts for r in part].count("settings") == 1
+    assert commands == 3  # cut twice, run again twice
+    stops = [r["records"] for r in controls.d.reports if not r["finished"]]
+    assert any(n % export.PAGE for n in stops)  # an invocation stopped inside a page
+    ends = list(accumulate(len(p) for p in parts))
+    assert any(n % BATCH_GET_LIMIT for n in ends[:-1])  # a part ended inside a page's hundred
+
+
+def test_a_part_refused_inside_a_channels_episodes_is_sent_again_nothing_twice(
+    controls: Controls,  # noqa: F811
+    fake_discord: FakeDiscordRest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thirty long episodes of a channel she spoke in, parts of 20 KB: her DMs close at the
+    part that ends inside the channel's episodes; once opened, the command goes on and every
+    episode arrives once, the refused part's included."""
+    her_messages(controls, 3)
+    repository = MemoryRepository(controls.d.dynamodb, TABLE)
+    now = controls.d.clock.now_ms()
+    put_in_moto(
+        repository,
+        [
+            {"pk": keys.user_pk(gw.GUILD, gw.ALICE), "sk": f"{keys.SPOKE_PREFIX}{GENERAL}"}
+            | {"user_id": gw.ALICE, "scope": gw.GUILD}
+        ]
+        + [
+            episode_values(
+                Episode(
+                    channel_id=GENERAL,
+                    episode_id=f"e{e}",
+                    sk=keys.episode_sk(now - e * 60_000, f"e{e}"),
+                    summary=f"Alice talked about bees ({e}). " + "Hives and honey. " * 100,
+                    participant_ids=[gw.ALICE],
+                    participant_names=["Alice"],
+                    start_ms=now - e * 60_000 - 1_000,
+                    end_ms=now - e * 60_000,
+                    created_ms=now - e * 60_000,
+                ),
+                gw.GUILD,
+            )
+            for e in range(30)
+        ],
+    )
+    monkeypatch.setattr(export, "PART_BYTES", 20_000)
+    send_files = DiscordApi.send_files
+
+    def closed_at_the_second_part(self: DiscordApi, channel: str, content: str, *a: Any, **k: Any):
+        if "part 2" in content:
+            fake_discord.close_dms(gw.ALICE)
+        return send_files(self, channel, content, *a, **k)
+
+    with monkeypatch.context() as closing:
+        closing.setattr(DiscordApi, "send_files", closed_at_the_second_part)
+        run_export(controls)
+    assert controls.d.reports[-1]["dms_closed"]
+    del fake_discord.forbidden[fake_discord.dm_channels[gw.ALICE]]
+    run_export(controls)
+
+    assert controls.d.reports[-1]["finished"]
+    parts = sent_parts(fake_discord, gw.ALICE)
+    episodes = Counter(r["start_ms"] for part in parts for r in part if r["record"] == "episode")
+    assert len(episodes) == 30 and set(episodes.values()) == {1}
+    first = [r["record"] for r in parts[0]]
+    assert first.count("episode") and len(parts) >= 3  # the refused part ended among them

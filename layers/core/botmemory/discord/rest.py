@@ -50,6 +50,9 @@ BOT_TOKEN_SECRET_ENV = "DISCORD_BOT_TOKEN_SECRET"  # nosec B105 # the name of an
 
 # Discord asks bots to identify themselves this way ("DiscordBot (url, version)").
 USER_AGENT = "DiscordBot (discord-memory-bot, 0.1.0)"
+# What one message may carry in attachments where nothing raises it (a DM, a server without
+# boosts): 10 MiB since 2024. The export's parts stay far under it.
+MAX_ATTACHMENT_BYTES = 10 * 1024 * 1024
 
 _SNOWFLAKE = re.compile(r"^[0-9]{1,21}$")
 _BACKOFF_BASE_SECONDS = 0.5

@@ -301,6 +301,13 @@ class PeopleRepository(Table):
         refs = [ItemRef(i["pk"]["S"], i["sk"]["S"]) for i in response["Items"]]
         return refs, cast("dict[str, Any] | None", response.get("LastEvaluatedKey"))
 
+    @staticmethod
+    def user_items_after(user_id: str, ref: ItemRef) -> dict[str, Any]:
+        """Where a page of `user_items_page` starts to follow `ref`, one of this person's
+        items: its key in the by_user index, as a page's end is given (plain JSON). A reader
+        that stops inside a page goes on from the item it stopped at."""
+        return {"user_id": {"S": user_id}, "sk": {"S": ref.sk}, "pk": {"S": ref.pk}}
+
     def observation_heads(self, refs: Iterable[ItemRef]) -> list[dict[str, Any]]:
         """Channel, scope and author names of these observations (plain values), batched."""
         wanted = [key(r.pk, r.sk) for r in dict.fromkeys(refs)]
