@@ -45,7 +45,8 @@ from tables import print_table
 from world import Lab
 
 from botmemory.answering.exports import deliver_export, export_request_of
-from botmemory.discord.rest import MAX_ATTACHMENT_BYTES, DiscordApi, DiscordApiError
+from botmemory.discord.errors import DiscordApiError
+from botmemory.discord.rest import MAX_ATTACHMENT_BYTES, DiscordApi
 from botmemory.records import Episode, Observation, ObservationKind
 from botmemory.services import MemoryServices
 from botmemory.storage import keys

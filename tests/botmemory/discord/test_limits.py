@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from botmemory.discord.errors import DiscordApiError, DiscordRateLimited
 from botmemory.discord.limits import RateLimits, retry_after, route_key
-from botmemory.discord.rest import DiscordApi, DiscordApiError, DiscordRateLimited
+from botmemory.discord.rest import DiscordApi
 from botmemory.text import split_message
 from localrun import gateway as gw
 from tests.botmemory.answering.test_answerer import Bot, completion, mention

@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from botmemory.discord.rest import DiscordApi, DiscordApiError, JsonErrorCode, split_message
+from botmemory.discord.errors import DiscordApiError, JsonErrorCode
+from botmemory.discord.rest import DiscordApi, split_message
 from botmemory.text import DISCORD_MESSAGE_CHARS
 from localrun.gateway import ALICE, BOB, CHANNEL
 from tests.support.fake_discord import BOT_TOKEN, BOT_USER_ID, FakeDiscordRest, fake_discord_fixture  # noqa: F401

@@ -11,12 +11,11 @@ import pytest
 from aws_lambda_powertools.utilities.parameters.base import DEFAULT_PROVIDERS
 from moto import mock_aws
 
+from botmemory.discord.errors import DiscordApiError, DiscordConfigError
 from botmemory.discord.interactions import ApplicationCommandType
 from botmemory.discord.rest import (
     DEFAULT_API_BASE,
     DiscordApi,
-    DiscordApiError,
-    DiscordConfigError,
     api_base_from_environment,
     bot_token_from_environment,
 )

@@ -12,8 +12,8 @@ import pytest
 from botmemory.clock import DAY_MS, epoch_seconds
 from botmemory.commands.member import ERASE_FAILED
 from botmemory.commands.router import Commands
+from botmemory.discord.errors import DiscordApiError
 from botmemory.discord.followup import finish_and_reply
-from botmemory.discord.rest import DiscordApiError
 from botmemory.people.erasure import Eraser, ErasureReport
 from botmemory.people.names import REDACTED
 from botmemory.records import Episode, Fact, Named, Observation

@@ -51,7 +51,7 @@ from botmemory.answering.notices import memory_lines
 from botmemory.answering.prompt import AnswerPrompt, PromptBuilder, asker_is_staff
 from botmemory.answering.question import Question, Reply
 from botmemory.answering.rate import AnswerRateLimiter, RateDecision
-from botmemory.discord.rest import DiscordApiError, DiscordRateLimited
+from botmemory.discord.errors import DiscordApiError, DiscordRateLimited
 from botmemory.memory.hot_tier import record_hits
 from botmemory.memory.short_term import note_answered
 from botmemory.memory.visibility import learned_where

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from botmemory.discord.errors import DiscordApiError
 from botmemory.discord.followup import token_expired
-from botmemory.discord.rest import DiscordApi, DiscordApiError
+from botmemory.discord.rest import DiscordApi
 from botmemory.people.export import ExportCursor, Exporter
 from botmemory.services import MemoryServices
 

@@ -33,8 +33,8 @@ from typing import Any
 
 from botmemory.catchup.tasks import MAX_PAGES, BadTask, CatchUpTask, TaskQueue
 from botmemory.clock import DAY_MS, Clock
+from botmemory.discord.errors import DiscordApiError
 from botmemory.discord.history import PAGE_LIMIT, HistoryApi
-from botmemory.discord.rest import DiscordApiError
 from botmemory.ingest.observe import ObservationRecorder
 from botmemory.snowflake import snowflake_at, snowflake_ms
 from botmemory.storage.catchup import CatchUpStore, Gap

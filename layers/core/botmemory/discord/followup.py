@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from botmemory.clock import Clock, SystemClock
-from botmemory.discord.rest import DiscordApi, DiscordApiError, api_base_from_environment
+from botmemory.discord.errors import DiscordApiError
+from botmemory.discord.rest import DiscordApi, api_base_from_environment
 from botmemory.snowflake import snowflake_ms
 
 log = logging.getLogger(__name__)

@@ -35,13 +35,9 @@ from dataclasses import dataclass, field
 from botocore.exceptions import BotoCoreError, ClientError
 
 from botmemory.clock import DAY_MS, SystemClock
+from botmemory.discord.errors import DiscordApiError, DiscordConfigError
 from botmemory.discord.guilds import GuildsApi
-from botmemory.discord.rest import (
-    DiscordApiError,
-    DiscordConfigError,
-    api_base_from_environment,
-    bot_token_from_environment,
-)
+from botmemory.discord.rest import api_base_from_environment, bot_token_from_environment
 from botmemory.settings.config import ConfigError, get_settings
 from botmemory.storage.repository import MemoryRepository, open_repository
 

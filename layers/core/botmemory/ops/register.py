@@ -22,14 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from botmemory.commands.specs import GLOBAL_ONLY_FIELDS, command_definitions
+from botmemory.discord.errors import DiscordApiError, DiscordConfigError
 from botmemory.discord.interactions import ApplicationCommandType
-from botmemory.discord.rest import (
-    DiscordApi,
-    DiscordApiError,
-    DiscordConfigError,
-    api_base_from_environment,
-    bot_token_from_environment,
-)
+from botmemory.discord.rest import DiscordApi, api_base_from_environment, bot_token_from_environment
 
 APPLICATION_ID_ENV = "DISCORD_APPLICATION_ID"
 _SNOWFLAKE = re.compile(r"^[0-9]{15,21}$")
