@@ -43,6 +43,7 @@ sys.path[:0] = [str(ROOT / "relay"), str(ROOT / "layers" / "core"), str(ROOT)]
 
 import boto3  # noqa: E402
 import pytest  # noqa: E402
+from catch_up import patch_fake_aws  # noqa: E402
 from moto import mock_aws  # noqa: E402
 from tables import print_table  # noqa: E402
 from world import CHAT_LINES  # noqa: E402
@@ -65,7 +66,7 @@ from botmemory.runtime import build_services  # noqa: E402
 from botmemory.settings.config import Settings  # noqa: E402
 from botmemory.storage import keys  # noqa: E402
 from botmemory.storage.schema import PENDING_INDEX, create_table  # noqa: E402
-from localrun.fakeaws import REGION, fake_aws_environment  # noqa: E402
+from localrun.fakeaws import REGION  # noqa: E402
 from localrun.fastmoto import fast_dynamodb  # noqa: E402
 from localrun.replay import SHARED_DATASET  # noqa: E402
 from tests.support.fake_discord import FakeDiscordRest  # noqa: E402
@@ -275,12 +276,7 @@ def quiet_fake_aws(patch: pytest.MonkeyPatch) -> Iterator[Any]:
         warnings.catch_warnings(),
     ):
         warnings.simplefilter("ignore")
-        for name, value in fake_aws_environment("bench-person-hash-key-0123456789").items():
-            if value is None:
-                patch.delenv(name, raising=False)
-            else:
-                patch.setenv(name, value)
-        patch.setenv("POWERTOOLS_LOG_LEVEL", "ERROR")
+        patch_fake_aws(patch)
         yield boto3.client("dynamodb", region_name=REGION)
 
 

@@ -48,6 +48,17 @@ EDITED = "in the gap 7, corrected"  # tests/support/catch_up.py's edit
 BUCKET = (5, 5.0)  # reads a window, seconds
 
 
+def patch_fake_aws(patch: pytest.MonkeyPatch) -> None:
+    """The fake-AWS environment for a bench run through the functions (table 10d's too),
+    their log lines kept to errors."""
+    for name, value in fake_aws_environment("bench-person-hash-key-0123456789").items():
+        if value is None:
+            patch.delenv(name, raising=False)
+        else:
+            patch.setenv(name, value)
+    patch.setenv("POWERTOOLS_LOG_LEVEL", "ERROR")
+
+
 def catch_up_rows() -> list[tuple[object, ...]]:
     with (
         pytest.MonkeyPatch.context() as patch,
@@ -59,12 +70,7 @@ def catch_up_rows() -> list[tuple[object, ...]]:
         warnings.catch_warnings(),
     ):
         warnings.simplefilter("ignore")
-        for name, value in fake_aws_environment("bench-person-hash-key-0123456789").items():
-            if value is None:
-                patch.delenv(name, raising=False)
-            else:
-                patch.setenv(name, value)
-        patch.setenv("POWERTOOLS_LOG_LEVEL", "ERROR")
+        patch_fake_aws(patch)
         client = boto3.client("dynamodb", region_name=REGION)
         create_table(client, TABLE)
         stack = harness.Stack(patch, discord)
